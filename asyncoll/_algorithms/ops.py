@@ -1,0 +1,73 @@
+"""Reduce operations as in-place numpy ufuncs, and which dtypes each accepts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from asyncoll.errors import ConfigurationError
+from asyncoll.types import ReduceOp
+
+_UFUNCS: dict[ReduceOp, Callable[..., object]] = {
+    # On bool arrays numpy's add is logical or and multiply logical and,
+    # which is what torch gives for SUM and PRODUCT on bool tensors.
+    ReduceOp.SUM: np.add,
+    ReduceOp.AVG: np.add,
+    ReduceOp.PRODUCT: np.multiply,
+    ReduceOp.MIN: np.minimum,
+    ReduceOp.MAX: np.maximum,
+    ReduceOp.BAND: np.bitwise_and,
+    ReduceOp.BOR: np.bitwise_or,
+    ReduceOp.BXOR: np.bitwise_xor,
+}
+_BITWISE = (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
+
+
+def coerce_op(op: object) -> ReduceOp:
+    """Accept an asyncoll ReduceOp, or torch's ReduceOp / RedOpType by name.
+
+    Raises:
+        ConfigurationError: ``op`` names no supported operation.
+    """
+    if isinstance(op, ReduceOp):
+        return op
+    # torch.distributed.ReduceOp.SUM is a RedOpType whose name is "SUM";
+    # reading the name keeps torch out of the imports.
+    name = getattr(op, "name", None)
+    if isinstance(name, str) and name in ReduceOp.__members__:
+        return ReduceOp[name]
+    names = ", ".join(ReduceOp.__members__)
+    raise ConfigurationError(f"reduce op {op!r} is not supported; use asyncoll.ReduceOp "
+                             f"with one of {names}")
+
+
+def check_op(op: ReduceOp, dtype: np.dtype) -> None:
+    """Refuse a dtype that ``op`` is not defined for, as torch does.
+
+    Raises:
+        ConfigurationError: bitwise ops on float or complex arrays, MIN/MAX on
+            complex arrays, AVG on integer or bool arrays.
+    """
+    kind = np.dtype(dtype).kind
+    if op in _BITWISE and kind not in "biu":
+        raise ConfigurationError(f"{op} needs an integer or bool array, got dtype {dtype}; "
+                                 "use SUM, PRODUCT, MIN or MAX, or convert the array")
+    if op in (ReduceOp.MIN, ReduceOp.MAX) and kind == "c":
+        raise ConfigurationError(f"{op} is not defined on complex dtype {dtype}; reduce the "
+                                 "real and imaginary parts (or the magnitudes) separately")
+    if op is ReduceOp.AVG and kind in "biu":
+        raise ConfigurationError(f"{op} needs a floating or complex array, got dtype {dtype} "
+                                 "(torch's gloo fails on it too); use SUM and divide, or "
+                                 "convert the array to float")
+
+
+def reduce_into(op: ReduceOp, acc: np.ndarray, incoming: np.ndarray) -> None:
+    """``acc = acc (op) incoming``, elementwise and in place."""
+    _UFUNCS[op](acc, incoming, out=acc)
+
+
+def finish(op: ReduceOp, acc: np.ndarray, group_size: int) -> None:
+    """Apply what remains after the combining step: AVG divides by the group size."""
+    if op is ReduceOp.AVG and acc.size:
+        np.divide(acc, group_size, out=acc, casting="unsafe")

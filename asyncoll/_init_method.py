@@ -1,0 +1,76 @@
+"""Reading init_process_group's arguments and environment into a Rendezvous."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from asyncoll._session import Rendezvous
+from asyncoll._settings import DEFAULT_JOB_ID
+from asyncoll.errors import ConfigurationError
+
+#: Backend names accepted, so torch programs run unchanged.
+ACCEPTED_BACKENDS = ("asyncoll", "gloo", "cpu:gloo")
+
+
+def resolve(backend: str | None, init_method: str | None, world_size: int, rank: int,
+            timeout: float, job_id: str | None,
+            environ: Mapping[str, str] = os.environ) -> Rendezvous:
+    """Work out where to join, as torch.distributed would from the same arguments.
+
+    ``env://`` (the default) reads MASTER_ADDR, MASTER_PORT, WORLD_SIZE and,
+    optionally, RANK; ``tcp://host:port`` takes the address from the URL and
+    WORLD_SIZE from the argument or the environment. A rank of -1 lets the
+    coordinator choose. Rank 0 may host the coordinator when none is running.
+
+    Raises:
+        ConfigurationError: an unknown backend or scheme, or a missing or bad value.
+    """
+    if backend is not None and str(backend).lower() not in ACCEPTED_BACKENDS:
+        raise ConfigurationError(f"backend {backend!r} is not available: asyncoll runs on "
+                                 f"the CPU over TCP; pass one of {ACCEPTED_BACKENDS} or None")
+    url = urlsplit(init_method or "env://")
+    if url.scheme == "env":
+        host = _require(environ, "MASTER_ADDR")
+        port = _int_value("MASTER_PORT", _require(environ, "MASTER_PORT"))
+    elif url.scheme == "tcp":
+        if not url.hostname or url.port is None:
+            raise ConfigurationError(f"init_method {init_method!r} must look like "
+                                     "tcp://host:port")
+        host, port = url.hostname, url.port
+    else:
+        raise ConfigurationError(f"init_method {init_method!r} is not supported; use "
+                                 "env:// or tcp://host:port")
+    if world_size == -1:
+        world_size = _int_value("WORLD_SIZE", _require(environ, "WORLD_SIZE",
+                                                       "or pass world_size="))
+    if rank == -1 and "RANK" in environ:
+        rank = _int_value("RANK", environ["RANK"])
+    if world_size < 1:
+        raise ConfigurationError(f"world_size must be at least 1, got {world_size}")
+    if not -1 <= rank < world_size:
+        raise ConfigurationError(f"rank {rank} is out of range for world size {world_size}: "
+                                 f"use 0 to {world_size - 1}, or -1 to let the coordinator "
+                                 "choose")
+    if not 0 < port < 65536:
+        raise ConfigurationError(f"port {port} is not a TCP port; use 1 to 65535")
+    job = job_id if job_id is not None else environ.get("ASYNCOLL_JOB_ID", DEFAULT_JOB_ID)
+    return Rendezvous(host=host, port=port, job=job, world_size=world_size, rank=rank,
+                      timeout=timeout, may_host=rank == 0)
+
+
+def _require(environ: Mapping[str, str], name: str, alternative: str = "") -> str:
+    value = environ.get(name)
+    if not value:
+        hint = f" ({alternative})" if alternative else ""
+        raise ConfigurationError(f"the environment variable {name} is not set{hint}; "
+                                 "launch with asyncoll-run or torchrun, or set it")
+    return value
+
+
+def _int_value(name: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be an integer, got {text!r}") from None

@@ -1,0 +1,52 @@
+"""The one background event loop thread behind the blocking API."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from asyncoll._compat import loop_factory
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop (uvloop where installed) running forever on a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = loop_factory()()
+        self._thread = threading.Thread(target=self._run, name="asyncoll-loop", daemon=True)
+        self._thread.start()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Schedule ``coro`` on the loop; return a future of its result.
+
+        Raises:
+            RuntimeError: called from the loop's own thread, where waiting on the
+                result would deadlock.
+        """
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("the blocking asyncoll API was called from asyncoll's own "
+                               "event loop thread, where it would deadlock; use asyncoll.aio "
+                               "from async code")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop and block until it finishes; its deadline is its own."""
+        return self.submit(coro).result()
+
+    def stop(self) -> None:
+        """Stop the loop and join its thread."""
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()

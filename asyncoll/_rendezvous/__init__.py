@@ -1,0 +1,1 @@
+"""Rendezvous: the coordinator's pure state machine and the peer's client for it."""

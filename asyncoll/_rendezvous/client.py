@@ -1,0 +1,149 @@
+"""A peer's connection to the coordinator: requests and their replies."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+
+from asyncoll._compat import timeout as timeout_after
+from asyncoll._rendezvous.control import read_message, write_message
+from asyncoll._settings import CONNECT_RETRY_INTERVAL_S, HANDSHAKE_TIMEOUT_S
+from asyncoll._wire.messages import Error, Message
+from asyncoll.errors import (
+    AsyncollError,
+    ProtocolError,
+    RendezvousError,
+    RendezvousTimeoutError,
+    error_from_code,
+)
+
+log = logging.getLogger("asyncoll.rendezvous")
+
+
+async def open_with_retry(host: str, port: int, timeout: float
+                          ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to ``host:port``, retrying while it refuses, for up to ``timeout`` seconds.
+
+    A coordinator may start after its workers (torch's store behaves the same),
+    so a refused connection is retried until the deadline.
+
+    Raises:
+        RendezvousTimeoutError: nothing accepted the connection in time.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last: OSError | None = None
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise RendezvousTimeoutError(
+                f"could not reach the coordinator at {host}:{port} within {timeout:.1f} s "
+                f"(last error: {last}); start it (asyncoll-coordinator --host {host} --port "
+                f"{port}) or check MASTER_ADDR/MASTER_PORT") from last
+        try:
+            async with timeout_after(min(remaining, HANDSHAKE_TIMEOUT_S)):
+                return await asyncio.open_connection(host, port)
+        except (OSError, TimeoutError) as exc:
+            last = exc if isinstance(exc, OSError) else OSError(f"connect timed out: {exc}")
+        await asyncio.sleep(min(CONNECT_RETRY_INTERVAL_S, max(0.0, deadline - loop.time())))
+
+
+class CoordinatorClient:
+    """One control connection; many requests may be outstanding on it."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 address: str) -> None:
+        self._reader = reader
+        self._writer = writer
+        self.address = address
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Message]] = {}
+        self._closed: AsyncollError | None = None
+        self._reader_task = asyncio.get_running_loop().create_task(self._read_replies())
+
+    @classmethod
+    async def connect(cls, host: str, port: int, timeout: float) -> CoordinatorClient:
+        """Connect to the coordinator at ``host:port`` (see :func:`open_with_retry`)."""
+        reader, writer = await open_with_retry(host, port, timeout)
+        return cls(reader, writer, f"{host}:{port}")
+
+    @property
+    def local_host(self) -> str:
+        """The local address of this connection: the interface that reaches the coordinator."""
+        return str(self._writer.get_extra_info("sockname")[0])
+
+    async def request(self, message: Message, timeout: float, what: str) -> Message:
+        """Send ``message`` and return its reply.
+
+        Args:
+            message: the request.
+            timeout: seconds to wait for the reply.
+            what: the request in words, for the timeout message.
+
+        Raises:
+            AsyncollError: the coordinator answered with an error (mapped to its class).
+            RendezvousTimeoutError: no reply within ``timeout``.
+            RendezvousError: the connection to the coordinator is lost.
+        """
+        if self._closed is not None:
+            raise self._closed
+        request_id = next(self._ids)
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            write_message(self._writer, message, request_id)
+            async with timeout_after(timeout):
+                reply = await future
+        except TimeoutError:
+            raise RendezvousTimeoutError(
+                f"{what}: no answer from the coordinator at {self.address} within "
+                f"{timeout:.1f} s") from None
+        finally:
+            self._pending.pop(request_id, None)
+        if isinstance(reply, Error):
+            raise error_from_code(reply.code, reply.message)
+        return reply
+
+    async def close(self) -> None:
+        """Close the connection; outstanding requests fail with RendezvousError."""
+        self._fail_pending(RendezvousError(f"the connection to the coordinator at "
+                                           f"{self.address} was closed by this process"))
+        self._reader_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader_task
+        self._writer.close()
+        with contextlib.suppress(OSError, asyncio.TimeoutError):
+            async with timeout_after(HANDSHAKE_TIMEOUT_S):
+                await self._writer.wait_closed()
+
+    async def _read_replies(self) -> None:
+        error: AsyncollError
+        try:
+            while True:
+                item = await read_message(self._reader)
+                if item is None:
+                    error = RendezvousError(f"the coordinator at {self.address} closed the "
+                                            "connection")
+                    break
+                request_id, message = item
+                future = self._pending.get(request_id)
+                if future is not None and not future.done():
+                    future.set_result(message)
+                elif request_id != 0:
+                    log.debug("reply to unknown request %d from the coordinator", request_id)
+        except ProtocolError as exc:
+            error = exc
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            error = RendezvousError(f"lost the connection to the coordinator at "
+                                    f"{self.address}: {exc}")
+            error.__cause__ = exc
+        self._fail_pending(error)
+
+    def _fail_pending(self, error: AsyncollError) -> None:
+        if self._closed is None:
+            self._closed = error
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(error)

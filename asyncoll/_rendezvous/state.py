@@ -1,0 +1,365 @@
+"""The coordinator's decisions, as a pure state machine.
+
+:class:`RendezvousState` takes each request a connection makes, with the
+current time passed in, and returns the replies to send. It opens no socket
+and reads no clock, so tests drive it with a fake one; the daemon
+(asyncoll.coordinator) is the I/O shell around it.
+
+A job is keyed by its id. It starts *waiting* at its first join and becomes
+*running* when ``world_size`` peers have joined; ranks requested by peers are
+honoured and the rest assigned, peers of one host given adjacent ranks.
+Agreements that need every rank (new_group, barrier) are *gatherings*: they
+complete when every expected rank has arrived, and fail on every waiting rank
+at their deadline or when an expected rank leaves.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from asyncoll._settings import PROTOCOL_VERSION
+from asyncoll._wire.messages import (
+    Barrier,
+    Error,
+    GroupCreated,
+    Join,
+    Leave,
+    Message,
+    NewGroup,
+    Ok,
+    PeerInfo,
+    Welcome,
+)
+
+log = logging.getLogger("asyncoll.coordinator")
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Send ``message`` as the answer to request ``request_id`` on connection ``conn``."""
+
+    conn: int
+    request_id: int
+    message: Message
+
+
+@dataclass(slots=True)
+class _Waiter:
+    conn: int
+    request_id: int
+    join: Join
+    order: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Member:
+    conn: int
+    info: PeerInfo
+    pid: int
+
+
+@dataclass(slots=True)
+class _Gathering:
+    """An agreement that completes when every rank in ``expected`` has arrived."""
+
+    what: str
+    expected: frozenset[int]
+    deadline: float
+    started: float
+    timeout_code: str
+    arrivals: dict[int, tuple[int, int, object]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Job:
+    name: str
+    world_size: int
+    deadline: float
+    started: float
+    waiting: dict[int, _Waiter] = field(default_factory=dict)
+    members: dict[int, _Member] = field(default_factory=dict)
+    conn_rank: dict[int, int] = field(default_factory=dict)
+    running: bool = False
+    departed: set[int] = field(default_factory=set)
+    new_group_calls: dict[int, int] = field(default_factory=dict)
+    groups: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    gatherings: dict[tuple[object, ...], _Gathering] = field(default_factory=dict)
+
+
+def _error(conn: int, request_id: int, code: str, message: str) -> Reply:
+    return Reply(conn, request_id, Error(code=code, message=message))
+
+
+def _ranks_text(ranks: object) -> str:
+    items = sorted(ranks)  # type: ignore[call-overload]
+    return ", ".join(str(r) for r in items) if items else "none"
+
+
+class RendezvousState:
+    """Every job the coordinator serves, and the decisions about them."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, _Job] = {}
+        self._conn_job: dict[int, str] = {}
+        self._joins = 0
+
+    # -- queries ---------------------------------------------------------------
+
+    def job_names(self) -> list[str]:
+        """The ids of the jobs that have at least one peer waiting or running."""
+        return sorted(self._jobs)
+
+    def job_is_active(self, name: str) -> bool:
+        """Whether job ``name`` still has peers waiting or members that have not left."""
+        return name in self._jobs
+
+    # -- requests --------------------------------------------------------------
+
+    def handle(self, conn: int, request_id: int, message: Message, now: float) -> list[Reply]:
+        """Decide what to answer to ``message``, received on connection ``conn``."""
+        if isinstance(message, Join):
+            return self._join(conn, request_id, message, now)
+        job = self._jobs.get(self._conn_job.get(conn, ""))
+        member = self._member_rank(job, conn)
+        if job is None or member is None:
+            return [_error(conn, request_id, "protocol",
+                           f"a {message.TYPE} request needs a completed join first on this "
+                           "connection")]
+        if isinstance(message, NewGroup):
+            return self._new_group(job, member, conn, request_id, message, now)
+        if isinstance(message, Barrier):
+            return self._barrier(job, member, conn, request_id, message, now)
+        if isinstance(message, Leave):
+            replies = [Reply(conn, request_id, Ok())]
+            return replies + self._depart(job, member, conn, "left")
+        return [_error(conn, request_id, "protocol",
+                       f"the coordinator does not accept {message.TYPE} messages")]
+
+    def disconnect(self, conn: int, now: float) -> list[Reply]:
+        """Connection ``conn`` closed: forget its peer, failing what waits on it."""
+        name = self._conn_job.pop(conn, None)
+        job = self._jobs.get(name or "")
+        if job is None:
+            return []
+        if not job.running:
+            waiter = job.waiting.pop(conn, None)
+            if waiter is not None:
+                log.info("job %r: a peer from %s (pid %d) disconnected during rendezvous; "
+                         "%d of %d peers still waiting", job.name, waiter.join.hostname,
+                         waiter.join.pid, len(job.waiting), job.world_size)
+            if not job.waiting:
+                del self._jobs[job.name]
+            return []
+        rank = self._member_rank(job, conn)
+        if rank is None:
+            return []
+        return self._depart(job, rank, conn, "disconnected without leaving")
+
+    def tick(self, now: float) -> list[Reply]:
+        """Fail every rendezvous and gathering whose deadline has passed."""
+        replies: list[Reply] = []
+        for job in list(self._jobs.values()):
+            if not job.running and now >= job.deadline:
+                replies += self._expire_rendezvous(job, now)
+                continue
+            for key, gathering in list(job.gatherings.items()):
+                if now >= gathering.deadline:
+                    del job.gatherings[key]
+                    missing = gathering.expected - gathering.arrivals.keys()
+                    text = (f"{gathering.what} in job {job.name!r} timed out after "
+                            f"{now - gathering.started:.1f} s: ranks {_ranks_text(missing)} "
+                            f"did not arrive (ranks {_ranks_text(gathering.arrivals)} did)")
+                    log.warning("%s", text)
+                    replies += [_error(c, r, gathering.timeout_code, text)
+                                for c, r, _ in gathering.arrivals.values()]
+        return replies
+
+    # -- rendezvous --------------------------------------------------------------
+
+    def _join(self, conn: int, request_id: int, join: Join, now: float) -> list[Reply]:
+        refusal = self._refuse_join(conn, join)
+        if refusal is not None:
+            log.warning("job %r: refused a peer from %s (pid %d): %s", join.job, join.hostname,
+                        join.pid, refusal[1])
+            return [_error(conn, request_id, *refusal)]
+        job = self._jobs.get(join.job)
+        if job is None:
+            job = _Job(join.job, join.world_size, now + join.timeout, now)
+            self._jobs[join.job] = job
+        self._joins += 1
+        job.waiting[conn] = _Waiter(conn, request_id, join, self._joins)
+        self._conn_job[conn] = job.name
+        wanted = "any rank" if join.rank < 0 else f"rank {join.rank}"
+        log.info("job %r: peer from %s (pid %d) joined asking for %s; %d of %d present",
+                 job.name, join.hostname, join.pid, wanted, len(job.waiting), job.world_size)
+        if len(job.waiting) < job.world_size:
+            return []
+        return self._complete(job)
+
+    def _refuse_join(self, conn: int, join: Join) -> tuple[str, str] | None:
+        if join.version != PROTOCOL_VERSION:
+            return ("protocol", f"the peer speaks protocol version {join.version} and the "
+                                f"coordinator {PROTOCOL_VERSION}: run the same asyncoll "
+                                "version everywhere")
+        if conn in self._conn_job:
+            return ("protocol", "this connection has already joined a job")
+        if join.world_size < 1:
+            return ("configuration", f"world size must be at least 1, got {join.world_size}")
+        if join.rank >= join.world_size or join.rank < -1:
+            return ("configuration", f"requested rank {join.rank} is out of range for world "
+                                     f"size {join.world_size}: use 0 to {join.world_size - 1}")
+        if not join.job:
+            return ("configuration", "the job id must not be empty")
+        job = self._jobs.get(join.job)
+        if job is None:
+            return None
+        if job.running:
+            return ("rendezvous", f"job {join.job!r} is already running with all "
+                                  f"{job.world_size} ranks; wait for it to finish or use "
+                                  "another job id (ASYNCOLL_JOB_ID)")
+        if join.world_size != job.world_size:
+            return ("configuration", f"world size {join.world_size} disagrees with the world "
+                                     f"size {job.world_size} of the peers already in job "
+                                     f"{join.job!r}; every process must use the same "
+                                     "WORLD_SIZE")
+        if join.rank >= 0:
+            for other in job.waiting.values():
+                if other.join.rank == join.rank:
+                    return ("configuration",
+                            f"rank {join.rank} is already taken in job {join.job!r} by pid "
+                            f"{other.join.pid} on host {other.join.hostname}; each process "
+                            "needs a distinct RANK")
+        return None
+
+    def _complete(self, job: _Job) -> list[Reply]:
+        taken = {w.join.rank for w in job.waiting.values() if w.join.rank >= 0}
+        free = iter(sorted(set(range(job.world_size)) - taken))
+        unassigned = sorted((w for w in job.waiting.values() if w.join.rank < 0),
+                            key=lambda w: (w.join.hostname, w.order))
+        ranks = {w.conn: w.join.rank for w in job.waiting.values() if w.join.rank >= 0}
+        ranks.update({w.conn: next(free) for w in unassigned})
+        for waiter in job.waiting.values():
+            rank = ranks[waiter.conn]
+            j = waiter.join
+            job.members[rank] = _Member(waiter.conn, PeerInfo(rank, j.host, j.port, j.hostname),
+                                        j.pid)
+            job.conn_rank[waiter.conn] = rank
+        directory = tuple(job.members[r].info for r in range(job.world_size))
+        replies = [Reply(w.conn, w.request_id,
+                         Welcome(rank=ranks[w.conn], world_size=job.world_size, peers=directory))
+                   for w in job.waiting.values()]
+        job.waiting.clear()
+        job.running = True
+        job.groups[0] = tuple(range(job.world_size))
+        log.info("job %r: rendezvous complete with %d ranks: %s", job.name, job.world_size,
+                 ", ".join(f"{m.info.rank}@{m.info.hostname}" for m in
+                           sorted(job.members.values(), key=lambda m: m.info.rank)))
+        return replies
+
+    def _expire_rendezvous(self, job: _Job, now: float) -> list[Reply]:
+        requested = sorted(w.join.rank for w in job.waiting.values() if w.join.rank >= 0)
+        unranked = sum(1 for w in job.waiting.values() if w.join.rank < 0)
+        missing = job.world_size - len(job.waiting)
+        present = f"ranks {_ranks_text(requested)} present"
+        if unranked:
+            present += f" and {unranked} peer(s) without a requested rank"
+        text = (f"rendezvous of job {job.name!r} timed out after {now - job.started:.1f} s: "
+                f"{len(job.waiting)} of {job.world_size} peers joined ({present}); "
+                f"{missing} missing")
+        log.warning("%s", text)
+        replies = [_error(w.conn, w.request_id, "rendezvous_timeout", text)
+                   for w in job.waiting.values()]
+        for conn in job.waiting:
+            self._conn_job.pop(conn, None)
+        del self._jobs[job.name]
+        return replies
+
+    # -- agreements among running members -----------------------------------------
+
+    def _new_group(self, job: _Job, rank: int, conn: int, request_id: int, msg: NewGroup,
+                   now: float) -> list[Reply]:
+        bad = [r for r in msg.ranks if not 0 <= r < job.world_size]
+        if bad or len(set(msg.ranks)) != len(msg.ranks) or not msg.ranks:
+            return [_error(conn, request_id, "configuration",
+                           f"new_group ranks {list(msg.ranks)} must be distinct ranks between "
+                           f"0 and {job.world_size - 1}, at least one")]
+        call = job.new_group_calls.get(rank, 0)
+        job.new_group_calls[rank] = call + 1
+        key = ("new_group", call)
+        gathering = job.gatherings.get(key)
+        if gathering is None:
+            gathering = _Gathering(f"new_group call #{call + 1}",
+                                   frozenset(range(job.world_size)), now + msg.timeout, now,
+                                   "rendezvous_timeout")
+            job.gatherings[key] = gathering
+        gathering.arrivals[rank] = (conn, request_id, tuple(msg.ranks))
+        if gathering.arrivals.keys() != gathering.expected:
+            return []
+        del job.gatherings[key]
+        proposals: dict[tuple[int, ...], list[int]] = {}
+        for r, (_, _, ranks) in sorted(gathering.arrivals.items()):
+            proposals.setdefault(ranks, []).append(r)  # type: ignore[arg-type]
+        if len(proposals) > 1:
+            detail = "; ".join(f"ranks {_ranks_text(who)} passed {list(ranks)}"
+                               for ranks, who in proposals.items())
+            text = (f"new_group call #{call + 1} in job {job.name!r}: ranks disagree on the "
+                    f"members ({detail}); every rank must call new_group with the same ranks "
+                    "in the same order")
+            log.warning("%s", text)
+            return [_error(c, r, "mismatch", text) for c, r, _ in gathering.arrivals.values()]
+        (members,) = proposals
+        group_id = call + 1
+        job.groups[group_id] = members
+        log.info("job %r: group %d created with ranks %s", job.name, group_id, list(members))
+        return [Reply(c, r, GroupCreated(group_id=group_id, ranks=members))
+                for c, r, _ in gathering.arrivals.values()]
+
+    def _barrier(self, job: _Job, rank: int, conn: int, request_id: int, msg: Barrier,
+                 now: float) -> list[Reply]:
+        members = job.groups.get(msg.group_id)
+        if members is None or rank not in members:
+            return [_error(conn, request_id, "configuration",
+                           f"rank {rank} called barrier on group {msg.group_id}, which "
+                           "does not exist or does not contain it")]
+        key = ("barrier", msg.group_id, msg.seq)
+        gathering = job.gatherings.get(key)
+        if gathering is None:
+            gathering = _Gathering(f"barrier #{msg.seq} of group {msg.group_id}",
+                                   frozenset(members), now + msg.timeout, now, "timeout")
+            job.gatherings[key] = gathering
+        gathering.arrivals[rank] = (conn, request_id, None)
+        if gathering.arrivals.keys() != gathering.expected:
+            return []
+        del job.gatherings[key]
+        return [Reply(c, r, Ok()) for c, r, _ in gathering.arrivals.values()]
+
+    # -- departures ----------------------------------------------------------------
+
+    def _depart(self, job: _Job, rank: int, conn: int, how: str) -> list[Reply]:
+        member = job.members[rank]
+        job.departed.add(rank)
+        self._conn_job.pop(conn, None)
+        job.conn_rank.pop(conn, None)
+        level = logging.INFO if how == "left" else logging.WARNING
+        log.log(level, "job %r: rank %d on %s (pid %d) %s; %d of %d ranks remain", job.name,
+                rank, member.info.hostname, member.pid, how,
+                job.world_size - len(job.departed), job.world_size)
+        replies: list[Reply] = []
+        for key, gathering in list(job.gatherings.items()):
+            if rank in gathering.expected and rank not in gathering.arrivals:
+                del job.gatherings[key]
+                text = (f"{gathering.what} in job {job.name!r} cannot complete: rank {rank} "
+                        f"on {member.info.hostname} {how} before calling it")
+                replies += [_error(c, r, "peer_lost", text)
+                            for c, r, _ in gathering.arrivals.values()]
+        if len(job.departed) == job.world_size:
+            log.info("job %r: every rank has left; job closed", job.name)
+            del self._jobs[job.name]
+        return replies
+
+    @staticmethod
+    def _member_rank(job: _Job | None, conn: int) -> int | None:
+        if job is None or not job.running:
+            return None
+        return job.conn_rank.get(conn)

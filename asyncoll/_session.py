@@ -1,0 +1,151 @@
+"""One process's membership in a job: its coordinator link and its data plane."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import socket
+from dataclasses import dataclass
+
+from asyncoll._compat import timeout as timeout_after
+from asyncoll._rendezvous.client import CoordinatorClient
+from asyncoll._settings import (
+    EMBEDDED_DRAIN_TIMEOUT_S,
+    HANDSHAKE_TIMEOUT_S,
+    LEAVE_TIMEOUT_S,
+    PROTOCOL_VERSION,
+)
+from asyncoll._transport.mesh import TcpMesh
+from asyncoll._wire.messages import Barrier, GroupCreated, Join, Leave, NewGroup, Welcome
+from asyncoll.coordinator.server import Coordinator
+from asyncoll.errors import AsyncollError, ProtocolError, RendezvousError
+
+log = logging.getLogger("asyncoll")
+
+#: Extra seconds a peer waits beyond a deadline the coordinator enforces, so
+#: the coordinator's message (which names who is missing) arrives first.
+_GRACE_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Rendezvous:
+    """Where and how to join: the result of parsing init_process_group's arguments."""
+
+    host: str
+    port: int
+    job: str
+    world_size: int
+    rank: int
+    timeout: float
+    may_host: bool
+
+
+class Session:
+    """This process's link to its coordinator and peers, from join to leave."""
+
+    def __init__(self, client: CoordinatorClient, mesh: TcpMesh, welcome: Welcome,
+                 job: str, timeout: float, embedded: Coordinator | None) -> None:
+        self.client = client
+        self.mesh = mesh
+        self.rank = welcome.rank
+        self.world_size = welcome.world_size
+        self.job = job
+        self.timeout = timeout
+        self.hostnames = {p.rank: p.hostname for p in welcome.peers}
+        self._embedded = embedded
+        self._barriers: dict[int, int] = {}
+        self._closed = False
+
+    @classmethod
+    async def join(cls, where: Rendezvous) -> Session:
+        """Reach (or host) the coordinator, start the data plane and wait for the world.
+
+        Raises:
+            RendezvousError: refused, unreachable, or timed out (subclasses say which).
+            ConfigurationError: the coordinator refused this peer's arguments.
+        """
+        embedded = await _maybe_host(where) if where.may_host else None
+        client: CoordinatorClient | None = None
+        mesh: TcpMesh | None = None
+        try:
+            client = await CoordinatorClient.connect(where.host, where.port, where.timeout)
+            mesh = TcpMesh(where.job)
+            host, port = await mesh.listen(client.local_host)
+            join = Join(job=where.job, rank=where.rank, world_size=where.world_size,
+                        host=host, port=port, hostname=socket.gethostname(), pid=os.getpid(),
+                        version=PROTOCOL_VERSION, timeout=where.timeout)
+            welcome = await client.request(join, where.timeout + _GRACE_S,
+                                           f"rendezvous of job {where.job!r}")
+            if not isinstance(welcome, Welcome):
+                raise ProtocolError(f"the coordinator answered a join with {welcome.TYPE}")
+            mesh.set_directory(welcome.rank, {p.rank: (p.host, p.port, p.hostname)
+                                              for p in welcome.peers})
+        except BaseException:
+            await _close_quietly(client, mesh, embedded)
+            raise
+        return cls(client, mesh, welcome, where.job, where.timeout, embedded)
+
+    async def new_group(self, ranks: tuple[int, ...], timeout: float) -> tuple[int, tuple[int, ...]]:
+        """Agree with every rank on a new group; return (group id, its ranks)."""
+        reply = await self.client.request(NewGroup(ranks=ranks, timeout=timeout),
+                                          timeout + _GRACE_S, f"new_group({list(ranks)})")
+        if not isinstance(reply, GroupCreated):
+            raise ProtocolError(f"the coordinator answered new_group with {reply.TYPE}")
+        return reply.group_id, reply.ranks
+
+    async def barrier(self, group_id: int, timeout: float) -> None:
+        """Wait until every member of the group has reached the same barrier."""
+        seq = self._barriers.get(group_id, 0) + 1
+        self._barriers[group_id] = seq
+        await self.client.request(Barrier(group_id=group_id, seq=seq, timeout=timeout),
+                                  timeout + _GRACE_S, f"barrier #{seq} of group {group_id}")
+
+    async def close(self) -> None:
+        """Leave the job and close everything; never raises."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(AsyncollError, OSError):
+            await self.client.request(Leave(), LEAVE_TIMEOUT_S, "leave")
+        await _close_quietly(self.client, self.mesh, self._embedded, self.job)
+
+
+async def _maybe_host(where: Rendezvous) -> Coordinator | None:
+    """Host the coordinator at the rendezvous address unless something listens there.
+
+    This is env:// with RANK=0, as torch's rank 0 hosts its TCPStore. A daemon
+    already listening there is used instead.
+    """
+    with contextlib.suppress(OSError, TimeoutError):
+        async with timeout_after(HANDSHAKE_TIMEOUT_S):
+            _, probe = await asyncio.open_connection(where.host, where.port)
+        probe.close()
+        return None
+    coordinator = Coordinator(where.host, where.port)
+    try:
+        await coordinator.start()
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return None  # another process won the race; use its coordinator
+        raise RendezvousError(f"RANK=0 could not host the coordinator at {where.host}:"
+                              f"{where.port}: {exc}; check MASTER_ADDR (it must be an "
+                              "address of this machine) and MASTER_PORT") from exc
+    log.info("rank 0 hosts the coordinator at %s:%d", where.host, coordinator.port)
+    return coordinator
+
+
+async def _close_quietly(client: CoordinatorClient | None, mesh: TcpMesh | None,
+                         embedded: Coordinator | None, job: str | None = None) -> None:
+    if mesh is not None:
+        await mesh.close()
+    if embedded is not None and job is not None:
+        # Peers still finishing must be able to leave before the coordinator goes.
+        if not await embedded.wait_until_idle(job, EMBEDDED_DRAIN_TIMEOUT_S):
+            log.warning("stopping the embedded coordinator with job %r still active", job)
+    if client is not None:
+        await client.close()
+    if embedded is not None:
+        await embedded.stop()

@@ -1,0 +1,25 @@
+"""Default deadlines and limits, defined once. Every wait in asyncoll uses one of these."""
+
+from __future__ import annotations
+
+#: Default timeout of init_process_group and of each collective, as torch's (30 min).
+DEFAULT_TIMEOUT_S = 1800.0
+#: How long a client keeps retrying to reach a coordinator that is not up yet.
+CONNECT_RETRY_INTERVAL_S = 0.05
+#: Deadline of one TCP connect attempt and of a data-plane handshake.
+HANDSHAKE_TIMEOUT_S = 10.0
+#: How long destroy_process_group waits for the coordinator to acknowledge a leave.
+LEAVE_TIMEOUT_S = 5.0
+#: How long a process hosting an embedded coordinator waits, on destroy, for
+#: the other members to leave before it shuts the coordinator down.
+EMBEDDED_DRAIN_TIMEOUT_S = 30.0
+#: Largest control-plane message accepted, in bytes.
+MAX_CONTROL_MESSAGE_BYTES = 1 << 20
+#: How often the coordinator checks its deadlines.
+COORDINATOR_TICK_S = 0.1
+#: Default coordinator port, as torch's MASTER_PORT convention.
+DEFAULT_PORT = 29500
+#: Job id used when none is given.
+DEFAULT_JOB_ID = "default"
+#: Version of both wire protocols; peers and daemon must agree.
+PROTOCOL_VERSION = 1

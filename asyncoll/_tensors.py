@@ -1,0 +1,102 @@
+"""Turning what the user passes (numpy arrays, CPU torch tensors) into flat arrays.
+
+Collectives work on a 1-D C-contiguous numpy array. A contiguous input is
+used in place (a torch tensor shares its storage with ``tensor.numpy()``). A
+non-contiguous one (a transposed or sliced view) is reduced in a contiguous
+copy whose result is written back into the original's elements, so the
+answer is right where gloo's is silently wrong. An input whose elements
+overlap in memory (a zero stride, for example) cannot hold one result per
+element and is refused, as are read-only arrays.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from asyncoll._wire.dtypes import dtype_code
+from asyncoll.errors import ConfigurationError
+
+__all__ = ["Buffer", "as_buffer"]
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    """A flat contiguous array to operate on, and where its result goes back."""
+
+    flat: np.ndarray
+    original: np.ndarray | None = None
+
+    def write_back(self) -> None:
+        """Copy the result into the caller's array when ``flat`` is a copy of it."""
+        if self.original is not None:
+            np.copyto(self.original, self.flat.reshape(self.original.shape))
+
+
+def as_buffer(tensor: object, what: str) -> Buffer:
+    """Return the Buffer for a numpy array or CPU torch tensor that ``what`` writes into.
+
+    Raises:
+        ConfigurationError: not an array, an unsupported dtype, read-only,
+            on a device other than the CPU, or with self-overlapping memory.
+    """
+    array = _torch_as_numpy(tensor, what) if _is_torch_tensor(tensor) else tensor
+    if not isinstance(array, np.ndarray):
+        raise ConfigurationError(f"{what} needs a numpy array or a CPU torch tensor to write "
+                                 f"the result into, got {type(tensor).__name__}")
+    dtype_code(array.dtype)
+    if not array.flags.writeable:
+        raise ConfigurationError(f"{what} writes its result into the array, but this "
+                                 f"{array.dtype} array of shape {array.shape} is read-only; "
+                                 "pass a writable copy (np.array(x))")
+    if array.flags.c_contiguous:
+        return Buffer(array.reshape(-1))
+    if _may_overlap(array):
+        raise ConfigurationError(f"{what} cannot write one result per element into an array "
+                                 f"whose elements share memory (shape {array.shape}, strides "
+                                 f"{array.strides}); pass a copy (np.array(x))")
+    return Buffer(np.ascontiguousarray(array).reshape(-1), array)
+
+
+def _may_overlap(array: np.ndarray) -> bool:
+    # Sufficient test for no self-overlap: with dimensions sorted by stride,
+    # each stride must step over everything the smaller dimensions span.
+    dims = sorted((abs(s), n) for s, n in zip(array.strides, array.shape) if n > 1)
+    span = array.itemsize
+    for stride, extent in dims:
+        if stride < span:
+            return True
+        span = stride * (extent - 1) + span
+    return False
+
+
+def _is_torch_tensor(obj: object) -> bool:
+    # Never import torch: if the caller has a tensor, torch is already loaded.
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def _torch_as_numpy(tensor: object, what: str) -> np.ndarray:
+    torch = sys.modules["torch"]
+    assert isinstance(tensor, torch.Tensor)
+    if tensor.device.type != "cpu":
+        raise ConfigurationError(f"{what} takes CPU tensors, got one on {tensor.device}; "
+                                 "move it with tensor.cpu() and copy the result back")
+    if tensor.layout != torch.strided:
+        raise ConfigurationError(f"{what} takes dense tensors, got layout {tensor.layout}; "
+                                 "convert it with tensor.to_dense()")
+    if tensor.dtype == torch.bfloat16:
+        raise ConfigurationError(f"{what} does not support torch.bfloat16 yet; reduce "
+                                 "tensor.float() and copy the result back")
+    if tensor.is_conj() or tensor.is_neg():
+        raise ConfigurationError(f"{what} cannot write into a tensor with a lazy conjugate "
+                                 "or negation bit; call tensor.resolve_conj() or "
+                                 "tensor.resolve_neg() first")
+    try:
+        # detach(): a tensor that requires grad shares its storage all the same.
+        return np.asarray(tensor.detach().numpy())
+    except (TypeError, RuntimeError) as exc:
+        raise ConfigurationError(f"{what} cannot use a tensor of dtype {tensor.dtype}: "
+                                 f"{exc}") from exc

@@ -1,0 +1,201 @@
+"""One TCP connection to a peer, speaking the data-frame protocol.
+
+Receiving is a BufferedProtocol state machine: the event loop reads a frame's
+32-byte header into a small buffer, then its payload straight into the
+destination array when a receive for that frame is already posted, or into a
+new buffer kept for the receive that will come. Sending writes the header and
+then the payload's memory itself, with no copy, and the send is done once the
+transport has handed every byte to the kernel, so the caller may then reuse it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
+
+from asyncoll._transport.base import Tag
+from asyncoll._wire.frames import HEADER_SIZE, FrameHeader, FrameKind, pack_header, unpack_header
+from asyncoll.errors import AsyncollError, MismatchError, ProtocolError
+
+if TYPE_CHECKING:
+    from asyncoll._transport.mesh import TcpMesh
+
+_DISCARD = memoryview(bytearray(1 << 16))
+_MAX_HELLO_BYTES = 4096
+
+
+class PeerConnection(asyncio.BufferedProtocol):
+    """The protocol instance of one data-plane connection (either direction)."""
+
+    def __init__(self, mesh: TcpMesh, peer: int | None) -> None:
+        self._mesh = mesh
+        #: The remote global rank; None on an accepted connection until its HELLO.
+        self.peer = peer
+        self.transport: asyncio.Transport | None = None
+        #: Resolved when the handshake is done (HELLO_ACK received, or HELLO accepted).
+        self.ready: asyncio.Future[None] = mesh.loop.create_future()
+        self._header = bytearray(HEADER_SIZE)
+        self._frame: FrameHeader | None = None
+        self._target = memoryview(self._header)
+        self._remaining = HEADER_SIZE
+        self._receive: asyncio.Future[None] | None = None
+        self._kept: bytearray | None = None
+        self._discarding = False
+        self._paused = False
+        self._drained = mesh.loop.create_future()
+        self._drained.set_result(None)
+        self._drain_waiters: list[asyncio.Future[None]] = []
+
+    # -- sending ------------------------------------------------------------------
+
+    def send_frame(self, kind: FrameKind, tag: Tag, payload: memoryview) -> Awaitable[None]:
+        """Write one frame; the returned awaitable is done when ``payload`` may be reused."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return self._mesh.failed(self.peer)
+        group, seq, step = tag
+        transport.write(pack_header(kind, group, seq, step, payload.nbytes))
+        if payload.nbytes:
+            transport.write(payload)
+        if not self._paused:
+            return self._drained
+        waiter = self._mesh.loop.create_future()
+        self._drain_waiters.append(waiter)
+        return waiter
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # -- receiving ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Pause as soon as anything is queued, so a send is reported done only
+        # when its bytes have left the payload's memory.
+        transport.set_write_buffer_limits(high=0)
+        if self.peer is not None:
+            hello = self._mesh.job.encode()
+            self.send_frame(FrameKind.HELLO, (0, 0, self._mesh.rank), memoryview(hello))
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        receive = self._receive
+        if receive is not None and receive.done():
+            # The receive was cancelled (its operation timed out): stop writing
+            # into the caller's array and throw the rest of the payload away.
+            self._receive = None
+            self._discard()
+        return self._target
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._remaining -= nbytes
+        self._target = self._target[nbytes:]
+        if self._remaining and not self._target:
+            self._discard()  # the discard buffer is full: reuse it
+        if self._remaining:
+            return
+        try:
+            if self._frame is None:
+                self._start_frame(unpack_header(self._header))
+            else:
+                self._finish_frame()
+        except AsyncollError as exc:
+            self._abort(exc)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._mesh.connection_lost(self, exc)
+        self._fail_drain_waiters()
+
+    def _start_frame(self, header: FrameHeader) -> None:
+        self._frame = header
+        self._remaining = header.nbytes
+        if header.kind is FrameKind.HELLO_ACK:
+            if self.peer is None or header.nbytes:
+                raise ProtocolError("unexpected HELLO_ACK frame")
+            self._reset()
+            if not self.ready.done():
+                self.ready.set_result(None)
+            return
+        if header.kind is FrameKind.HELLO:
+            if self.peer is not None or header.nbytes > _MAX_HELLO_BYTES:
+                raise ProtocolError("unexpected HELLO frame")
+            self._keep(header.nbytes)
+        elif self.peer is None:
+            raise ProtocolError(f"a {header.kind.name} frame arrived before the handshake")
+        else:
+            tag = (header.group, header.seq, header.step)
+            posted = self._mesh.take_posted(self.peer, tag)
+            if posted is None:
+                self._keep(header.nbytes)
+            else:
+                out, receive = posted
+                if out.nbytes == header.nbytes:
+                    self._target, self._receive = out, receive
+                else:
+                    receive.set_exception(MismatchError(
+                        f"rank {self.peer} sent {header.nbytes} bytes for step {header.step} "
+                        f"of operation #{header.seq} on group {header.group}; this rank "
+                        f"expected {out.nbytes}: the ranks called collectives of different "
+                        "sizes"))
+                    self._discard()
+        if not self._remaining:
+            self._finish_frame()
+
+    def _finish_frame(self) -> None:
+        header = self._frame
+        assert header is not None
+        if header.kind is FrameKind.HELLO:
+            assert self._kept is not None
+            self.peer = self._mesh.accept_hello(self, header.step, bytes(self._kept))
+            assert self.transport is not None
+            self.send_frame(FrameKind.HELLO_ACK, (0, 0, self._mesh.rank), memoryview(b""))
+            self.ready.set_result(None)
+        elif self._receive is not None:
+            if not self._receive.done():
+                self._receive.set_result(None)
+        elif self._kept is not None and self.peer is not None:
+            self._mesh.keep_unexpected(self.peer, (header.group, header.seq, header.step),
+                                       self._kept)
+        self._reset()
+
+    def _keep(self, nbytes: int) -> None:
+        self._kept = bytearray(nbytes)
+        self._target = memoryview(self._kept)
+
+    def _discard(self) -> None:
+        self._discarding = True
+        self._target = _DISCARD[:min(self._remaining, _DISCARD.nbytes)]
+
+    def _reset(self) -> None:
+        self._frame = None
+        self._receive = None
+        self._kept = None
+        self._discarding = False
+        self._target = memoryview(self._header)
+        self._remaining = HEADER_SIZE
+
+    def _abort(self, exc: AsyncollError) -> None:
+        self._mesh.protocol_failed(self, exc)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _fail_drain_waiters(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(self._mesh.error_for(self.peer))

@@ -1,0 +1,287 @@
+"""The mesh of a process's data-plane connections, one per peer it talks to.
+
+Connections are made lazily, the first time an algorithm sends to or
+receives from a peer, and always by the lower rank of the pair: every
+algorithm touches a pair from both sides, so the higher rank simply waits
+for the lower one to dial. Receives and frames are matched per peer by tag;
+a frame that arrives before its receive is posted is kept until it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+
+from asyncoll._compat import timeout as timeout_after
+from asyncoll._settings import HANDSHAKE_TIMEOUT_S
+from asyncoll._transport.base import Tag
+from asyncoll._transport.connection import PeerConnection
+from asyncoll._wire.frames import FrameKind
+from asyncoll.errors import AsyncollError, MismatchError, PeerLostError, ProtocolError
+
+log = logging.getLogger("asyncoll.transport")
+
+
+@dataclass(slots=True)
+class _Channel:
+    """Everything this process knows about one peer."""
+
+    address: tuple[str, int] | None = None
+    hostname: str = "?"
+    connection: PeerConnection | None = None
+    dialing: asyncio.Task[None] | None = None
+    posted: dict[Tag, tuple[memoryview, asyncio.Future[None]]] = field(default_factory=dict)
+    unexpected: dict[Tag, bytearray] = field(default_factory=dict)
+    error: AsyncollError | None = None
+    #: Set once the connection is usable, or once the channel has failed.
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class TcpMesh:
+    """Data-plane connections to the other ranks of one job, over TCP.
+
+    Implements the :class:`asyncoll._transport.base.Mesh` seam.
+    """
+
+    def __init__(self, job: str) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.job = job
+        self._rank = -1
+        self._size = 0
+        self._channels: dict[int, _Channel] = {}
+        self._server: asyncio.Server | None = None
+        self._accepted: set[PeerConnection] = set()
+        self._closed = False
+
+    @property
+    def rank(self) -> int:
+        """This process's global rank (-1 before :meth:`set_directory`)."""
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        """The number of ranks in the job."""
+        return self._size
+
+    async def listen(self, host: str, port: int = 0) -> tuple[str, int]:
+        """Start accepting peers on ``host:port``; return the bound address."""
+        self._server = await self.loop.create_server(self._accept, host, port)
+        bound = self._server.sockets[0].getsockname()
+        return str(bound[0]), int(bound[1])
+
+    def set_directory(self, rank: int, peers: dict[int, tuple[str, int, str]]) -> None:
+        """Record this process's rank and every peer's (host, port, hostname)."""
+        self._rank = rank
+        self._size = len(peers)
+        for peer, (host, port, hostname) in peers.items():
+            channel = self._channel(peer)
+            channel.address = (host, port)
+            channel.hostname = hostname
+        for peer, channel in self._channels.items():
+            if (peer >= rank or peer not in peers) and channel.connection is not None:
+                self._fail_channel(peer, ProtocolError(
+                    f"rank {peer} dialed rank {rank}, but only lower ranks dial"))
+                if channel.connection.transport is not None:
+                    channel.connection.transport.abort()
+
+    # -- the seam ---------------------------------------------------------------
+
+    def send(self, peer: int, tag: Tag, payload: memoryview) -> Awaitable[None]:
+        """Send ``payload`` to ``peer`` as frame ``tag``; done when it may be reused."""
+        channel = self._connected_channel(peer)
+        if channel.error is not None:
+            return self.failed(peer)
+        connection = channel.connection
+        if connection is not None and connection.ready.done():
+            return connection.send_frame(FrameKind.DATA, tag, payload)
+        return self.loop.create_task(self._send_when_ready(peer, tag, payload))
+
+    def recv_into(self, peer: int, tag: Tag, out: memoryview) -> Awaitable[None]:
+        """Receive frame ``tag`` from ``peer`` into ``out``."""
+        channel = self._connected_channel(peer)
+        kept = channel.unexpected.pop(tag, None)
+        if kept is not None:
+            if len(kept) != out.nbytes:
+                return self._failed_future(MismatchError(
+                    f"rank {peer} sent {len(kept)} bytes for step {tag[2]} of operation "
+                    f"#{tag[1]} on group {tag[0]}; this rank expected {out.nbytes}: the "
+                    "ranks called collectives of different sizes"))
+            out[:] = kept
+            return self._done_future()
+        if channel.error is not None:
+            return self.failed(peer)
+        receive: asyncio.Future[None] = self.loop.create_future()
+        channel.posted[tag] = (out, receive)
+        receive.add_done_callback(lambda f: self._forget_posted(peer, tag, f))
+        return receive
+
+    # -- called by connections --------------------------------------------------
+
+    def take_posted(self, peer: int, tag: Tag) -> tuple[memoryview, asyncio.Future[None]] | None:
+        """Remove and return the receive posted for ``tag`` from ``peer``, if any."""
+        posted = self._channel(peer).posted.pop(tag, None)
+        if posted is not None and posted[1].done():
+            return None
+        return posted
+
+    def keep_unexpected(self, peer: int, tag: Tag, payload: bytearray) -> None:
+        """Keep a frame that arrived before its receive was posted."""
+        channel = self._channel(peer)
+        if tag in channel.unexpected:
+            raise ProtocolError(f"rank {peer} sent frame {tag} twice")
+        channel.unexpected[tag] = payload
+
+    def accept_hello(self, connection: PeerConnection, peer: int, job: bytes) -> int:
+        """Validate an incoming handshake and attach the connection to ``peer``."""
+        if job != self.job.encode():
+            raise ProtocolError(f"a peer of job {job.decode(errors='replace')!r} connected to "
+                                f"this peer of job {self.job!r}")
+        channel = self._channel(peer)
+        # Before the directory is known (a peer may read the rendezvous reply
+        # and dial before this one does) the rank check waits for set_directory.
+        if (0 <= self._rank <= peer) or channel.connection is not None:
+            raise ProtocolError(f"unexpected connection from rank {peer} (this is rank "
+                                f"{self._rank}; only lower ranks dial, once)")
+        channel.connection = connection
+        channel.settled.set()
+        return peer
+
+    def connection_lost(self, connection: PeerConnection, exc: Exception | None) -> None:
+        """A connection closed: fail everything that waits on its peer."""
+        self._accepted.discard(connection)
+        peer = connection.peer
+        if peer is None or self._closed:
+            return
+        channel = self._channel(peer)
+        if channel.connection is not connection:
+            return
+        how = f"broke: {exc}" if exc else "was closed by the peer"
+        error = PeerLostError(f"the connection to rank {peer} on {channel.hostname} {how}; "
+                              "it may have exited or called destroy_process_group", rank=peer)
+        if exc is not None:
+            error.__cause__ = exc
+        self._fail_channel(peer, error)
+
+    def protocol_failed(self, connection: PeerConnection, exc: AsyncollError) -> None:
+        """A connection received something malformed: fail its peer's operations."""
+        log.warning("data connection from rank %s failed: %s", connection.peer, exc)
+        if connection.peer is not None:
+            self._fail_channel(connection.peer, exc)
+
+    def error_for(self, peer: int | None) -> AsyncollError:
+        """The error to give operations on ``peer`` once it has failed."""
+        channel = self._channels.get(peer) if peer is not None else None
+        if channel is not None and channel.error is not None:
+            return channel.error
+        return PeerLostError(f"no usable connection to rank {peer}", rank=peer or -1)
+
+    def failed(self, peer: int | None) -> asyncio.Future[None]:
+        """An already-failed future carrying ``peer``'s error."""
+        return self._failed_future(self.error_for(peer))
+
+    async def close(self) -> None:
+        """Close every connection and the listener; pending operations fail."""
+        if self._closed:
+            return
+        error = PeerLostError("the process group was destroyed on this rank")
+        for peer in list(self._channels):
+            self._fail_channel(peer, error)
+        self._closed = True
+        for channel in self._channels.values():
+            if channel.dialing is not None:
+                channel.dialing.cancel()
+            if channel.connection is not None and channel.connection.transport is not None:
+                channel.connection.transport.close()
+        for connection in list(self._accepted):
+            if connection.transport is not None:
+                connection.transport.close()
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(asyncio.TimeoutError):
+                async with timeout_after(HANDSHAKE_TIMEOUT_S):
+                    await self._server.wait_closed()
+
+    # -- internals ----------------------------------------------------------------
+
+    def _accept(self) -> PeerConnection:
+        connection = PeerConnection(self, None)
+        self._accepted.add(connection)
+        return connection
+
+    def _channel(self, peer: int) -> _Channel:
+        channel = self._channels.get(peer)
+        if channel is None:
+            channel = self._channels[peer] = _Channel()
+        return channel
+
+    def _connected_channel(self, peer: int) -> _Channel:
+        channel = self._channel(peer)
+        if (channel.connection is None and channel.dialing is None and channel.error is None
+                and peer > self._rank and not self._closed):
+            channel.dialing = self.loop.create_task(self._dial(peer))
+        return channel
+
+    async def _dial(self, peer: int) -> None:
+        channel = self._channel(peer)
+        if channel.address is None:
+            self._fail_channel(peer, PeerLostError(f"rank {peer} is not in this job's "
+                                                   "directory", rank=peer))
+            return
+        host, port = channel.address
+        connection: PeerConnection | None = None
+        try:
+            async with timeout_after(HANDSHAKE_TIMEOUT_S):
+                _, connection = await self.loop.create_connection(
+                    lambda: PeerConnection(self, peer), host, port)
+                channel.connection = connection
+                await connection.ready
+            channel.settled.set()
+        except (OSError, TimeoutError) as exc:
+            error = PeerLostError(f"could not connect to rank {peer} at {host}:{port} "
+                                  f"({channel.hostname}): {exc or 'timed out'}", rank=peer)
+            error.__cause__ = exc
+            self._fail_channel(peer, error)
+            if connection is not None and connection.transport is not None:
+                connection.transport.abort()
+
+    async def _send_when_ready(self, peer: int, tag: Tag, payload: memoryview) -> None:
+        channel = self._channel(peer)
+        await channel.settled.wait()
+        if channel.error is not None:
+            raise channel.error
+        assert channel.connection is not None  # settled without error: connected
+        await channel.connection.send_frame(FrameKind.DATA, tag, payload)
+
+    def _fail_channel(self, peer: int, error: AsyncollError) -> None:
+        channel = self._channel(peer)
+        if channel.error is None:
+            channel.error = error
+        channel.settled.set()
+        posted, channel.posted = channel.posted, {}
+        for _, receive in posted.values():
+            if not receive.done():
+                receive.set_exception(channel.error)
+        connection = channel.connection
+        if connection is not None and not connection.ready.done():
+            connection.ready.set_exception(channel.error)
+            connection.ready.exception()  # mark retrieved: the dialer may be gone
+
+    def _forget_posted(self, peer: int, tag: Tag, receive: asyncio.Future[None]) -> None:
+        channel = self._channels.get(peer)
+        if channel is not None:
+            entry = channel.posted.get(tag)
+            if entry is not None and entry[1] is receive:
+                del channel.posted[tag]
+
+    def _done_future(self) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = self.loop.create_future()
+        future.set_result(None)
+        return future
+
+    def _failed_future(self, error: AsyncollError) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = self.loop.create_future()
+        future.set_exception(error)
+        return future

@@ -1,0 +1,200 @@
+"""Control-plane messages between peers and the coordinator.
+
+On the wire a message is a 4-byte big-endian length followed by a msgpack map
+``{"t": <type>, "id": <request id>, ...fields}``. A reply carries the id of
+its request; notices from the coordinator carry id 0. Every message is a
+frozen dataclass; :func:`decode_body` validates the field types against the
+dataclass annotations, so a malformed message is a ProtocolError, never a
+crash further in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from dataclasses import dataclass
+from typing import Any, ClassVar, Union
+
+import msgpack
+
+from asyncoll.errors import ProtocolError
+
+LENGTH = struct.Struct(">I")
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    """Peer -> coordinator: join job ``job``'s rendezvous.
+
+    ``rank`` is -1 when the peer lets the coordinator choose. ``host``/``port``
+    is the peer's data-plane address; ``timeout`` the rendezvous deadline in
+    seconds, counted by the coordinator from the job's first join.
+    """
+
+    TYPE: ClassVar[str] = "join"
+    job: str
+    rank: int
+    world_size: int
+    host: str
+    port: int
+    hostname: str
+    pid: int
+    version: int
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class PeerInfo:
+    """One member of a job, as the directory in Welcome lists it."""
+
+    rank: int
+    host: str
+    port: int
+    hostname: str
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    """Coordinator -> peer: the rendezvous is complete."""
+
+    TYPE: ClassVar[str] = "welcome"
+    rank: int
+    world_size: int
+    peers: tuple[PeerInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NewGroup:
+    """Peer -> coordinator: this rank's next new_group call (every rank calls it)."""
+
+    TYPE: ClassVar[str] = "new_group"
+    ranks: tuple[int, ...]
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCreated:
+    """Coordinator -> peer: every rank agreed; the group's id."""
+
+    TYPE: ClassVar[str] = "group_created"
+    group_id: int
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier:
+    """Peer -> coordinator: this rank reached barrier number ``seq`` of a group."""
+
+    TYPE: ClassVar[str] = "barrier"
+    group_id: int
+    seq: int
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    """Peer -> coordinator: this rank is done with the job."""
+
+    TYPE: ClassVar[str] = "leave"
+
+
+@dataclass(frozen=True, slots=True)
+class Ok:
+    """Coordinator -> peer: the request succeeded and has nothing else to say."""
+
+    TYPE: ClassVar[str] = "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """Coordinator -> peer: the request failed; ``code`` maps to an exception class."""
+
+    TYPE: ClassVar[str] = "error"
+    code: str
+    message: str
+
+
+Message = Union[Join, Welcome, NewGroup, GroupCreated, Barrier, Leave, Ok, Error]
+_TYPES: dict[str, type[Any]] = {cls.TYPE: cls for cls in
+                                (Join, Welcome, NewGroup, GroupCreated, Barrier, Leave, Ok, Error)}
+
+
+def encode(message: Message, request_id: int = 0) -> bytes:
+    """Return the length-prefixed msgpack encoding of ``message``."""
+    body = {"t": message.TYPE, "id": request_id}
+    for field in dataclasses.fields(message):
+        body[field.name] = _to_plain(getattr(message, field.name))
+    data = msgpack.packb(body, use_bin_type=True)
+    return LENGTH.pack(len(data)) + data
+
+
+def decode_body(data: bytes, max_bytes: int) -> tuple[int, Message]:
+    """Decode one message body (without its length prefix).
+
+    Returns:
+        (request id, message).
+
+    Raises:
+        ProtocolError: the body is not a well-formed message of a known type.
+    """
+    if len(data) > max_bytes:
+        raise ProtocolError(f"control message of {len(data)} bytes is over the limit of "
+                            f"{max_bytes} bytes")
+    try:
+        body = msgpack.unpackb(data, raw=False, strict_map_key=True, max_array_len=1 << 16,
+                               max_map_len=64, max_str_len=1 << 16, max_bin_len=0,
+                               max_ext_len=0)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise ProtocolError(f"control message is not valid msgpack: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ProtocolError(f"control message is a {type(body).__name__}, not a map")
+    kind = body.pop("t", None)
+    request_id = body.pop("id", None)
+    cls = _TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ProtocolError(f"control message has unknown type {kind!r}")
+    if not isinstance(request_id, int) or isinstance(request_id, bool) or request_id < 0:
+        raise ProtocolError(f"{kind} message has a bad request id {request_id!r}")
+    return request_id, _build(cls, body)
+
+
+def _to_plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple):
+        return [_to_plain(v) for v in value]
+    return value
+
+
+def _build(cls: type[Any], body: dict[str, Any]) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if set(body) != set(fields):
+        missing = sorted(set(fields) - set(body))
+        extra = sorted(set(body) - set(fields))
+        raise ProtocolError(f"{cls.__name__} message has missing fields {missing} "
+                            f"and unexpected fields {extra}")
+    values = {name: _check(cls.__name__, name, fields[name].type, body[name])
+              for name in fields}
+    return cls(**values)
+
+
+_SCALARS: dict[str, tuple[type, ...]] = {"int": (int,), "str": (str,), "float": (float, int)}
+
+
+def _check(owner: str, name: str, annotation: Any, value: Any) -> Any:
+    # Annotations are strings (from __future__ import annotations): match on them.
+    ann = str(annotation)
+    if ann in _SCALARS:
+        if isinstance(value, bool) or not isinstance(value, _SCALARS[ann]):
+            raise ProtocolError(f"{owner}.{name} must be {ann}, got {value!r}")
+        return float(value) if ann == "float" else value
+    if ann == "tuple[int, ...]":
+        if not isinstance(value, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise ProtocolError(f"{owner}.{name} must be a list of ints, got {value!r}")
+        return tuple(value)
+    if ann == "tuple[PeerInfo, ...]":
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            raise ProtocolError(f"{owner}.{name} must be a list of maps, got {value!r}")
+        return tuple(_build(PeerInfo, dict(v)) for v in value)
+    raise ProtocolError(f"{owner}.{name} has an annotation the decoder does not know: {ann}")

@@ -1,0 +1,97 @@
+"""The asyncio face of asyncoll: the same operations as coroutines.
+
+::
+
+    from asyncoll import aio
+
+    async def main():
+        async with await aio.init_process_group(init_method="tcp://127.0.0.1:29500",
+                                                world_size=2, rank=rank) as world:
+            await world.all_reduce(x)
+            pair = await world.new_group([0, 1])
+            await pair.all_reduce(y, op=aio.ReduceOp.MAX)
+
+Everything runs in the caller's event loop; nothing here blocks it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from types import TracebackType
+from typing import Sequence
+
+from asyncoll._init_method import resolve
+from asyncoll._session import Session
+from asyncoll._settings import DEFAULT_TIMEOUT_S
+from asyncoll.errors import ConfigurationError
+from asyncoll.group import AsyncProcessGroup, seconds
+from asyncoll.types import ReduceOp
+
+__all__ = ["AsyncProcessGroup", "ReduceOp", "World", "init_process_group"]
+
+
+class World(AsyncProcessGroup):
+    """The group of every rank in the job; also creates sub-groups and ends the job."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session, 0, range(session.world_size), session.timeout)
+        self.session = session
+
+    async def new_group(self, ranks: Sequence[int] | None = None,
+                        timeout: float | timedelta | None = None) -> AsyncProcessGroup:
+        """Create a group of ``ranks`` (all ranks when None); every rank must call it.
+
+        Every rank calls new_group in the same order with the same ranks, members
+        or not, as in torch. The group's ranks keep the order given.
+
+        Raises:
+            ConfigurationError: ranks that are not distinct ranks of this job.
+            MismatchError: ranks passed different member lists to the same call.
+            RendezvousTimeoutError: some rank did not call it within the timeout.
+        """
+        members = tuple(range(self.size)) if ranks is None else tuple(ranks)
+        bad = [r for r in members if isinstance(r, bool) or not isinstance(r, int)
+               or not 0 <= r < self.size]
+        if bad or len(set(members)) != len(members) or not members:
+            raise ConfigurationError(f"new_group ranks {list(members)} must be distinct ranks "
+                                     f"between 0 and {self.size - 1}, at least one")
+        limit = seconds(timeout, self.timeout)
+        group_id, agreed = await self.session.new_group(members, limit)
+        return AsyncProcessGroup(self.session, group_id, agreed, limit)
+
+    async def destroy(self) -> None:
+        """Leave the job and close every connection. Never raises."""
+        await self.session.close()
+
+    async def __aenter__(self) -> World:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.destroy()
+
+
+async def init_process_group(backend: str | None = None, init_method: str | None = None,
+                             timeout: float | timedelta | None = None, world_size: int = -1,
+                             rank: int = -1, job_id: str | None = None) -> World:
+    """Join a job and return its World group, as torch.distributed.init_process_group.
+
+    Args:
+        backend: None, "asyncoll" or "gloo" (accepted so torch programs run).
+        init_method: "env://" (default: MASTER_ADDR, MASTER_PORT, WORLD_SIZE,
+            optional RANK) or "tcp://host:port".
+        timeout: rendezvous deadline and the default timeout of every operation
+            (seconds or a timedelta; default 30 minutes, as torch).
+        world_size: number of processes; -1 reads WORLD_SIZE.
+        rank: this process's rank; -1 reads RANK, or lets the coordinator choose.
+        job_id: the job to join on a shared coordinator (default: ASYNCOLL_JOB_ID,
+            else "default").
+
+    Raises:
+        ConfigurationError: bad arguments or environment, or refused by the coordinator.
+        RendezvousTimeoutError: the world was not complete within the timeout.
+        RendezvousError: the coordinator refused this peer or is unreachable.
+    """
+    where = resolve(backend, init_method, world_size, rank,
+                    seconds(timeout, DEFAULT_TIMEOUT_S), job_id)
+    return World(await Session.join(where))

@@ -1,0 +1,73 @@
+"""``asyncoll-coordinator``: run the coordinator daemon until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Sequence
+
+from asyncoll._compat import loop_factory
+from asyncoll._settings import DEFAULT_PORT
+from asyncoll.coordinator.server import Coordinator
+
+log = logging.getLogger("asyncoll.coordinator")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="asyncoll-coordinator",
+        description="Run the asyncoll coordinator daemon: rendezvous, groups and barriers "
+                    "for any number of jobs.")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default 127.0.0.1; 0.0.0.0 for every interface)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"port to bind (default {DEFAULT_PORT}; 0 picks a free one)")
+    parser.add_argument("--port-file",
+                        help="write the bound port to this file once listening (for --port 0)")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def _write_port_file(path: str, port: int) -> None:
+    # Write then rename, so a reader never sees a half-written file.
+    directory = os.path.dirname(os.path.abspath(path))
+    with tempfile.NamedTemporaryFile("w", dir=directory, delete=False) as tmp:
+        tmp.write(f"{port}\n")
+    os.replace(tmp.name, path)
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    coordinator = Coordinator(args.host, args.port)
+    try:
+        await coordinator.start()
+    except OSError as exc:
+        log.error("cannot listen on %s:%d: %s", args.host, args.port, exc)
+        return 1
+    if args.port_file:
+        _write_port_file(args.port_file, coordinator.port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("signal received; shutting down")
+    await coordinator.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``asyncoll-coordinator``."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    loop = loop_factory()()
+    try:
+        return loop.run_until_complete(_serve(args))
+    finally:
+        loop.close()

@@ -1,0 +1,132 @@
+"""The coordinator daemon's asyncio server: the I/O shell around RendezvousState."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+
+from asyncoll._compat import timeout as timeout_after
+from asyncoll._rendezvous.control import read_message, write_message
+from asyncoll._rendezvous.state import Reply, RendezvousState
+from asyncoll._settings import COORDINATOR_TICK_S, DEFAULT_PORT, HANDSHAKE_TIMEOUT_S
+from asyncoll._wire.messages import Error
+from asyncoll.errors import ProtocolError
+
+log = logging.getLogger("asyncoll.coordinator")
+
+
+class Coordinator:
+    """A rendezvous coordinator serving any number of jobs on one TCP port.
+
+    Run it inside an event loop: ``await coordinator.start()``, then
+    ``await coordinator.stop()``. The ``asyncoll-coordinator`` command and the
+    embedded coordinators of asyncoll-run and of env:// rank 0 are this class.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
+        self.host = host
+        self.port = port
+        self._state = RendezvousState()
+        self._writers: dict[int, asyncio.StreamWriter] = {}
+        self._conn_ids = itertools.count(1)
+        self._server: asyncio.Server | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Bind and start serving; ``self.port`` is then the bound port.
+
+        Raises:
+            OSError: the address cannot be bound (in use, not local).
+        """
+        self._server = await asyncio.start_server(self._serve_connection, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+        log.info("coordinator listening on %s:%d", self.host, self.port)
+
+    async def stop(self) -> None:
+        """Stop accepting, close every connection and wait for the handlers to end."""
+        if self._server is None:
+            return
+        self._server.close()
+        if self._ticker is not None:
+            self._ticker.cancel()
+        for writer in list(self._writers.values()):
+            writer.close()
+        for task in list(self._handlers):
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        with contextlib.suppress(asyncio.TimeoutError):
+            async with timeout_after(HANDSHAKE_TIMEOUT_S):
+                await self._server.wait_closed()
+        self._server = None
+        log.info("coordinator on %s:%d stopped", self.host, self.port)
+
+    def job_is_active(self, job: str) -> bool:
+        """Whether ``job`` still has peers waiting or members that have not left."""
+        return self._state.job_is_active(job)
+
+    async def wait_until_idle(self, job: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for every member of ``job`` to leave; True if they did."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._state.job_is_active(job) and loop.time() < deadline:
+            await asyncio.sleep(COORDINATOR_TICK_S)
+        return not self._state.job_is_active(job)
+
+    async def _serve_connection(self, reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None  # always inside a task here
+        self._handlers.add(task)
+        conn = next(self._conn_ids)
+        self._writers[conn] = writer
+        peer = writer.get_extra_info("peername")
+        try:
+            await self._read_requests(conn, reader, peer)
+        except ProtocolError as exc:
+            log.warning("closing the connection from %s: %s", peer, exc)
+            self._send([Reply(conn, 0, Error(code="protocol", message=str(exc)))])
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            log.info("connection from %s broke: %s", peer, exc)
+        finally:
+            self._handlers.discard(task)
+            del self._writers[conn]
+            self._send(self._state.disconnect(conn, asyncio.get_running_loop().time()))
+            writer.close()
+
+    async def _read_requests(self, conn: int, reader: asyncio.StreamReader,
+                             peer: object) -> None:
+        loop = asyncio.get_running_loop()
+        first = True
+        while True:
+            if first:
+                # A connection that says nothing is dropped; after the join a
+                # member may legitimately stay silent for a long time.
+                try:
+                    async with timeout_after(HANDSHAKE_TIMEOUT_S):
+                        item = await read_message(reader)
+                except TimeoutError:
+                    raise ProtocolError(f"no request within {HANDSHAKE_TIMEOUT_S} s of "
+                                        "connecting") from None
+                first = False
+            else:
+                item = await read_message(reader)
+            if item is None:
+                return
+            request_id, message = item
+            self._send(self._state.handle(conn, request_id, message, loop.time()))
+
+    async def _tick_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(COORDINATOR_TICK_S)
+            self._send(self._state.tick(loop.time()))
+
+    def _send(self, replies: list[Reply]) -> None:
+        for reply in replies:
+            writer = self._writers.get(reply.conn)
+            if writer is not None and not writer.is_closing():
+                write_message(writer, reply.message, reply.request_id)

@@ -1,0 +1,61 @@
+"""Helpers for testing code that uses asyncoll: N ranks in one event loop.
+
+::
+
+    async def body(world):
+        x = np.full(4, world.rank, dtype=np.int64)
+        await world.all_reduce(x)
+        return x
+
+    results = await run_ranks(3, body)   # one result per rank, rank order
+
+The ranks are real peers over loopback TCP with a real coordinator; only
+the processes are shared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from asyncoll._compat import timeout as timeout_after
+from asyncoll.aio import World, init_process_group
+from asyncoll.coordinator import Coordinator
+
+__all__ = ["run_ranks"]
+
+T = TypeVar("T")
+_jobs = itertools.count(1)
+
+
+async def run_ranks(world_size: int, body: Callable[[World], Awaitable[T]], *,
+                    timeout: float = 60.0, op_timeout: float = 30.0) -> list[T]:
+    """Run ``body(world)`` on ``world_size`` ranks at once; return their results by rank.
+
+    Args:
+        world_size: number of ranks.
+        body: the coroutine function each rank runs with its World.
+        timeout: deadline for the whole run, in seconds.
+        op_timeout: the ranks' rendezvous and per-operation timeout.
+
+    Raises:
+        Whatever the first failing rank raised; the others are cancelled.
+    """
+    coordinator = Coordinator("127.0.0.1", 0)
+    await coordinator.start()
+    job = f"test-{next(_jobs)}"
+    try:
+        async with timeout_after(timeout):
+            worlds = await asyncio.gather(*(
+                init_process_group(init_method=f"tcp://127.0.0.1:{coordinator.port}",
+                                   world_size=world_size, rank=rank, timeout=op_timeout,
+                                   job_id=job)
+                for rank in range(world_size)))
+            try:
+                return list(await asyncio.gather(*(body(world) for world in worlds)))
+            finally:
+                await asyncio.gather(*(world.destroy() for world in worlds))
+    finally:
+        await coordinator.stop()
