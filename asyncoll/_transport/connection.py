@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from asyncoll._transport.base import Tag
 from asyncoll._wire.frames import HEADER_SIZE, FrameHeader, FrameKind, pack_header, unpack_header
@@ -78,8 +78,8 @@ class PeerConnection(asyncio.BufferedProtocol):
     # -- receiving ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's TCP transport implements asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

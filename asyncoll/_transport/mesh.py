@@ -241,7 +241,7 @@ class TcpMesh:
             channel.settled.set()
         except (OSError, TimeoutError) as exc:
             error = PeerLostError(f"could not connect to rank {peer} at {host}:{port} "
-                                  f"({channel.hostname}): {exc or 'timed out'}", rank=peer)
+                                  f"({channel.hostname}): {str(exc) or 'timed out'}", rank=peer)
             error.__cause__ = exc
             self._fail_channel(peer, error)
             if connection is not None and connection.transport is not None:

@@ -1,0 +1,164 @@
+"""``asyncoll-run``: start N worker processes of one job, as torchrun does.
+
+::
+
+    asyncoll-run --nproc-per-node 4 train.py --epochs 3
+    asyncoll-run --nproc-per-node 2 --coordinator 10.0.0.5:29500 -m mypkg.worker
+
+Without ``--coordinator`` an embedded coordinator is started on a free port
+of this machine. Each worker gets RANK, LOCAL_RANK, WORLD_SIZE,
+LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and ASYNCOLL_JOB_ID; its output
+passes through unchanged. When a worker fails, the others are stopped and
+asyncoll-run exits non-zero, saying which rank failed and how.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from asyncoll._loop_thread import LoopThread
+from asyncoll.coordinator import Coordinator
+
+#: Seconds the other workers get to exit after SIGTERM before SIGKILL.
+_GRACE_S = 5.0
+_POLL_S = 0.05
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="asyncoll-run",
+        description="Start the worker processes of an asyncoll job on this machine.")
+    parser.add_argument("--nproc-per-node", "--nproc_per_node", type=int, default=1,
+                        help="number of worker processes to start (default 1)")
+    parser.add_argument("--coordinator", metavar="HOST:PORT",
+                        help="use this coordinator instead of starting an embedded one")
+    parser.add_argument("--master-addr", default="127.0.0.1",
+                        help="address the embedded coordinator binds (default 127.0.0.1)")
+    parser.add_argument("--job-id", help="job id on the coordinator (default: unique per run)")
+    parser.add_argument("-m", dest="module", action="store_true",
+                        help="run the target as a module, as python -m does")
+    parser.add_argument("script", help="the worker program (or module, with -m)")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER,
+                        help="arguments passed to every worker")
+    return parser
+
+
+def _split_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise SystemExit(f"asyncoll-run: --coordinator must be HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with code {code}"
+
+
+def _stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + _GRACE_S
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _supervise(procs: list[subprocess.Popen[bytes]]) -> int:
+    """Wait for every worker; on the first failure stop the rest. Return the exit code."""
+    while True:
+        running = 0
+        for rank, proc in enumerate(procs):
+            code = proc.poll()
+            if code is None:
+                running += 1
+            elif code != 0:
+                others = sum(1 for p in procs if p.poll() is None)
+                print(f"asyncoll-run: rank {rank} (pid {proc.pid}) {_describe(code)}; "
+                      f"stopping the {others} other running worker(s)", file=sys.stderr,
+                      flush=True)
+                _stop(procs)
+                return code if code > 0 else 128 - code
+        if not running:
+            return 0
+        time.sleep(_POLL_S)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``asyncoll-run``."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="asyncoll-run: %(name)s: %(message)s")
+    if args.nproc_per_node < 1:
+        raise SystemExit(f"asyncoll-run: --nproc-per-node must be at least 1, got "
+                         f"{args.nproc_per_node}")
+    loop_thread: LoopThread | None = None
+    coordinator: Coordinator | None = None
+    if args.coordinator:
+        host, port = _split_address(args.coordinator)
+    else:
+        loop_thread = LoopThread()
+        coordinator = Coordinator(args.master_addr, 0)
+        try:
+            loop_thread.run(coordinator.start())
+        except OSError as exc:
+            raise SystemExit(f"asyncoll-run: cannot start a coordinator on "
+                             f"{args.master_addr}: {exc}") from exc
+        host, port = args.master_addr, coordinator.port
+    job = args.job_id or f"run-{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
+    target = ["-m", args.script] if args.module else [args.script]
+    n = args.nproc_per_node
+    procs: list[subprocess.Popen[bytes]] = []
+    # Workers stop on SIGTERM; the launcher forwards SIGINT/SIGTERM to them.
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def forward(signum: int, frame: object) -> None:
+        print(f"asyncoll-run: got {signal.Signals(signum).name}; stopping the workers",
+              file=sys.stderr, flush=True)
+        _stop(procs)
+        raise SystemExit(128 + signum)
+
+    try:
+        for sig in previous:
+            signal.signal(sig, forward)
+        for rank in range(n):
+            env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(n),
+                       LOCAL_WORLD_SIZE=str(n), MASTER_ADDR=host, MASTER_PORT=str(port),
+                       ASYNCOLL_JOB_ID=job)
+            procs.append(subprocess.Popen([sys.executable, *target, *args.script_args],
+                                          env=env))
+        return _supervise(procs)
+    finally:
+        _stop(procs)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if loop_thread is not None and coordinator is not None:
+            loop_thread.run(_stop_coordinator(coordinator))
+            loop_thread.stop()
+
+
+async def _stop_coordinator(coordinator: Coordinator) -> None:
+    await coordinator.stop()
+    await asyncio.sleep(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
