@@ -3,7 +3,8 @@
 This layer numbers each group's operations in call order (the frames' seq),
 runs them one after another so they complete in order, puts every operation
 under a deadline, adapts the caller's arrays, and makes the first failure
-sticky, as gloo's pairs do: later calls raise GroupBrokenError from it.
+sticky, as gloo's pairs do: the group is broken on every member (the mesh
+sends ABORT frames) and later calls raise GroupBrokenError from it.
 """
 
 from __future__ import annotations
@@ -62,7 +63,6 @@ class AsyncProcessGroup:
         self.timeout = timeout
         self._seq = 0
         self._tail: asyncio.Future[None] | None = None
-        self._broken: AsyncollError | None = None
 
     @property
     def rank(self) -> int:
@@ -151,13 +151,15 @@ class AsyncProcessGroup:
         seq = self._seq
         previous, done = self._tail, asyncio.get_running_loop().create_future()
         self._tail = done
+        mesh = self._session.mesh
         try:
             if previous is not None:
                 await asyncio.wait([previous])
-            if self._broken is not None:
+            first = mesh.group_error(self.group_id)
+            if first is not None:
                 raise GroupBrokenError(f"group {self.group_id} (ranks {list(self.ranks)}) "
-                                       f"failed earlier ({self._broken}); destroy it and "
-                                       "create a new one") from self._broken
+                                       f"failed earlier ({first}); destroy it and create a "
+                                       "new one") from first
             try:
                 async with timeout_after(limit):
                     await body(seq)
@@ -168,8 +170,9 @@ class AsyncProcessGroup:
         except GroupBrokenError:
             raise
         except AsyncollError as exc:
-            if self._broken is None and not isinstance(exc, ConfigurationError):
-                self._broken = exc
+            if not isinstance(exc, ConfigurationError):
+                # The first failure poisons the group here and on its other members.
+                mesh.abort_group(self.group_id, seq, exc, self.ranks)
             raise
         finally:
             done.set_result(None)

@@ -16,14 +16,21 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, cast
 
 from asyncoll._transport.base import Tag
-from asyncoll._wire.frames import HEADER_SIZE, FrameHeader, FrameKind, pack_header, unpack_header
+from asyncoll._wire.frames import (
+    HEADER_SIZE,
+    MAX_CONTROL_PAYLOAD,
+    FrameHeader,
+    FrameKind,
+    decode_abort,
+    pack_header,
+    unpack_header,
+)
 from asyncoll.errors import AsyncollError, MismatchError, ProtocolError
 
 if TYPE_CHECKING:
     from asyncoll._transport.mesh import TcpMesh
 
 _DISCARD = memoryview(bytearray(1 << 16))
-_MAX_HELLO_BYTES = 4096
 
 
 class PeerConnection(asyncio.BufferedProtocol):
@@ -132,11 +139,15 @@ class PeerConnection(asyncio.BufferedProtocol):
                 self.ready.set_result(None)
             return
         if header.kind is FrameKind.HELLO:
-            if self.peer is not None or header.nbytes > _MAX_HELLO_BYTES:
+            if self.peer is not None or header.nbytes > MAX_CONTROL_PAYLOAD:
                 raise ProtocolError("unexpected HELLO frame")
             self._keep(header.nbytes)
         elif self.peer is None:
             raise ProtocolError(f"a {header.kind.name} frame arrived before the handshake")
+        elif header.kind is FrameKind.ABORT:
+            if header.nbytes > MAX_CONTROL_PAYLOAD:
+                raise ProtocolError(f"ABORT frame of {header.nbytes} bytes")
+            self._keep(header.nbytes)
         else:
             tag = (header.group, header.seq, header.step)
             posted = self._mesh.take_posted(self.peer, tag)
@@ -165,6 +176,10 @@ class PeerConnection(asyncio.BufferedProtocol):
             assert self.transport is not None
             self.send_frame(FrameKind.HELLO_ACK, (0, 0, self._mesh.rank), memoryview(b""))
             self.ready.set_result(None)
+        elif header.kind is FrameKind.ABORT:
+            assert self._kept is not None and self.peer is not None
+            self._mesh.abort_received(self.peer, header.group, header.seq,
+                                      *decode_abort(bytes(self._kept)))
         elif self._receive is not None:
             if not self._receive.done():
                 self._receive.set_result(None)

@@ -12,15 +12,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._settings import HANDSHAKE_TIMEOUT_S
 from asyncoll._transport.base import Tag
 from asyncoll._transport.connection import PeerConnection
-from asyncoll._wire.frames import FrameKind
-from asyncoll.errors import AsyncollError, MismatchError, PeerLostError, ProtocolError
+from asyncoll._wire.frames import FrameKind, encode_abort
+from asyncoll.errors import (
+    AsyncollError,
+    MismatchError,
+    PeerLostError,
+    ProtocolError,
+    error_code,
+    error_from_code,
+)
 
 log = logging.getLogger("asyncoll.transport")
 
@@ -54,6 +61,7 @@ class TcpMesh:
         self._channels: dict[int, _Channel] = {}
         self._server: asyncio.Server | None = None
         self._accepted: set[PeerConnection] = set()
+        self._broken_groups: dict[int, AsyncollError] = {}
         self._closed = False
 
     @property
@@ -91,6 +99,8 @@ class TcpMesh:
 
     def send(self, peer: int, tag: Tag, payload: memoryview) -> Awaitable[None]:
         """Send ``payload`` to ``peer`` as frame ``tag``; done when it may be reused."""
+        if self._broken_groups and tag[0] in self._broken_groups:
+            return self._failed_future(self._broken_groups[tag[0]])
         channel = self._connected_channel(peer)
         if channel.error is not None:
             return self.failed(peer)
@@ -101,6 +111,8 @@ class TcpMesh:
 
     def recv_into(self, peer: int, tag: Tag, out: memoryview) -> Awaitable[None]:
         """Receive frame ``tag`` from ``peer`` into ``out``."""
+        if self._broken_groups and tag[0] in self._broken_groups:
+            return self._failed_future(self._broken_groups[tag[0]])
         channel = self._connected_channel(peer)
         kept = channel.unexpected.pop(tag, None)
         if kept is not None:
@@ -117,6 +129,49 @@ class TcpMesh:
         channel.posted[tag] = (out, receive)
         receive.add_done_callback(lambda f: self._forget_posted(peer, tag, f))
         return receive
+
+    # -- failing a whole group ----------------------------------------------------
+
+    def group_error(self, group_id: int) -> AsyncollError | None:
+        """The failure that broke group ``group_id``, or None while it is intact."""
+        return self._broken_groups.get(group_id)
+
+    def abort_group(self, group_id: int, seq: int, error: AsyncollError,
+                    members: Sequence[int]) -> None:
+        """Break group ``group_id`` here, and tell its other members to do the same.
+
+        Every receive of the group waiting here fails with ``error``, as do all
+        later sends and receives. The ABORT frames are what keeps a ring from
+        hanging: a rank whose neighbour failed would otherwise wait for data
+        that will never come.
+        """
+        if not self._break_group(group_id, error):
+            return
+        payload = memoryview(encode_abort(error_code(type(error)), str(error)))
+        for peer in members:
+            channel = self._channels.get(peer)
+            connection = channel.connection if channel is not None else None
+            if peer != self._rank and connection is not None and connection.ready.done():
+                connection.send_frame(FrameKind.ABORT, (group_id, seq, 0), payload)
+
+    def abort_received(self, peer: int, group_id: int, seq: int, code: str,
+                       message: str) -> None:
+        """Rank ``peer`` gave up on operation ``seq`` of a group: break it here too."""
+        error = error_from_code(code, f"rank {peer} abandoned operation #{seq} of group "
+                                      f"{group_id}: {message}")
+        if isinstance(error, PeerLostError):
+            error.rank = peer
+        self._break_group(group_id, error)
+
+    def _break_group(self, group_id: int, error: AsyncollError) -> bool:
+        if group_id in self._broken_groups:
+            return False
+        self._broken_groups[group_id] = error
+        for channel in self._channels.values():
+            for tag, (_, receive) in list(channel.posted.items()):
+                if tag[0] == group_id and not receive.done():
+                    receive.set_exception(error)
+        return True
 
     # -- called by connections --------------------------------------------------
 

@@ -20,6 +20,8 @@ MAGIC = b"AC"
 _HEADER = struct.Struct("<2sBBIIIQQ")
 HEADER_SIZE = _HEADER.size
 MAX_FRAME_BYTES = 1 << 40
+#: Largest payload of a HELLO or ABORT frame.
+MAX_CONTROL_PAYLOAD = 4096
 
 
 class FrameKind(enum.IntEnum):
@@ -30,6 +32,20 @@ class FrameKind(enum.IntEnum):
     HELLO = 2
     #: Acceptor -> dialer: the connection is accepted; no payload.
     HELLO_ACK = 3
+    #: The sender gave up on operation ``seq`` of ``group``; payload is
+    #: ``b"<error code>:<message>"`` (UTF-8). The receiver fails the group.
+    ABORT = 4
+
+
+def encode_abort(code: str, message: str) -> bytes:
+    """The payload of an ABORT frame."""
+    return f"{code}:{message}".encode()[:MAX_CONTROL_PAYLOAD]
+
+
+def decode_abort(payload: bytes) -> tuple[str, str]:
+    """(error code, message) from an ABORT frame's payload."""
+    code, _, message = payload.decode(errors="replace").partition(":")
+    return code, message
 
 
 @dataclass(frozen=True, slots=True)
