@@ -82,24 +82,39 @@ def _stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
             proc.wait()
 
 
+def _wait_any(procs: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes] | None:
+    """Block until some running worker exits; return it (reaped), or None if none runs."""
+    running = {p.pid: p for p in procs if p.returncode is None}
+    if not running:
+        return None
+    if hasattr(os, "waitid"):
+        # Wait without reaping, so Popen still reaps and records the status
+        # itself; the first worker to exit is the one reported.
+        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+        proc = running.get(info.si_pid) if info is not None else None
+        if proc is not None:
+            proc.wait()
+            return proc
+    while True:
+        for proc in running.values():
+            if proc.poll() is not None:
+                return proc
+        time.sleep(_POLL_S)
+
+
 def _supervise(procs: list[subprocess.Popen[bytes]]) -> int:
     """Wait for every worker; on the first failure stop the rest. Return the exit code."""
-    while True:
-        running = 0
-        for rank, proc in enumerate(procs):
-            code = proc.poll()
-            if code is None:
-                running += 1
-            elif code != 0:
-                others = sum(1 for p in procs if p.poll() is None)
-                print(f"asyncoll-run: rank {rank} (pid {proc.pid}) {_describe(code)}; "
-                      f"stopping the {others} other running worker(s)", file=sys.stderr,
-                      flush=True)
-                _stop(procs)
-                return code if code > 0 else 128 - code
-        if not running:
-            return 0
-        time.sleep(_POLL_S)
+    while (proc := _wait_any(procs)) is not None:
+        code = proc.returncode
+        if code != 0:
+            rank = procs.index(proc)
+            others = sum(1 for p in procs if p.poll() is None)
+            print(f"asyncoll-run: rank {rank} (pid {proc.pid}) {_describe(code)}; "
+                  f"stopping the {others} other running worker(s)", file=sys.stderr,
+                  flush=True)
+            _stop(procs)
+            return code if code > 0 else 128 - code
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

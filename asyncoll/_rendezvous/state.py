@@ -295,7 +295,7 @@ class RendezvousState:
             job.gatherings[key] = gathering
         gathering.arrivals[rank] = (conn, request_id, tuple(msg.ranks))
         if gathering.arrivals.keys() != gathering.expected:
-            return []
+            return self._fail_if_departed(job, key, gathering)
         del job.gatherings[key]
         proposals: dict[tuple[int, ...], list[int]] = {}
         for r, (_, _, ranks) in sorted(gathering.arrivals.items()):
@@ -330,9 +330,21 @@ class RendezvousState:
             job.gatherings[key] = gathering
         gathering.arrivals[rank] = (conn, request_id, None)
         if gathering.arrivals.keys() != gathering.expected:
-            return []
+            return self._fail_if_departed(job, key, gathering)
         del job.gatherings[key]
         return [Reply(c, r, Ok()) for c, r, _ in gathering.arrivals.values()]
+
+    def _fail_if_departed(self, job: _Job, key: tuple[object, ...],
+                          gathering: _Gathering) -> list[Reply]:
+        # A gathering that expects a rank which has already gone can never complete.
+        gone = sorted(gathering.expected & job.departed)
+        if not gone:
+            return []
+        del job.gatherings[key]
+        who = ", ".join(f"rank {r} on {job.members[r].info.hostname}" for r in gone)
+        text = f"{gathering.what} in job {job.name!r} cannot complete: {who} already left the job"
+
+        return [_error(c, r, "peer_lost", text) for c, r, _ in gathering.arrivals.values()]
 
     # -- departures ----------------------------------------------------------------
 

@@ -174,7 +174,7 @@ class PeerConnection(asyncio.BufferedProtocol):
             assert self._kept is not None
             self.peer = self._mesh.accept_hello(self, header.step, bytes(self._kept))
             assert self.transport is not None
-            self.send_frame(FrameKind.HELLO_ACK, (0, 0, self._mesh.rank), memoryview(b""))
+            self.send_frame(FrameKind.HELLO_ACK, (0, 0, 0), memoryview(b""))
             self.ready.set_result(None)
         elif header.kind is FrameKind.ABORT:
             assert self._kept is not None and self.peer is not None

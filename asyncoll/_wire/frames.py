@@ -77,6 +77,8 @@ def unpack_header(data: bytes | bytearray | memoryview) -> FrameHeader:
         ProtocolError: bad magic, another protocol version, an unknown kind or
             an impossible payload size.
     """
+    if len(data) != HEADER_SIZE:
+        raise ProtocolError(f"a frame header is {HEADER_SIZE} bytes, got {len(data)}")
     magic, version, kind, flags, group, step, seq, nbytes = _HEADER.unpack(data)
     if magic != MAGIC:
         raise ProtocolError(f"data frame starts with {bytes(magic)!r}, not {MAGIC!r}: "

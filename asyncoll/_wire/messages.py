@@ -148,6 +148,9 @@ def decode_body(data: bytes, max_bytes: int) -> tuple[int, Message]:
         raise ProtocolError(f"control message is not valid msgpack: {exc}") from exc
     if not isinstance(body, dict):
         raise ProtocolError(f"control message is a {type(body).__name__}, not a map")
+    if not all(isinstance(key, str) for key in body):
+        raise ProtocolError(f"control message has keys that are not strings: "
+                            f"{sorted(repr(k) for k in body if not isinstance(k, str))}")
     kind = body.pop("t", None)
     request_id = body.pop("id", None)
     cls = _TYPES.get(kind) if isinstance(kind, str) else None

@@ -1,0 +1,94 @@
+"""Helpers for tests that run real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+WORKERS = Path(__file__).resolve().parent / "workers"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Daemon:
+    """An asyncoll-coordinator subprocess on a free port of 127.0.0.1."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        port_file = tmp_path / "coordinator.port"
+        self.log_path = tmp_path / "coordinator.log"
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "asyncoll.coordinator", "--host", "127.0.0.1", "--port",
+             "0", "--port-file", str(port_file)],
+            stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while not port_file.exists():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"the coordinator did not start: {self.log()}")
+            time.sleep(0.02)
+        self.port = int(port_file.read_text())
+        self.address = f"127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_log(self, text: str, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.log():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} never appeared in the coordinator log:\n"
+                                     f"{self.log()}")
+            time.sleep(0.02)
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(20)
+        self._log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    d = Daemon(tmp_path)
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+def start_probe(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start workers/probe.py with ``args``; read its outcome with finish()."""
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.Popen([sys.executable, str(WORKERS / "probe.py"), *args], env=full_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 60.0) -> tuple[int, str, str]:
+    """Wait (bounded) for a process; return (exit code, stdout, stderr)."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate(timeout=10)
+        raise AssertionError(f"process did not finish in {timeout} s:\n{out}\n{err}")
+    return proc.returncode, out, err

@@ -1,0 +1,136 @@
+"""The coordinator as a real daemon process, with workers as real processes."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import WORKERS, Daemon, finish, start_probe
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_daemon_serves_two_jobs_at_once_and_logs_joins_groups_and_leaves(daemon: Daemon):
+    init = f"tcp://{daemon.address}"
+    job_a = [start_probe("--init", init, "--world-size", "2", "--rank", str(r), "--job", "a")
+             for r in range(2)]
+    job_b = [start_probe("--init", init, "--world-size", "3", "--job", "b", "--group", "0,2")
+             for _ in range(3)]
+    outcomes_a = [finish(p) for p in job_a]
+    outcomes_b = [finish(p) for p in job_b]
+    assert sorted(out for _, out, _ in outcomes_a) == [
+        "OK rank=0 world=2 sum=[3, 30]\n", "OK rank=1 world=2 sum=[3, 30]\n"]
+    lines_b = sorted(out.strip() for _, out, _ in outcomes_b)
+    assert lines_b[0] == "OK rank=0 world=3 sum=[4, 40]"
+    assert lines_b[1] == "OK rank=1 world=3 sum=[2, 20]"  # not a member: untouched
+    assert lines_b[2] == "OK rank=2 world=3 sum=[4, 40]"
+    assert all(code == 0 for code, _, _ in outcomes_a + outcomes_b)
+    daemon.wait_for_log("job 'b': every rank has left")
+    log = daemon.log()
+    assert "job 'a': rendezvous complete with 2 ranks" in log
+    assert "job 'b': group 1 created with ranks [0, 2]" in log
+    assert "job 'a': rank 1 on" in log and "left;" in log
+    assert daemon.stop() == 0
+    assert "coordinator on 127.0.0.1" in daemon.log() and "stopped" in daemon.log()
+
+
+def test_daemon_exits_cleanly_on_sigint(daemon: Daemon):
+    assert daemon.stop(signal.SIGINT) == 0
+    assert "shutting down" in daemon.log()
+
+
+def test_duplicate_rank_is_refused_to_that_peer_only(daemon: Daemon):
+    init = f"tcp://{daemon.address}"
+    first = start_probe("--init", init, "--world-size", "2", "--rank", "1")
+    daemon.wait_for_log("asking for rank 1; 1 of 2 present")
+    duplicate = start_probe("--init", init, "--world-size", "2", "--rank", "1")
+    code, out, _ = finish(duplicate)
+    assert code == 2
+    assert out.startswith("ERROR ConfigurationError: rank 1 is already taken in job 'default'")
+    zero = start_probe("--init", init, "--world-size", "2", "--rank", "0")
+    assert finish(first)[:2] == (0, "OK rank=1 world=2 sum=[3, 30]\n")
+    assert finish(zero)[:2] == (0, "OK rank=0 world=2 sum=[3, 30]\n")
+
+
+def test_world_size_that_disagrees_is_refused_naming_both_sizes(daemon: Daemon):
+    init = f"tcp://{daemon.address}"
+    first = start_probe("--init", init, "--world-size", "2", "--timeout", "5")
+    daemon.wait_for_log("1 of 2 present")
+    other = start_probe("--init", init, "--world-size", "3")
+    code, out, _ = finish(other)
+    assert code == 2
+    assert "ERROR ConfigurationError: world size 3 disagrees with the world size 2" in out
+    first.kill()
+    finish(first)
+
+
+def test_out_of_range_rank_is_refused_before_joining(daemon: Daemon):
+    code, out, _ = finish(start_probe("--init", f"tcp://{daemon.address}", "--world-size",
+                                      "2", "--rank", "5"))
+    assert code == 2
+    assert "ERROR ConfigurationError: rank 5 is out of range for world size 2" in out
+
+
+def test_rendezvous_timeout_tells_every_waiting_peer_who_is_present(daemon: Daemon):
+    init = f"tcp://{daemon.address}"
+    procs = [start_probe("--init", init, "--world-size", "3", "--rank", str(r), "--timeout",
+                         "1.5") for r in (0, 2)]
+    for proc in procs:
+        code, out, _ = finish(proc)
+        assert code == 2
+        assert out.startswith("ERROR RendezvousTimeoutError: rendezvous of job 'default' "
+                              "timed out after")
+        assert "2 of 3 peers joined (ranks 0, 2 present); 1 missing" in out
+
+
+def test_daemon_survives_a_client_that_sends_garbage(daemon: Daemon):
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=5) as sock:
+        sock.sendall(b"\x00\x00\x00\x05hello")
+        sock.settimeout(5)
+        assert b"protocol" in sock.recv(4096)
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=5) as sock:
+        sock.sendall(b"\xff\xff\xff\xff")
+        sock.settimeout(5)
+        assert b"over the limit" in sock.recv(4096)
+    procs = [start_probe("--init", f"tcp://{daemon.address}", "--world-size", "2")
+             for _ in range(2)]
+    assert sorted(finish(p)[0] for p in procs) == [0, 0]
+    daemon.wait_for_log("closing the connection from")
+
+
+def test_unreachable_coordinator_gives_a_rendezvous_timeout_naming_the_address():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        code, out, _ = finish(start_probe("--init", f"tcp://127.0.0.1:{port}", "--world-size",
+                                          "2", "--rank", "1", "--timeout", "1"))
+    assert code == 2
+    assert f"could not reach the coordinator at 127.0.0.1:{port} within 1.0 s" in out
+
+
+def test_launcher_stops_the_others_and_names_the_rank_that_failed():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "asyncoll.run", "--nproc-per-node", "3",
+         str(WORKERS / "probe.py"), "--exit-code-on-rank", "1", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    code, out, err = finish(proc, timeout=60)
+    assert code == 3
+    assert "asyncoll-run: rank 1 (pid" in err and "exited with code 3" in err
+
+
+def test_launcher_uses_a_running_daemon_with_coordinator_option(daemon: Daemon):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "asyncoll.run", "--nproc-per-node", "2", "--coordinator",
+         daemon.address, str(WORKERS / "probe.py")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    code, out, err = finish(proc)
+    assert code == 0, err
+    # Two workers share the pipe and write unbuffered: lines may interleave.
+    assert sorted(re.findall(r"OK rank=\d world=\d sum=\[[\d, ]*\]", out)) == [
+        "OK rank=0 world=2 sum=[3, 30]", "OK rank=1 world=2 sum=[3, 30]"]
+    daemon.wait_for_log("rendezvous complete with 2 ranks")
