@@ -152,8 +152,8 @@ def new_group(ranks: Sequence[int] | None = None, timeout: float | timedelta | N
         MismatchError: ranks passed different member lists to the same call.
         RendezvousTimeoutError: a rank did not call it in time.
     """
-    world = _default()
-    return _run(world.new_group(ranks, timeout))
+    group: AsyncProcessGroup = _run(_default().new_group(ranks, timeout))
+    return group
 
 
 def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: AsyncProcessGroup | None = None,

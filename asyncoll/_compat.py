@@ -46,4 +46,4 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
         import uvloop
     except ImportError:
         return asyncio.new_event_loop
-    return uvloop.new_event_loop  # type: ignore[no-any-return]
+    return uvloop.new_event_loop

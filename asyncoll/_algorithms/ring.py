@@ -27,7 +27,7 @@ from asyncoll.types import ReduceOp
 
 
 def _bytes(array: np.ndarray) -> memoryview:
-    return memoryview(array.view(np.uint8))
+    return memoryview(array.view(np.uint8))  # type: ignore[arg-type]
 
 
 async def ring_all_reduce(mesh: Mesh, ranks: Sequence[int], group_id: int, seq: int,

@@ -92,7 +92,7 @@ class PeerConnection(asyncio.BufferedProtocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # Pause as soon as anything is queued, so a send is reported done only
         # when its bytes have left the payload's memory.
-        transport.set_write_buffer_limits(high=0)
+        self.transport.set_write_buffer_limits(high=0)
         if self.peer is not None:
             hello = self._mesh.job.encode()
             self.send_frame(FrameKind.HELLO, (0, 0, self._mesh.rank), memoryview(hello))

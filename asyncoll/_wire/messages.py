@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, ClassVar, Union
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]
 
 from asyncoll.errors import ProtocolError
 
@@ -124,7 +124,7 @@ def encode(message: Message, request_id: int = 0) -> bytes:
     body = {"t": message.TYPE, "id": request_id}
     for field in dataclasses.fields(message):
         body[field.name] = _to_plain(getattr(message, field.name))
-    data = msgpack.packb(body, use_bin_type=True)
+    data: bytes = msgpack.packb(body, use_bin_type=True)
     return LENGTH.pack(len(data)) + data
 
 
@@ -190,7 +190,7 @@ def _check(owner: str, name: str, annotation: Any, value: Any) -> Any:
     if ann in _SCALARS:
         if isinstance(value, bool) or not isinstance(value, _SCALARS[ann]):
             raise ProtocolError(f"{owner}.{name} must be {ann}, got {value!r}")
-        return float(value) if ann == "float" else value
+        return float(value) if ann == "float" else value  # type: ignore[arg-type]
     if ann == "tuple[int, ...]":
         if not isinstance(value, list) or not all(
                 isinstance(v, int) and not isinstance(v, bool) for v in value):
