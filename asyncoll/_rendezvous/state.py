@@ -71,7 +71,7 @@ class _Gathering:
     arrivals: dict[int, tuple[int, int, object]] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Job:
     name: str
     world_size: int
@@ -100,19 +100,23 @@ class RendezvousState:
     """Every job the coordinator serves, and the decisions about them."""
 
     def __init__(self) -> None:
+        # The newest generation of each job id: the one that takes joins.
         self._jobs: dict[str, _Job] = {}
-        self._conn_job: dict[int, str] = {}
+        # Running jobs whose members began leaving while a new generation of
+        # the same id formed (destroy_process_group, then init_process_group).
+        self._retired: list[_Job] = []
+        self._conn_job: dict[int, _Job] = {}
         self._joins = 0
 
     # -- queries ---------------------------------------------------------------
 
     def job_names(self) -> list[str]:
         """The ids of the jobs that have at least one peer waiting or running."""
-        return sorted(self._jobs)
+        return sorted({job.name for job in self._live()})
 
     def job_is_active(self, name: str) -> bool:
         """Whether job ``name`` still has peers waiting or members that have not left."""
-        return name in self._jobs
+        return any(job.name == name for job in self._live())
 
     # -- requests --------------------------------------------------------------
 
@@ -120,7 +124,7 @@ class RendezvousState:
         """Decide what to answer to ``message``, received on connection ``conn``."""
         if isinstance(message, Join):
             return self._join(conn, request_id, message, now)
-        job = self._jobs.get(self._conn_job.get(conn, ""))
+        job = self._conn_job.get(conn)
         member = self._member_rank(job, conn)
         if job is None or member is None:
             return [_error(conn, request_id, "protocol",
@@ -138,8 +142,7 @@ class RendezvousState:
 
     def disconnect(self, conn: int, now: float) -> list[Reply]:
         """Connection ``conn`` closed: forget its peer, failing what waits on it."""
-        name = self._conn_job.pop(conn, None)
-        job = self._jobs.get(name or "")
+        job = self._conn_job.pop(conn, None)
         if job is None:
             return []
         if not job.running:
@@ -149,7 +152,7 @@ class RendezvousState:
                          "%d of %d peers still waiting", job.name, waiter.join.hostname,
                          waiter.join.pid, len(job.waiting), job.world_size)
             if not job.waiting:
-                del self._jobs[job.name]
+                self._forget(job)
             return []
         rank = self._member_rank(job, conn)
         if rank is None:
@@ -159,7 +162,7 @@ class RendezvousState:
     def tick(self, now: float) -> list[Reply]:
         """Fail every rendezvous and gathering whose deadline has passed."""
         replies: list[Reply] = []
-        for job in list(self._jobs.values()):
+        for job in self._live():
             if not job.running and now >= job.deadline:
                 replies += self._expire_rendezvous(job, now)
                 continue
@@ -184,12 +187,17 @@ class RendezvousState:
                         join.pid, refusal[1])
             return [_error(conn, request_id, *refusal)]
         job = self._jobs.get(join.job)
+        if job is not None and job.running:
+            # Its members have begun to leave (or _refuse_join would have said
+            # no): this join starts the job's next generation.
+            self._retired.append(job)
+            job = None
         if job is None:
             job = _Job(join.job, join.world_size, now + join.timeout, now)
             self._jobs[join.job] = job
         self._joins += 1
         job.waiting[conn] = _Waiter(conn, request_id, join, self._joins)
-        self._conn_job[conn] = job.name
+        self._conn_job[conn] = job
         wanted = "any rank" if join.rank < 0 else f"rank {join.rank}"
         log.info("job %r: peer from %s (pid %d) joined asking for %s; %d of %d present",
                  job.name, join.hostname, join.pid, wanted, len(job.waiting), job.world_size)
@@ -214,10 +222,12 @@ class RendezvousState:
         job = self._jobs.get(join.job)
         if job is None:
             return None
-        if job.running:
+        if job.running and not job.departed:
             return ("rendezvous", f"job {join.job!r} is already running with all "
                                   f"{job.world_size} ranks; wait for it to finish or use "
                                   "another job id (ASYNCOLL_JOB_ID)")
+        if job.running:
+            return None  # the next generation of a job whose members are leaving
         if join.world_size != job.world_size:
             return ("configuration", f"world size {join.world_size} disagrees with the world "
                                      f"size {job.world_size} of the peers already in job "
@@ -272,7 +282,7 @@ class RendezvousState:
                    for w in job.waiting.values()]
         for conn in job.waiting:
             self._conn_job.pop(conn, None)
-        del self._jobs[job.name]
+        self._forget(job)
         return replies
 
     # -- agreements among running members -----------------------------------------
@@ -367,8 +377,17 @@ class RendezvousState:
                             for c, r, _ in gathering.arrivals.values()]
         if len(job.departed) == job.world_size:
             log.info("job %r: every rank has left; job closed", job.name)
-            del self._jobs[job.name]
+            self._forget(job)
         return replies
+
+    def _live(self) -> list[_Job]:
+        return [*self._jobs.values(), *self._retired]
+
+    def _forget(self, job: _Job) -> None:
+        if self._jobs.get(job.name) is job:
+            del self._jobs[job.name]
+        elif job in self._retired:
+            self._retired.remove(job)
 
     @staticmethod
     def _member_rank(job: _Job | None, conn: int) -> int | None:

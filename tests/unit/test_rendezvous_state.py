@@ -244,6 +244,23 @@ def test_joining_a_running_job_is_refused(h: Harness) -> None:
     assert "already running" in refused[9].message
 
 
+def test_join_after_a_member_left_starts_the_next_generation_of_the_job(h: Harness) -> None:
+    # destroy_process_group then init_process_group in the same processes: rank 0
+    # is back before rank 1 has left the first run.
+    ranks = h.start_job(2)
+    h.send(ranks[0], Leave())
+    assert h.join(11, rank=0, world_size=2) == []
+    assert h.state.job_is_active(JOB)
+
+    barrier = errors(h.send(ranks[1], Barrier(group_id=0, seq=1, timeout=5.0)))
+    assert barrier[ranks[1]].code == "peer_lost"  # the old run is still served
+    assert [r.message for r in h.send(ranks[1], Leave())] == [Ok()]
+    replies = h.join(12, rank=1, world_size=2)
+
+    assert sorted(w.rank for w in welcomes(replies).values()) == [0, 1]
+    assert h.state.job_names() == [JOB]
+
+
 def test_second_join_on_one_connection_is_a_protocol_error(h: Harness) -> None:
     h.join(1, world_size=2)
 
