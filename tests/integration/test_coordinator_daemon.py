@@ -134,3 +134,13 @@ def test_launcher_uses_a_running_daemon_with_coordinator_option(daemon: Daemon):
     assert sorted(re.findall(r"OK rank=\d world=\d sum=\[[\d, ]*\]", out)) == [
         "OK rank=0 world=2 sum=[3, 30]", "OK rank=1 world=2 sum=[3, 30]"]
     daemon.wait_for_log("rendezvous complete with 2 ranks")
+
+
+def test_blocking_api_semantics_in_a_real_job():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "asyncoll.run", "--nproc-per-node", "3",
+         str(WORKERS / "sync_api.py")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    code, out, err = finish(proc, timeout=90)
+    assert code == 0, out + err
+    assert sorted(re.findall(r"rank \d OK", out)) == ["rank 0 OK", "rank 1 OK", "rank 2 OK"]
