@@ -25,7 +25,7 @@ from asyncoll._wire.frames import (
     pack_header,
     unpack_header,
 )
-from asyncoll.errors import AsyncollError, MismatchError, ProtocolError
+from asyncoll.errors import AsyncollError, ProtocolError
 
 if TYPE_CHECKING:
     from asyncoll._transport.mesh import TcpMesh
@@ -158,11 +158,8 @@ class PeerConnection(asyncio.BufferedProtocol):
                 if out.nbytes == header.nbytes:
                     self._target, self._receive = out, receive
                 else:
-                    receive.set_exception(MismatchError(
-                        f"rank {self.peer} sent {header.nbytes} bytes for step {header.step} "
-                        f"of operation #{header.seq} on group {header.group}; this rank "
-                        f"expected {out.nbytes}: the ranks called collectives of different "
-                        "sizes"))
+                    receive.set_exception(self._mesh.size_mismatch(self.peer, tag,
+                                                                   header.nbytes, out.nbytes))
                     self._discard()
         if not self._remaining:
             self._finish_frame()

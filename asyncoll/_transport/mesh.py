@@ -117,10 +117,8 @@ class TcpMesh:
         kept = channel.unexpected.pop(tag, None)
         if kept is not None:
             if len(kept) != out.nbytes:
-                return self._failed_future(MismatchError(
-                    f"rank {peer} sent {len(kept)} bytes for step {tag[2]} of operation "
-                    f"#{tag[1]} on group {tag[0]}; this rank expected {out.nbytes}: the "
-                    "ranks called collectives of different sizes"))
+                return self._failed_future(self.size_mismatch(peer, tag, len(kept),
+                                                               out.nbytes))
             out[:] = kept
             return self._done_future()
         if channel.error is not None:
@@ -183,7 +181,20 @@ class TcpMesh:
         return posted
 
     def keep_unexpected(self, peer: int, tag: Tag, payload: bytearray) -> None:
-        """Keep a frame that arrived before its receive was posted."""
+        """Deliver a frame that had no receive posted when its header arrived.
+
+        The receive may have been posted while the payload was arriving: then
+        it gets the payload now; otherwise the payload is kept for it.
+        """
+        posted = self.take_posted(peer, tag)
+        if posted is not None:
+            out, receive = posted
+            if out.nbytes == len(payload):
+                out[:] = payload
+                receive.set_result(None)
+            else:
+                receive.set_exception(self.size_mismatch(peer, tag, len(payload), out.nbytes))
+            return
         channel = self._channel(peer)
         if tag in channel.unexpected:
             raise ProtocolError(f"rank {peer} sent frame {tag} twice")
@@ -330,6 +341,13 @@ class TcpMesh:
             entry = channel.posted.get(tag)
             if entry is not None and entry[1] is receive:
                 del channel.posted[tag]
+
+    @staticmethod
+    def size_mismatch(peer: int, tag: Tag, sent: int, expected: int) -> MismatchError:
+        """The error for a frame whose size differs from its receive's."""
+        return MismatchError(f"rank {peer} sent {sent} bytes for step {tag[2]} of operation "
+                             f"#{tag[1]} on group {tag[0]}; this rank expected {expected}: "
+                             "the ranks called collectives of different sizes")
 
     def _done_future(self) -> asyncio.Future[None]:
         future: asyncio.Future[None] = self.loop.create_future()

@@ -1,0 +1,113 @@
+"""Frames fed to a connection byte by byte reach the right receives.
+
+The connection is driven directly through the BufferedProtocol calls the
+event loop makes (get_buffer, buffer_updated), so every interleaving of
+"bytes arrive" and "receive is posted" can be tested deterministically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from asyncoll._transport.connection import PeerConnection
+from asyncoll._transport.mesh import TcpMesh
+from asyncoll._wire.frames import HEADER_SIZE, FrameKind, pack_header
+from asyncoll.errors import MismatchError, ProtocolError
+
+pytestmark = pytest.mark.timeout(30)
+
+TAG = (0, 1, 0)
+
+
+def frame(tag: tuple[int, int, int], payload: np.ndarray) -> bytes:
+    data = payload.tobytes()
+    return pack_header(FrameKind.DATA, *tag, len(data)) + data
+
+
+def feed(connection: PeerConnection, data: bytes, piece: int = 1 << 20) -> None:
+    """Deliver ``data`` as the event loop would, at most ``piece`` bytes per read."""
+    while data:
+        buffer = connection.get_buffer(-1)
+        n = min(len(buffer), len(data), piece)
+        buffer[:n] = data[:n]
+        connection.buffer_updated(n)
+        data = data[n:]
+
+
+@pytest.fixture
+async def setup():
+    # This process is rank 1; rank 0 dialed it (lower ranks dial), so nothing
+    # here opens a socket.
+    mesh = TcpMesh("job")
+    mesh.set_directory(1, {0: ("127.0.0.1", 1, "a"), 1: ("127.0.0.1", 2, "b")})
+    connection = PeerConnection(mesh, None)
+    connection.peer = 0
+    yield mesh, connection
+    await mesh.close()
+
+
+def as_bytes(array: np.ndarray) -> memoryview:
+    return memoryview(array.view(np.uint8))
+
+
+@pytest.mark.parametrize("piece", [1, 7, 1 << 20])
+async def test_receive_posted_before_the_frame_is_filled_in_place(setup, piece):
+    mesh, connection = setup
+    out = np.zeros(1000, dtype=np.int64)
+    received = mesh.recv_into(0, TAG, as_bytes(out))
+    feed(connection, frame(TAG, np.arange(1000, dtype=np.int64)), piece)
+    await asyncio.wait_for(received, 1)
+    np.testing.assert_array_equal(out, np.arange(1000))
+
+
+async def test_frame_that_arrives_before_its_receive_is_kept_until_posted(setup):
+    mesh, connection = setup
+    feed(connection, frame(TAG, np.arange(10, dtype=np.float32)))
+    out = np.zeros(10, dtype=np.float32)
+    await asyncio.wait_for(mesh.recv_into(0, TAG, as_bytes(out)), 1)
+    np.testing.assert_array_equal(out, np.arange(10))
+
+
+@pytest.mark.parametrize("split", [HEADER_SIZE, HEADER_SIZE + 1, HEADER_SIZE + 4000])
+async def test_receive_posted_while_its_payload_is_arriving_gets_the_payload(setup, split):
+    mesh, connection = setup
+    data = frame(TAG, np.arange(1000, dtype=np.int64))
+    feed(connection, data[:split])
+    out = np.zeros(1000, dtype=np.int64)
+    received = mesh.recv_into(0, TAG, as_bytes(out))
+    feed(connection, data[split:])
+    await asyncio.wait_for(received, 1)
+    np.testing.assert_array_equal(out, np.arange(1000))
+
+
+async def test_frames_of_several_operations_reach_their_own_receives(setup):
+    mesh, connection = setup
+    tags = [(0, seq, step) for seq in (1, 2) for step in (0, 1)]
+    outs = {tag: np.zeros(5, dtype=np.int32) for tag in tags}
+    early = {tag: mesh.recv_into(0, tag, as_bytes(outs[tag])) for tag in tags[::2]}
+    feed(connection, b"".join(frame(t, np.full(5, t[1] * 10 + t[2], np.int32))
+                              for t in reversed(tags)), piece=3)
+    late = {tag: mesh.recv_into(0, tag, as_bytes(outs[tag])) for tag in tags[1::2]}
+    await asyncio.wait_for(asyncio.gather(*early.values(), *late.values()), 1)
+    for tag, out in outs.items():
+        np.testing.assert_array_equal(out, np.full(5, tag[1] * 10 + tag[2]))
+
+
+async def test_frame_of_another_size_fails_its_receive_with_mismatch(setup):
+    mesh, connection = setup
+    out = np.zeros(4, dtype=np.float64)
+    received = mesh.recv_into(0, TAG, as_bytes(out))
+    feed(connection, frame(TAG, np.ones(3, dtype=np.float64)))
+    with pytest.raises(MismatchError, match="rank 0 sent 24 bytes .* expected 32"):
+        await asyncio.wait_for(received, 1)
+    assert not out.any(), "a mismatched payload must not be written"
+
+
+async def test_same_frame_twice_is_a_protocol_error(setup):
+    mesh, connection = setup
+    with pytest.raises(ProtocolError, match="twice"):
+        mesh.keep_unexpected(0, TAG, bytearray(4))
+        mesh.keep_unexpected(0, TAG, bytearray(4))
