@@ -46,7 +46,7 @@ async def test_sub_group_reduces_among_members_and_leaves_others_untouched(world
 async def test_many_operations_in_flight_on_two_groups_all_complete_correctly():
     async def body(world):
         evens = await world.new_group([0, 2])
-        xs = [np.full(100 * (i + 1), world.rank + i, dtype=np.int64) for i in range(6)]
+        xs = [np.full(20_000 * i + 1, world.rank + i, dtype=np.int64) for i in range(6)]
         ys = [np.full(33, world.rank * (i + 1), dtype=np.int64) for i in range(4)]
         tasks = [asyncio.ensure_future(world.all_reduce(x)) for x in xs]
         if evens.rank >= 0:
@@ -57,7 +57,7 @@ async def test_many_operations_in_flight_on_two_groups_all_complete_correctly():
     results = await run_ranks(4, body)
     for rank, (xs, ys) in enumerate(results):
         for i, x in enumerate(xs):
-            np.testing.assert_array_equal(x, np.full(100 * (i + 1), sum(range(4)) + 4 * i))
+            np.testing.assert_array_equal(x, np.full(20_000 * i + 1, sum(range(4)) + 4 * i))
         for i, y in enumerate(ys):
             expected = 2 * (i + 1) if rank in (0, 2) else rank * (i + 1)
             np.testing.assert_array_equal(y, np.full(33, expected))
