@@ -22,6 +22,7 @@ from asyncoll._session import Session
 from asyncoll._tensors import as_buffer
 from asyncoll.errors import (
     AsyncollError,
+    CollectiveError,
     CollectiveTimeoutError,
     ConfigurationError,
     GroupBrokenError,
@@ -173,6 +174,12 @@ class AsyncProcessGroup:
             if not isinstance(exc, ConfigurationError):
                 # The first failure poisons the group here and on its other members.
                 mesh.abort_group(self.group_id, seq, exc, self.ranks)
+            raise
+        except asyncio.CancelledError:
+            # Peers may be waiting for this rank's part of the operation.
+            mesh.abort_group(self.group_id, seq, CollectiveError(
+                f"{what} #{seq} on group {self.group_id} was cancelled on rank "
+                f"{self._session.rank}"), self.ranks)
             raise
         finally:
             done.set_result(None)

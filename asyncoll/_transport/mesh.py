@@ -32,6 +32,11 @@ from asyncoll.errors import (
 log = logging.getLogger("asyncoll.transport")
 
 
+def _retrieve(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 @dataclass(slots=True)
 class _Channel:
     """Everything this process knows about one peer."""
@@ -149,8 +154,13 @@ class TcpMesh:
         for peer in members:
             channel = self._channels.get(peer)
             connection = channel.connection if channel is not None else None
-            if peer != self._rank and connection is not None and connection.ready.done():
-                connection.send_frame(FrameKind.ABORT, (group_id, seq, 0), payload)
+            if (peer != self._rank and connection is not None and connection.ready.done()
+                    and connection.transport is not None
+                    and not connection.transport.is_closing()):
+                sent = connection.send_frame(FrameKind.ABORT, (group_id, seq, 0), payload)
+                # Best effort: nobody waits for it, and its failure must not be logged
+                # as an unretrieved exception.
+                asyncio.ensure_future(sent).add_done_callback(_retrieve)
 
     def abort_received(self, peer: int, group_id: int, seq: int, code: str,
                        message: str) -> None:

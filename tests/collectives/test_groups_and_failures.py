@@ -173,3 +173,22 @@ async def test_torch_tensors_are_reduced_in_place_including_non_contiguous_ones(
     for t, m in await run_ranks(2, body):
         assert t == [3.0, 5.0]
         assert m == [[0, 6], [3, 9]]  # gloo gives a wrong answer here
+
+
+async def test_cancelled_operation_breaks_the_group_on_the_other_members():
+    async def body(world):
+        x = np.ones(10, dtype=np.float32)
+        await world.all_reduce(x)  # connects the pair
+        if world.rank == 0:
+            task = asyncio.ensure_future(world.all_reduce(x))
+            await asyncio.sleep(0.1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return None
+        await asyncio.sleep(0.5)
+        with pytest.raises(GroupBrokenError) as info:
+            await world.all_reduce(x, timeout=20)
+        return str(info.value.__cause__)
+
+    assert "all_reduce #2 on group 0 was cancelled on rank 0" in (await run_ranks(2, body))[1]
