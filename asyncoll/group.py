@@ -155,7 +155,7 @@ class AsyncProcessGroup:
         mesh = self._session.mesh
         try:
             if previous is not None:
-                await asyncio.wait([previous])
+                await previous  # always resolved with None, in a finally
             first = mesh.group_error(self.group_id)
             if first is not None:
                 raise GroupBrokenError(f"group {self.group_id} (ranks {list(self.ranks)}) "

@@ -144,3 +144,13 @@ def test_blocking_api_semantics_in_a_real_job():
     code, out, err = finish(proc, timeout=90)
     assert code == 0, out + err
     assert sorted(re.findall(r"rank \d OK", out)) == ["rank 0 OK", "rank 1 OK", "rank 2 OK"]
+
+
+def test_launcher_names_the_signal_that_killed_a_worker():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "asyncoll.run", "--nproc-per-node", "2",
+         str(WORKERS / "probe.py"), "--kill-on-rank", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    code, _, err = finish(proc, timeout=60)
+    assert code == 128 + signal.SIGKILL
+    assert "asyncoll-run: rank 0 (pid" in err and "was killed by SIGKILL" in err

@@ -5,6 +5,8 @@ and exits 0 or 2, so tests can assert on both the outcome and the message.
 """
 
 import argparse
+import os
+import signal
 import sys
 
 import numpy as np
@@ -20,6 +22,7 @@ parser.add_argument("--job", default=None)
 parser.add_argument("--group", default=None, help="comma-separated ranks of a sub-group")
 parser.add_argument("--exit-code-on-rank", type=int, nargs=2, metavar=("RANK", "CODE"),
                     help="this rank exits with CODE right after joining")
+parser.add_argument("--kill-on-rank", type=int, help="this rank SIGKILLs itself after joining")
 args = parser.parse_args()
 
 try:
@@ -28,6 +31,8 @@ try:
     rank = dist.get_rank()
     if args.exit_code_on_rank and rank == args.exit_code_on_rank[0]:
         sys.exit(args.exit_code_on_rank[1])
+    if args.kill_on_rank == rank:
+        os.kill(os.getpid(), signal.SIGKILL)
     group = None
     if args.group:
         group = dist.new_group([int(r) for r in args.group.split(",")])

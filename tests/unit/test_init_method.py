@@ -1,0 +1,58 @@
+"""Reading init_process_group's arguments and environment, as torch would."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from asyncoll._init_method import resolve
+from asyncoll.errors import ConfigurationError
+
+pytestmark = pytest.mark.timeout(60)
+
+ENV = {"MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29501", "WORLD_SIZE": "4"}
+
+
+def test_env_reads_address_world_size_and_optional_rank():
+    where = resolve(None, "env://", -1, -1, 5.0, None, environ={**ENV, "RANK": "0"})
+    assert (where.host, where.port, where.world_size, where.rank) == ("10.1.2.3", 29501, 4, 0)
+    assert where.may_host and where.job == "default" and where.timeout == 5.0
+
+
+def test_env_without_rank_lets_the_coordinator_choose_and_never_hosts():
+    where = resolve("gloo", None, -1, -1, 5.0, None, environ=ENV)
+    assert where.rank == -1 and not where.may_host
+
+
+def test_arguments_override_the_environment_and_job_id_comes_from_it():
+    where = resolve("asyncoll", "tcp://coord:7000", 2, 1, 5.0, None,
+                    environ={**ENV, "ASYNCOLL_JOB_ID": "train-7"})
+    assert (where.host, where.port, where.world_size, where.rank) == ("coord", 7000, 2, 1)
+    assert where.job == "train-7"
+
+
+@pytest.mark.parametrize("backend, init_method, world_size, rank, environ, message", [
+    ("nccl", None, -1, -1, ENV, "backend 'nccl' is not available"),
+    (None, "file:///tmp/x", 2, 0, {}, "init_method 'file:///tmp/x' is not supported"),
+    (None, "tcp://host", 2, 0, {}, "must look like tcp://host:port"),
+    (None, "env://", -1, -1, {"MASTER_PORT": "1", "WORLD_SIZE": "2"}, "MASTER_ADDR is not set"),
+    (None, "env://", -1, -1, {"MASTER_ADDR": "h", "WORLD_SIZE": "2"}, "MASTER_PORT is not set"),
+    (None, "env://", -1, -1, {**ENV, "WORLD_SIZE": "four"}, "WORLD_SIZE must be an integer, "
+                                                            "got 'four'"),
+    (None, "tcp://h:1", -1, -1, {}, "WORLD_SIZE is not set (or pass world_size=)"),
+    (None, "env://", 0, -1, ENV, "world_size must be at least 1, got 0"),
+    (None, "env://", -1, 4, ENV, "rank 4 is out of range for world size 4"),
+    (None, "env://", -1, -1, {**ENV, "MASTER_PORT": "70000"}, "port 70000 is not a TCP port"),
+])
+def test_bad_arguments_are_refused_with_a_sentence_naming_the_value(
+        backend, init_method, world_size, rank, environ, message):
+    with pytest.raises(ConfigurationError) as info:
+        resolve(backend, init_method, world_size, rank, 5.0, None, environ=environ)
+    assert message in str(info.value)
+
+
+def test_importing_asyncoll_does_not_import_torch():
+    code = "import sys, asyncoll, asyncoll.aio; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=50).returncode == 0
