@@ -15,8 +15,10 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
+import numpy as np
+
 from asyncoll._algorithms.ops import check_op, coerce_op
-from asyncoll._algorithms.ring import ring_all_reduce
+from asyncoll._algorithms.ring import ring_all_reduce, ring_scratch_bytes
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._session import Session
 from asyncoll._tensors import as_buffer
@@ -64,6 +66,9 @@ class AsyncProcessGroup:
         self.timeout = timeout
         self._seq = 0
         self._tail: asyncio.Future[None] | None = None
+        # Reused across operations (they run one at a time): allocating a large
+        # buffer per call costs a page fault per 4 KiB touched.
+        self._scratch = np.empty(0, dtype=np.uint8)
 
     @property
     def rank(self) -> int:
@@ -115,8 +120,10 @@ class AsyncProcessGroup:
         limit = seconds(timeout, self.timeout)
 
         async def run(seq: int) -> None:
-            await ring_all_reduce(self._session.mesh, self.ranks, self.group_id, seq,
-                                  buffer.flat, reduce_op)
+            flat = buffer.flat
+            scratch = self._scratch_of(ring_scratch_bytes(flat.size, flat.itemsize, self.size))
+            await ring_all_reduce(self._session.mesh, self.ranks, self.group_id, seq, flat,
+                                  reduce_op, scratch)
             buffer.write_back()
 
         return self._run("all_reduce", limit, run)
@@ -137,6 +144,11 @@ class AsyncProcessGroup:
         await self._run("barrier", limit, run)
 
     # -- plumbing --------------------------------------------------------------------
+
+    def _scratch_of(self, nbytes: int) -> np.ndarray:
+        if self._scratch.nbytes < nbytes:
+            self._scratch = np.empty(nbytes, dtype=np.uint8)
+        return self._scratch
 
     def _check_member(self, what: str) -> None:
         if not self.is_member:

@@ -30,8 +30,14 @@ def _bytes(array: np.ndarray) -> memoryview:
     return memoryview(array.view(np.uint8))  # type: ignore[arg-type]
 
 
+def ring_scratch_bytes(count: int, itemsize: int, group_size: int) -> int:
+    """Bytes of scratch space ring_all_reduce needs: one chunk, the largest."""
+    start, stop = chunk_bounds(count, group_size)[0]
+    return (stop - start) * itemsize
+
+
 async def ring_all_reduce(mesh: Mesh, ranks: Sequence[int], group_id: int, seq: int,
-                          data: np.ndarray, op: ReduceOp) -> None:
+                          data: np.ndarray, op: ReduceOp, scratch: np.ndarray) -> None:
     """All-reduce the 1-D contiguous array ``data`` in place over the group ``ranks``.
 
     Args:
@@ -41,6 +47,8 @@ async def ring_all_reduce(mesh: Mesh, ranks: Sequence[int], group_id: int, seq: 
         seq: this operation's sequence number in the group, for frame tags.
         data: this rank's values; holds the result on return.
         op: the reduction.
+        scratch: a uint8 array of at least ring_scratch_bytes(); received
+            chunks land there before they are reduced into ``data``.
     """
     n = len(ranks)
     me = ranks.index(mesh.rank)
@@ -49,7 +57,7 @@ async def ring_all_reduce(mesh: Mesh, ranks: Sequence[int], group_id: int, seq: 
         finish(op, data, 1)
         return
     right, left = ranks[(me + 1) % n], ranks[(me - 1) % n]
-    incoming = np.empty(bounds[0][1] - bounds[0][0], dtype=data.dtype)
+    incoming = scratch[:ring_scratch_bytes(data.size, data.itemsize, n)].view(data.dtype)
 
     for step in range(n - 1):
         send_lo, send_hi = bounds[(me - step) % n]
