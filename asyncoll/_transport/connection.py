@@ -63,9 +63,13 @@ class PeerConnection(asyncio.BufferedProtocol):
         if transport is None or transport.is_closing():
             return self._mesh.failed(self.peer)
         group, seq, step = tag
-        transport.write(pack_header(kind, group, seq, step, payload.nbytes))
+        header = pack_header(kind, group, seq, step, payload.nbytes)
         if payload.nbytes:
-            transport.write(payload)
+            # One call for both, so a small frame leaves in one segment (uvloop
+            # gathers the buffers into a single writev) without copying the payload.
+            transport.writelines((header, payload))
+        else:
+            transport.write(header)
         if not self._paused:
             return self._drained
         waiter = self._mesh.loop.create_future()
