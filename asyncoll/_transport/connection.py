@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from asyncoll._transport.mesh import TcpMesh
 
 _DISCARD = memoryview(bytearray(1 << 16))
+_GATHER_LIMIT = 1 << 16
 
 
 class PeerConnection(asyncio.BufferedProtocol):
@@ -64,12 +65,14 @@ class PeerConnection(asyncio.BufferedProtocol):
             return self._mesh.failed(self.peer)
         group, seq, step = tag
         header = pack_header(kind, group, seq, step, payload.nbytes)
-        if payload.nbytes:
-            # One call for both, so a small frame leaves in one segment (uvloop
-            # gathers the buffers into a single writev) without copying the payload.
+        if payload.nbytes <= _GATHER_LIMIT:
+            # One call for both, so a small frame leaves in one segment. (uvloop
+            # gathers the buffers with writev; asyncio's own loop may join them,
+            # which is why large payloads go separately.)
             transport.writelines((header, payload))
         else:
             transport.write(header)
+            transport.write(payload)
         if not self._paused:
             return self._drained
         waiter = self._mesh.loop.create_future()
