@@ -131,8 +131,15 @@ class CoordinatorClient:
                 future = self._pending.get(request_id)
                 if future is not None and not future.done():
                     future.set_result(message)
-                elif request_id != 0:
-                    log.debug("reply to unknown request %d from the coordinator", request_id)
+                elif request_id == 0 and isinstance(message, Error):
+                    # The coordinator refused this connection as a whole.
+                    error = error_from_code(message.code, f"the coordinator at {self.address} "
+                                                          f"closed the connection: "
+                                                          f"{message.message}")
+                    break
+                else:
+                    log.debug("unexpected %s message from the coordinator (request %d)",
+                              message.TYPE, request_id)
         except ProtocolError as exc:
             error = exc
         except (OSError, asyncio.IncompleteReadError) as exc:

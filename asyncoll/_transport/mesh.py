@@ -285,7 +285,16 @@ class TcpMesh:
     def _accept(self) -> PeerConnection:
         connection = PeerConnection(self, None)
         self._accepted.add(connection)
+        # A connection that never completes its handshake is dropped.
+        self.loop.call_later(HANDSHAKE_TIMEOUT_S, self._drop_if_silent, connection)
         return connection
+
+    def _drop_if_silent(self, connection: PeerConnection) -> None:
+        if not connection.ready.done() and connection.transport is not None:
+            log.warning("dropping a data connection from %s that sent no handshake within "
+                        "%s s", connection.transport.get_extra_info("peername"),
+                        HANDSHAKE_TIMEOUT_S)
+            connection.transport.abort()
 
     def _channel(self, peer: int) -> _Channel:
         channel = self._channels.get(peer)
