@@ -78,8 +78,9 @@ def test_out_of_range_rank_is_refused_before_joining(daemon: Daemon):
 
 def test_rendezvous_timeout_tells_every_waiting_peer_who_is_present(daemon: Daemon):
     init = f"tcp://{daemon.address}"
+    # Long enough for both processes to start and join on a loaded machine.
     procs = [start_probe("--init", init, "--world-size", "3", "--rank", str(r), "--timeout",
-                         "1.5") for r in (0, 2)]
+                         "5") for r in (0, 2)]
     for proc in procs:
         code, out, _ = finish(proc)
         assert code == 2

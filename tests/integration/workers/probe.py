@@ -21,7 +21,8 @@ parser.add_argument("--timeout", type=float, default=30.0)
 parser.add_argument("--job", default=None)
 parser.add_argument("--group", default=None, help="comma-separated ranks of a sub-group")
 parser.add_argument("--exit-code-on-rank", type=int, nargs=2, metavar=("RANK", "CODE"),
-                    help="this rank exits with CODE right after joining")
+                    help="this rank exits with CODE right after joining, as a crash does "
+                         "(no cleanup, so it is the first process to end)")
 parser.add_argument("--kill-on-rank", type=int, help="this rank SIGKILLs itself after joining")
 args = parser.parse_args()
 
@@ -30,7 +31,7 @@ try:
                             timeout=args.timeout, job_id=args.job)
     rank = dist.get_rank()
     if args.exit_code_on_rank and rank == args.exit_code_on_rank[0]:
-        sys.exit(args.exit_code_on_rank[1])
+        os._exit(args.exit_code_on_rank[1])
     if args.kill_on_rank == rank:
         os.kill(os.getpid(), signal.SIGKILL)
     group = None
