@@ -1,9 +1,10 @@
 """One TCP connection to a peer, speaking the data-frame protocol.
 
-Receiving is a BufferedProtocol state machine: the event loop reads a frame's
-32-byte header into a small buffer, then its payload straight into the
-destination array when a receive for that frame is already posted, or into a
-new buffer kept for the receive that will come. Sending writes the header and
+Receiving is a BufferedProtocol state machine: the event loop reads into a
+64 KiB stage, from which headers are parsed and small payloads copied; the
+rest of a larger payload is read straight into the destination array when a
+receive for that frame is already posted, or into a new buffer kept for the
+receive that will come. Sending writes the header and
 then the payload's memory itself, with no copy, and the send is done once the
 transport has handed every byte to the kernel, so the caller may then reuse it.
 """
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from asyncoll._transport.mesh import TcpMesh
 
 _DISCARD = memoryview(bytearray(1 << 16))
+_NOWHERE = memoryview(b"")
+_STAGE_BYTES = 1 << 16
 _GATHER_LIMIT = 1 << 16
 
 
@@ -44,13 +47,17 @@ class PeerConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         #: Resolved when the handshake is done (HELLO_ACK received, or HELLO accepted).
         self.ready: asyncio.Future[None] = mesh.loop.create_future()
-        self._header = bytearray(HEADER_SIZE)
+        # Received bytes land here while no payload is being read straight into
+        # its destination; _staged of them are not handled yet.
+        self._stage = memoryview(bytearray(_STAGE_BYTES))
+        self._staged = 0
+        #: The frame whose payload is being received, if any.
         self._frame: FrameHeader | None = None
-        self._target = memoryview(self._header)
-        self._remaining = HEADER_SIZE
+        #: Where its remaining payload bytes go, and how many remain.
+        self._target = _NOWHERE
+        self._remaining = 0
         self._receive: asyncio.Future[None] | None = None
         self._kept: bytearray | None = None
-        self._discarding = False
         self._paused = False
         self._drained = mesh.loop.create_future()
         self._drained.set_result(None)
@@ -105,6 +112,8 @@ class PeerConnection(asyncio.BufferedProtocol):
             self.send_frame(FrameKind.HELLO, (0, 0, self._mesh.rank), memoryview(hello))
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is None:
+            return self._stage[self._staged:]
         receive = self._receive
         if receive is not None and receive.done():
             # The receive was cancelled (its operation timed out): stop writing
@@ -114,19 +123,50 @@ class PeerConnection(asyncio.BufferedProtocol):
         return self._target
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._remaining -= nbytes
-        self._target = self._target[nbytes:]
-        if self._remaining and not self._target:
-            self._discard()  # the discard buffer is full: reuse it
-        if self._remaining:
-            return
         try:
             if self._frame is None:
-                self._start_frame(unpack_header(self._header))
+                self._staged += nbytes
+                self._parse_stage()
             else:
-                self._finish_frame()
+                self._fill(nbytes)
         except AsyncollError as exc:
             self._abort(exc)
+
+    def _fill(self, nbytes: int) -> None:
+        """``nbytes`` more of the current payload are in place at the start of the target."""
+        self._remaining -= nbytes
+        self._target = self._target[nbytes:]
+        if not self._remaining:
+            self._finish_frame()
+        elif not self._target:
+            self._discard()  # the discard buffer is full: reuse it
+
+    def _parse_stage(self) -> None:
+        """Handle every complete header, and the payload bytes after it, in the stage.
+
+        Headers are read into the stage along with whatever follows them, so a
+        small frame costs one read; a payload's bytes past the stage are then
+        read straight into its destination (get_buffer returns the target).
+        """
+        stage, end, pos = self._stage, self._staged, 0
+        while True:
+            if self._frame is None:
+                if end - pos < HEADER_SIZE:
+                    break
+                self._start_frame(unpack_header(stage[pos:pos + HEADER_SIZE]))
+                pos += HEADER_SIZE
+            else:
+                take = min(self._remaining, end - pos)
+                if not take:
+                    break
+                self._target[:take] = stage[pos:pos + take]
+                pos += take
+                self._fill(take)
+        # Only part of a header can be left over: keep it at the stage's start.
+        left = end - pos
+        if left and pos:
+            stage[:left] = stage[pos:end]
+        self._staged = left
 
     def eof_received(self) -> bool:
         return False
@@ -141,11 +181,7 @@ class PeerConnection(asyncio.BufferedProtocol):
         if header.kind is FrameKind.HELLO_ACK:
             if self.peer is None or header.nbytes:
                 raise ProtocolError("unexpected HELLO_ACK frame")
-            self._reset()
-            if not self.ready.done():
-                self.ready.set_result(None)
-            return
-        if header.kind is FrameKind.HELLO:
+        elif header.kind is FrameKind.HELLO:
             if self.peer is not None or header.nbytes > MAX_CONTROL_PAYLOAD:
                 raise ProtocolError("unexpected HELLO frame")
             self._keep(header.nbytes)
@@ -174,7 +210,10 @@ class PeerConnection(asyncio.BufferedProtocol):
     def _finish_frame(self) -> None:
         header = self._frame
         assert header is not None
-        if header.kind is FrameKind.HELLO:
+        if header.kind is FrameKind.HELLO_ACK:
+            if not self.ready.done():
+                self.ready.set_result(None)
+        elif header.kind is FrameKind.HELLO:
             assert self._kept is not None
             self.peer = self._mesh.accept_hello(self, header.step, bytes(self._kept))
             assert self.transport is not None
@@ -197,16 +236,14 @@ class PeerConnection(asyncio.BufferedProtocol):
         self._target = memoryview(self._kept)
 
     def _discard(self) -> None:
-        self._discarding = True
         self._target = _DISCARD[:min(self._remaining, _DISCARD.nbytes)]
 
     def _reset(self) -> None:
         self._frame = None
         self._receive = None
         self._kept = None
-        self._discarding = False
-        self._target = memoryview(self._header)
-        self._remaining = HEADER_SIZE
+        self._target = _NOWHERE
+        self._remaining = 0
 
     def _abort(self, exc: AsyncollError) -> None:
         self._mesh.protocol_failed(self, exc)

@@ -83,13 +83,14 @@ async def test_receive_posted_while_its_payload_is_arriving_gets_the_payload(set
     np.testing.assert_array_equal(out, np.arange(1000))
 
 
-async def test_frames_of_several_operations_reach_their_own_receives(setup):
+@pytest.mark.parametrize("piece", [1, 3, 1 << 20])
+async def test_frames_of_several_operations_reach_their_own_receives(setup, piece):
     mesh, connection = setup
     tags = [(0, seq, step) for seq in (1, 2) for step in (0, 1)]
     outs = {tag: np.zeros(5, dtype=np.int32) for tag in tags}
     early = {tag: mesh.recv_into(0, tag, as_bytes(outs[tag])) for tag in tags[::2]}
     feed(connection, b"".join(frame(t, np.full(5, t[1] * 10 + t[2], np.int32))
-                              for t in reversed(tags)), piece=3)
+                              for t in reversed(tags)), piece)
     late = {tag: mesh.recv_into(0, tag, as_bytes(outs[tag])) for tag in tags[1::2]}
     await asyncio.wait_for(asyncio.gather(*early.values(), *late.values()), 1)
     for tag, out in outs.items():
@@ -111,3 +112,36 @@ async def test_same_frame_twice_is_a_protocol_error(setup):
     with pytest.raises(ProtocolError, match="twice"):
         mesh.keep_unexpected(0, TAG, bytearray(4))
         mesh.keep_unexpected(0, TAG, bytearray(4))
+
+
+@pytest.mark.parametrize("posted_first", [True, False])
+async def test_payload_larger_than_the_stage_is_completed_straight_into_its_target(
+        setup, posted_first):
+    mesh, connection = setup
+    values = np.arange(100_000, dtype=np.float64)  # 800 KB, past the 64 KiB stage
+    out = np.zeros_like(values)
+    data = frame(TAG, values) + frame((0, 2, 0), values[:3])
+    received = mesh.recv_into(0, TAG, as_bytes(out)) if posted_first else None
+    feed(connection, data)
+    if received is None:
+        received = mesh.recv_into(0, TAG, as_bytes(out))
+    small = np.zeros(3, dtype=np.float64)
+    await asyncio.wait_for(asyncio.gather(received, mesh.recv_into(0, (0, 2, 0),
+                                                                   as_bytes(small))), 1)
+    np.testing.assert_array_equal(out, values)
+    np.testing.assert_array_equal(small, values[:3])
+
+
+async def test_receive_cancelled_mid_payload_stops_writing_into_its_array(setup):
+    mesh, connection = setup
+    out = np.zeros(100_000, dtype=np.uint8)
+    received = mesh.recv_into(0, TAG, as_bytes(out))
+    data = (frame(TAG, np.full(100_000, 7, dtype=np.uint8))
+            + frame((0, 2, 0), np.ones(2, dtype=np.uint8)))
+    feed(connection, data[:70_000])
+    received.cancel()
+    feed(connection, data[70_000:])
+    assert (out[70_000 - HEADER_SIZE:] == 0).all(), "bytes after the cancel reached the array"
+    after = np.zeros(2, dtype=np.uint8)
+    await asyncio.wait_for(mesh.recv_into(0, (0, 2, 0), as_bytes(after)), 1)
+    assert after.tolist() == [1, 1]
