@@ -55,9 +55,13 @@ class Coordinator:
             self._ticker.cancel()
         for writer in list(self._writers.values()):
             writer.close()
-        for task in list(self._handlers):
-            task.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
+        # Closing a connection ends its handler; one that does not end in time
+        # is cancelled.
+        if self._handlers:
+            _, stuck = await asyncio.wait(list(self._handlers), timeout=HANDSHAKE_TIMEOUT_S)
+            for task in stuck:
+                task.cancel()
+            await asyncio.gather(*stuck, return_exceptions=True)
         with contextlib.suppress(asyncio.TimeoutError):
             async with timeout_after(HANDSHAKE_TIMEOUT_S):
                 await self._server.wait_closed()
@@ -91,6 +95,10 @@ class Coordinator:
             self._send([Reply(conn, 0, Error(code="protocol", message=str(exc)))])
         except (OSError, asyncio.IncompleteReadError) as exc:
             log.info("connection from %s broke: %s", peer, exc)
+        except asyncio.CancelledError:
+            # Only stop() cancels a handler. Ending quietly keeps asyncio's
+            # stream machinery from logging the cancellation as an error.
+            pass
         finally:
             self._handlers.discard(task)
             del self._writers[conn]
