@@ -10,6 +10,11 @@ from asyncoll._session import Rendezvous
 from asyncoll._settings import DEFAULT_JOB_ID
 from asyncoll.errors import ConfigurationError
 
+#: Where launchers put the rank and the world size, in order of precedence:
+#: torchrun and asyncoll-run, Open MPI's mpirun, Slurm's srun.
+_RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+_WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+
 #: Backend names accepted, so torch programs run unchanged.
 ACCEPTED_BACKENDS = ("asyncoll", "gloo", "cpu:gloo")
 
@@ -21,7 +26,9 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
 
     ``env://`` (the default) reads MASTER_ADDR, MASTER_PORT, WORLD_SIZE and,
     optionally, RANK; ``tcp://host:port`` takes the address from the URL and
-    WORLD_SIZE from the argument or the environment. A rank of -1 lets the
+    WORLD_SIZE from the argument or the environment. Where RANK and WORLD_SIZE
+    are not set, Open MPI's (OMPI_COMM_WORLD_RANK/SIZE) and Slurm's
+    (SLURM_PROCID, SLURM_NTASKS) are used, so mpirun and srun can launch. A rank of -1 lets the
     coordinator choose. Rank 0 may host the coordinator when none is running.
 
     Raises:
@@ -43,10 +50,12 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
         raise ConfigurationError(f"init_method {init_method!r} is not supported; use "
                                  "env:// or tcp://host:port")
     if world_size == -1:
-        world_size = _int_value("WORLD_SIZE", _require(environ, "WORLD_SIZE",
-                                                       "or pass world_size="))
-    if rank == -1 and "RANK" in environ:
-        rank = _int_value("RANK", environ["RANK"])
+        name = _first_set(environ, _WORLD_SIZE_VARIABLES)
+        world_size = _int_value(name, _require(environ, name, "or pass world_size="))
+    if rank == -1:
+        name = _first_set(environ, _RANK_VARIABLES)
+        if name in environ:
+            rank = _int_value(name, environ[name])
     if world_size < 1:
         raise ConfigurationError(f"world_size must be at least 1, got {world_size}")
     if not -1 <= rank < world_size:
@@ -58,6 +67,10 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
     job = job_id if job_id is not None else environ.get("ASYNCOLL_JOB_ID", DEFAULT_JOB_ID)
     return Rendezvous(host=host, port=port, job=job, world_size=world_size, rank=rank,
                       timeout=timeout, may_host=rank == 0)
+
+
+def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> str:
+    return next((name for name in names if environ.get(name)), names[0])
 
 
 def _require(environ: Mapping[str, str], name: str, alternative: str = "") -> str:

@@ -10,6 +10,7 @@ import os
 import socket
 from dataclasses import dataclass
 
+from asyncoll._addresses import ListenPlan, listen_plan
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._settings import (
@@ -21,7 +22,7 @@ from asyncoll._settings import (
 from asyncoll._transport.mesh import TcpMesh
 from asyncoll._wire.messages import Barrier, GroupCreated, Join, Leave, NewGroup, Welcome
 from asyncoll.coordinator.server import Coordinator
-from asyncoll.errors import AsyncollError, ProtocolError, RendezvousError
+from asyncoll.errors import AsyncollError, ConfigurationError, ProtocolError, RendezvousError
 
 log = logging.getLogger("asyncoll")
 
@@ -73,9 +74,10 @@ class Session:
         try:
             client = await CoordinatorClient.connect(where.host, where.port, where.timeout)
             mesh = TcpMesh(where.job)
-            host, port = await mesh.listen(client.local_host)
+            plan = listen_plan(client.local_host)
+            port = await _listen(mesh, plan)
             join = Join(job=where.job, rank=where.rank, world_size=where.world_size,
-                        host=host, port=port, hostname=socket.gethostname(), pid=os.getpid(),
+                        host=plan.advertise, port=port, hostname=socket.gethostname(), pid=os.getpid(),
                         version=PROTOCOL_VERSION, timeout=where.timeout)
             welcome = await client.request(join, where.timeout + _GRACE_S,
                                            f"rendezvous of job {where.job!r}")
@@ -111,6 +113,26 @@ class Session:
         with contextlib.suppress(AsyncollError, OSError):
             await self.client.request(Leave(), LEAVE_TIMEOUT_S, "leave")
         await _close_quietly(self.client, self.mesh, self._embedded, self.job)
+
+
+async def _listen(mesh: TcpMesh, plan: ListenPlan) -> int:
+    """Bind the data port as ``plan`` says; return the port."""
+    ports = plan.ports if plan.ports is not None else (0,)
+    try:
+        return await mesh.listen(plan.bind, ports)
+    except OSError as exc:
+        if exc.errno == errno.EADDRNOTAVAIL:
+            # An advertised address that is not local (NAT, a container's
+            # published address): listen everywhere, advertise it all the same.
+            log.info("%s is not an address of this host; listening on every interface",
+                     plan.bind)
+            try:
+                return await mesh.listen("::" if ":" in plan.bind else "0.0.0.0", ports)
+            except OSError as retry:
+                exc = retry
+        where = f"ports {ports.start}-{ports.stop - 1}" if isinstance(ports, range) else "a port"
+        raise ConfigurationError(f"cannot listen for peers on {plan.bind} ({plan.source}) at "
+                                 f"{where}: {exc}") from exc
 
 
 async def _maybe_host(where: Rendezvous) -> Coordinator | None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from asyncoll._compat import timeout as timeout_after
@@ -79,11 +80,33 @@ class TcpMesh:
         """The number of ranks in the job."""
         return self._size
 
-    async def listen(self, host: str, port: int = 0) -> tuple[str, int]:
-        """Start accepting peers on ``host:port``; return the bound address."""
-        self._server = await self.loop.create_server(self._accept, host, port)
-        bound = self._server.sockets[0].getsockname()
-        return str(bound[0]), int(bound[1])
+    @property
+    def port(self) -> int:
+        """The bound data port (0 before :meth:`listen`)."""
+        return int(self._server.sockets[0].getsockname()[1]) if self._server else 0
+
+    def peer_address(self, peer: int) -> tuple[str, int] | None:
+        """The (host, port) rank ``peer`` advertised, once the directory is known."""
+        channel = self._channels.get(peer)
+        return channel.address if channel is not None else None
+
+    async def listen(self, host: str, ports: Iterable[int] = (0,)) -> int:
+        """Start accepting peers on ``host`` at the first of ``ports`` free; return the port.
+
+        Raises:
+            OSError: no port of ``ports`` could be bound (the last error).
+        """
+        error: OSError | None = None
+        for port in ports:
+            try:
+                self._server = await self.loop.create_server(self._accept, host, port)
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                error = exc
+                continue
+            return int(self._server.sockets[0].getsockname()[1])
+        raise error or OSError(errno.EADDRINUSE, "no port to bind")
 
     def set_directory(self, rank: int, peers: dict[int, tuple[str, int, str]]) -> None:
         """Record this process's rank and every peer's (host, port, hostname)."""
@@ -325,8 +348,11 @@ class TcpMesh:
                 await connection.ready
             channel.settled.set()
         except (OSError, TimeoutError) as exc:
-            error = PeerLostError(f"could not connect to rank {peer} at {host}:{port} "
-                                  f"({channel.hostname}): {str(exc) or 'timed out'}", rank=peer)
+            error = PeerLostError(
+                f"could not connect to rank {peer} at {host}:{port}, the address it "
+                f"advertised from host {channel.hostname}: {str(exc) or 'timed out'}; if that "
+                "address is not reachable from here, set ASYNCOLL_ADVERTISE_ADDR or "
+                "ASYNCOLL_SOCKET_IFNAME for that rank", rank=peer)
             error.__cause__ = exc
             self._fail_channel(peer, error)
             if connection is not None and connection.transport is not None:

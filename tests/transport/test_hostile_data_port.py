@@ -24,7 +24,7 @@ async def closed_by_peer(reader: asyncio.StreamReader) -> bool:
 async def test_connection_that_sends_no_handshake_is_dropped(monkeypatch):
     monkeypatch.setattr(mesh_module, "HANDSHAKE_TIMEOUT_S", 0.2)
     mesh = TcpMesh("job")
-    host, port = await mesh.listen("127.0.0.1")
+    host, port = "127.0.0.1", await mesh.listen("127.0.0.1")
     reader, writer = await asyncio.open_connection(host, port)
     assert await closed_by_peer(reader)
     writer.close()
@@ -39,7 +39,7 @@ async def test_connection_that_sends_no_handshake_is_dropped(monkeypatch):
 ])
 async def test_garbage_closes_that_connection_and_the_mesh_keeps_working(garbage):
     server = TcpMesh("job")
-    host, port = await server.listen("127.0.0.1")
+    host, port = "127.0.0.1", await server.listen("127.0.0.1")
     reader, writer = await asyncio.open_connection(host, port)
     writer.write(garbage)
     assert await closed_by_peer(reader)
@@ -47,7 +47,7 @@ async def test_garbage_closes_that_connection_and_the_mesh_keeps_working(garbage
 
     # A real peer still gets through afterwards.
     client = TcpMesh("job")
-    client_host, client_port = await client.listen("127.0.0.1")
+    client_host, client_port = "127.0.0.1", await client.listen("127.0.0.1")
     directory = {0: (client_host, client_port, "a"), 1: (host, port, "b")}
     client.set_directory(0, directory)
     server.set_directory(1, directory)

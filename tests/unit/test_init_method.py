@@ -56,3 +56,22 @@ def test_bad_arguments_are_refused_with_a_sentence_naming_the_value(
 def test_importing_asyncoll_does_not_import_torch():
     code = "import sys, asyncoll, asyncoll.aio; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], timeout=50).returncode == 0
+
+
+@pytest.mark.parametrize("launcher_env, rank, size", [
+    ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8"}, 3, 8),
+    ({"SLURM_PROCID": "5", "SLURM_NTASKS": "6"}, 5, 6),
+    ({"RANK": "1", "WORLD_SIZE": "2", "SLURM_PROCID": "5", "SLURM_NTASKS": "6"}, 1, 2),
+    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "SLURM_PROCID": "2",
+      "SLURM_NTASKS": "4"}, 0, 4),
+])
+def test_mpirun_and_srun_variables_give_rank_and_world_size(launcher_env, rank, size):
+    environ = {"MASTER_ADDR": "h", "MASTER_PORT": "29500", **launcher_env}
+    where = resolve(None, "env://", -1, -1, 5.0, None, environ=environ)
+    assert (where.rank, where.world_size) == (rank, size)
+
+
+def test_bad_slurm_value_is_named():
+    with pytest.raises(ConfigurationError, match="SLURM_NTASKS must be an integer, got 'x'"):
+        resolve(None, "env://", -1, -1, 5.0, None,
+                environ={"MASTER_ADDR": "h", "MASTER_PORT": "1", "SLURM_NTASKS": "x"})
