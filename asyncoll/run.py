@@ -5,6 +5,10 @@
     asyncoll-run --nproc-per-node 4 train.py --epochs 3
     asyncoll-run --nproc-per-node 2 --coordinator 10.0.0.5:29500 -m mypkg.worker
 
+    # two machines, 4 workers each; node 0 hosts the coordinator
+    asyncoll-run --nnodes 2 --node-rank 0 --nproc-per-node 4 --master-addr 10.0.0.5 train.py
+    asyncoll-run --nnodes 2 --node-rank 1 --nproc-per-node 4 --coordinator 10.0.0.5:29500 train.py
+
 Without ``--coordinator`` an embedded coordinator is started on a free port
 of this machine. Each worker gets RANK, LOCAL_RANK, WORLD_SIZE,
 LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and ASYNCOLL_JOB_ID; its output
@@ -15,7 +19,6 @@ asyncoll-run exits non-zero, saying which rank failed and how.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import signal
@@ -26,6 +29,7 @@ import time
 from collections.abc import Sequence
 
 from asyncoll._loop_thread import LoopThread
+from asyncoll._settings import DEFAULT_JOB_ID, DEFAULT_PORT, EMBEDDED_DRAIN_TIMEOUT_S
 from asyncoll.coordinator import Coordinator
 
 #: Seconds the other workers get to exit after SIGTERM before SIGKILL.
@@ -39,11 +43,23 @@ def _parser() -> argparse.ArgumentParser:
         description="Start the worker processes of an asyncoll job on this machine.")
     parser.add_argument("--nproc-per-node", "--nproc_per_node", type=int, default=1,
                         help="number of worker processes to start (default 1)")
+    parser.add_argument("--nnodes", type=int, default=1,
+                        help="number of machines in the job, each running asyncoll-run "
+                             "(default 1)")
+    parser.add_argument("--node-rank", "--node_rank", type=int, default=0,
+                        help="this machine's index, 0 to nnodes-1 (default 0)")
     parser.add_argument("--coordinator", metavar="HOST:PORT",
-                        help="use this coordinator instead of starting an embedded one")
-    parser.add_argument("--master-addr", default="127.0.0.1",
-                        help="address the embedded coordinator binds (default 127.0.0.1)")
-    parser.add_argument("--job-id", help="job id on the coordinator (default: unique per run)")
+                        help="use this coordinator instead of starting an embedded one "
+                             "(required on every node but node 0)")
+    parser.add_argument("--master-addr", default=None,
+                        help="address the embedded coordinator binds and the workers use; "
+                             "with --nnodes > 1 it must be node 0's address that the other "
+                             "nodes reach (default 127.0.0.1 on one node)")
+    parser.add_argument("--master-port", type=int, default=None,
+                        help=f"port of the embedded coordinator (default: a free one on one "
+                             f"node, {DEFAULT_PORT} with --nnodes > 1)")
+    parser.add_argument("--job-id", help="job id on the coordinator (default: unique per run "
+                                         f"on one node, {DEFAULT_JOB_ID!r} with --nnodes > 1)")
     parser.add_argument("-m", dest="module", action="store_true",
                         help="run the target as a module, as python -m does")
     parser.add_argument("script", help="the worker program (or module, with -m)")
@@ -117,30 +133,54 @@ def _supervise(procs: list[subprocess.Popen[bytes]]) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> None:
+    if args.nproc_per_node < 1:
+        raise SystemExit(f"asyncoll-run: --nproc-per-node must be at least 1, got "
+                         f"{args.nproc_per_node}")
+    if args.nnodes < 1 or not 0 <= args.node_rank < args.nnodes:
+        raise SystemExit(f"asyncoll-run: --node-rank {args.node_rank} must be between 0 and "
+                         f"--nnodes - 1 ({args.nnodes - 1})")
+    if args.coordinator is None and args.node_rank > 0:
+        raise SystemExit("asyncoll-run: every node but node 0 needs --coordinator HOST:PORT "
+                         "(node 0's --master-addr and --master-port)")
+    if args.coordinator is None and args.nnodes > 1 and args.master_addr is None:
+        raise SystemExit("asyncoll-run: with --nnodes > 1, node 0 needs --master-addr: the "
+                         "address of this machine that the other nodes reach")
+
+
+def _start_coordinator(args: argparse.Namespace) -> tuple[LoopThread, Coordinator]:
+    host = args.master_addr or "127.0.0.1"
+    port = args.master_port if args.master_port is not None else (
+        DEFAULT_PORT if args.nnodes > 1 else 0)
+    loop_thread = LoopThread()
+    coordinator = Coordinator(host, port)
+    try:
+        loop_thread.run(coordinator.start())
+    except OSError as exc:
+        loop_thread.stop()
+        raise SystemExit(f"asyncoll-run: cannot start a coordinator on {host}:{port}: "
+                         f"{exc}") from exc
+    return loop_thread, coordinator
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``asyncoll-run``."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="asyncoll-run: %(name)s: %(message)s")
-    if args.nproc_per_node < 1:
-        raise SystemExit(f"asyncoll-run: --nproc-per-node must be at least 1, got "
-                         f"{args.nproc_per_node}")
-    loop_thread: LoopThread | None = None
-    coordinator: Coordinator | None = None
+    _check(args)
+    embedded: tuple[LoopThread, Coordinator] | None = None
     if args.coordinator:
         host, port = _split_address(args.coordinator)
     else:
-        loop_thread = LoopThread()
-        coordinator = Coordinator(args.master_addr, 0)
-        try:
-            loop_thread.run(coordinator.start())
-        except OSError as exc:
-            raise SystemExit(f"asyncoll-run: cannot start a coordinator on "
-                             f"{args.master_addr}: {exc}") from exc
-        host, port = args.master_addr, coordinator.port
-    job = args.job_id or f"run-{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
+        embedded = _start_coordinator(args)
+        host, port = embedded[1].host, embedded[1].port
+    default_job = (DEFAULT_JOB_ID if args.nnodes > 1 else
+                   f"run-{socket.gethostname()}-{os.getpid()}-{time.time_ns()}")
+    job = args.job_id or default_job
     target = ["-m", args.script] if args.module else [args.script]
     n = args.nproc_per_node
+    world_size = n * args.nnodes
     procs: list[subprocess.Popen[bytes]] = []
     # Workers stop on SIGTERM; the launcher forwards SIGINT/SIGTERM to them.
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -154,25 +194,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for sig in previous:
             signal.signal(sig, forward)
-        for rank in range(n):
-            env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(n),
-                       LOCAL_WORLD_SIZE=str(n), MASTER_ADDR=host, MASTER_PORT=str(port),
-                       ASYNCOLL_JOB_ID=job)
+        for local in range(n):
+            env = dict(os.environ, RANK=str(args.node_rank * n + local), LOCAL_RANK=str(local),
+                       WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(n),
+                       GROUP_RANK=str(args.node_rank), MASTER_ADDR=host,
+                       MASTER_PORT=str(port), ASYNCOLL_JOB_ID=job)
             procs.append(subprocess.Popen([sys.executable, *target, *args.script_args],
                                           env=env))
-        return _supervise(procs)
+        code = _supervise(procs)
+        if embedded is not None and code == 0:
+            # Workers of other nodes may still be leaving: let them.
+            embedded[0].run(embedded[1].wait_until_idle(job, EMBEDDED_DRAIN_TIMEOUT_S))
+        return code
     finally:
         _stop(procs)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if loop_thread is not None and coordinator is not None:
-            loop_thread.run(_stop_coordinator(coordinator))
-            loop_thread.stop()
-
-
-async def _stop_coordinator(coordinator: Coordinator) -> None:
-    await coordinator.stop()
-    await asyncio.sleep(0)
+        if embedded is not None:
+            embedded[0].run(embedded[1].stop())
+            embedded[0].stop()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from .conftest import WORKERS, Daemon, finish, start_probe
+from .conftest import WORKERS, Daemon, finish, free_port, start_probe
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -155,3 +155,18 @@ def test_launcher_names_the_signal_that_killed_a_worker():
     code, _, err = finish(proc, timeout=60)
     assert code == 128 + signal.SIGKILL
     assert "asyncoll-run: rank 0 (pid" in err and "was killed by SIGKILL" in err
+
+
+def test_two_node_launch_with_node_0_hosting_the_coordinator():
+    port = str(free_port())
+    common = [sys.executable, "-m", "asyncoll.run", "--nnodes", "2", "--nproc-per-node", "2"]
+    node0 = subprocess.Popen(common + ["--node-rank", "0", "--master-addr", "127.0.0.1",
+                                       "--master-port", port, str(WORKERS / "probe.py")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    node1 = subprocess.Popen(common + ["--node-rank", "1", "--coordinator", f"127.0.0.1:{port}",
+                                       str(WORKERS / "probe.py")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    outputs = [finish(node0), finish(node1)]
+    assert [code for code, _, _ in outputs] == [0, 0], outputs
+    found = [re.findall(r"OK rank=(\d) world=4 sum=\[10, 100\]", out) for _, out, _ in outputs]
+    assert sorted(found[0]) == ["0", "1"] and sorted(found[1]) == ["2", "3"]
