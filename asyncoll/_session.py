@@ -13,14 +13,25 @@ from dataclasses import dataclass
 from asyncoll._addresses import ListenPlan, listen_plan
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._rendezvous.client import CoordinatorClient
+from asyncoll._rendezvous.waiting import missing_text
 from asyncoll._settings import (
     EMBEDDED_DRAIN_TIMEOUT_S,
     HANDSHAKE_TIMEOUT_S,
     LEAVE_TIMEOUT_S,
     PROTOCOL_VERSION,
+    WAITING_REPORT_INTERVAL_S,
 )
 from asyncoll._transport.mesh import TcpMesh
-from asyncoll._wire.messages import Barrier, GroupCreated, Join, Leave, NewGroup, Welcome
+from asyncoll._wire.messages import (
+    Barrier,
+    GroupCreated,
+    Join,
+    Leave,
+    NewGroup,
+    Status,
+    StatusReply,
+    Welcome,
+)
 from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import AsyncollError, ConfigurationError, ProtocolError, RendezvousError
 
@@ -79,8 +90,12 @@ class Session:
             join = Join(job=where.job, rank=where.rank, world_size=where.world_size,
                         host=plan.advertise, port=port, hostname=socket.gethostname(), pid=os.getpid(),
                         version=PROTOCOL_VERSION, timeout=where.timeout)
-            welcome = await client.request(join, where.timeout + _GRACE_S,
-                                           f"rendezvous of job {where.job!r}")
+            reporter = asyncio.ensure_future(_report_while_waiting(client, where.job))
+            try:
+                welcome = await client.request(join, where.timeout + _GRACE_S,
+                                               f"rendezvous of job {where.job!r}")
+            finally:
+                reporter.cancel()
             if not isinstance(welcome, Welcome):
                 raise ProtocolError(f"the coordinator answered a join with {welcome.TYPE}")
             mesh.set_directory(welcome.rank, {p.rank: (p.host, p.port, p.hostname)
@@ -113,6 +128,19 @@ class Session:
         with contextlib.suppress(AsyncollError, OSError):
             await self.client.request(Leave(), LEAVE_TIMEOUT_S, "leave")
         await _close_quietly(self.client, self.mesh, self._embedded, self.job)
+
+
+async def _report_while_waiting(client: CoordinatorClient, job: str) -> None:
+    """Log who is missing every few seconds while the rendezvous waits."""
+    while True:
+        await asyncio.sleep(WAITING_REPORT_INTERVAL_S)
+        try:
+            reply = await client.request(Status(job=job), WAITING_REPORT_INTERVAL_S, "status")
+        except AsyncollError:
+            return  # the join request reports the failure
+        for status in reply.jobs if isinstance(reply, StatusReply) else ():
+            if status.state == "waiting":
+                log.warning("%s", missing_text(status))
 
 
 async def _listen(mesh: TcpMesh, plan: ListenPlan) -> int:

@@ -23,12 +23,17 @@ from asyncoll._wire.messages import (
     Barrier,
     Error,
     GroupCreated,
+    GroupStatus,
     Join,
+    JobStatus,
     Leave,
+    MemberStatus,
     Message,
     NewGroup,
     Ok,
     PeerInfo,
+    Status,
+    StatusReply,
     Welcome,
 )
 
@@ -118,12 +123,38 @@ class RendezvousState:
         """Whether job ``name`` still has peers waiting or members that have not left."""
         return any(job.name == name for job in self._live())
 
+    def status(self, job: str, now: float) -> StatusReply:
+        """Every live job named ``job`` (every job for ""), for operators and waiting peers."""
+        return StatusReply(jobs=tuple(self._describe(j, now) for j in self._live()
+                                      if not job or j.name == job))
+
+    @staticmethod
+    def _describe(job: _Job, now: float) -> JobStatus:
+        if job.running:
+            members = tuple(
+                MemberStatus(rank=r, host=m.info.host, port=m.info.port,
+                             hostname=m.info.hostname, pid=m.pid,
+                             state="left" if r in job.departed else "running")
+                for r, m in sorted(job.members.items()))
+        else:
+            members = tuple(
+                MemberStatus(rank=w.join.rank, host=w.join.host, port=w.join.port,
+                             hostname=w.join.hostname, pid=w.join.pid, state="waiting")
+                for w in sorted(job.waiting.values(), key=lambda w: w.order))
+        groups = tuple(GroupStatus(group_id=g, ranks=ranks)
+                       for g, ranks in sorted(job.groups.items()))
+        return JobStatus(job=job.name, state="running" if job.running else "waiting",
+                         world_size=job.world_size, age_s=round(now - job.started, 3),
+                         members=members, groups=groups)
+
     # -- requests --------------------------------------------------------------
 
     def handle(self, conn: int, request_id: int, message: Message, now: float) -> list[Reply]:
         """Decide what to answer to ``message``, received on connection ``conn``."""
         if isinstance(message, Join):
             return self._join(conn, request_id, message, now)
+        if isinstance(message, Status):
+            return [Reply(conn, request_id, self.status(message.job, now))]
         job = self._conn_job.get(conn)
         member = self._member_rank(job, conn)
         if job is None or member is None:

@@ -114,9 +114,63 @@ class Error:
     message: str
 
 
-Message = Union[Join, Welcome, NewGroup, GroupCreated, Barrier, Leave, Ok, Error]
+@dataclass(frozen=True, slots=True)
+class Status:
+    """Anyone -> coordinator: describe job ``job`` ("" for every job); no join needed."""
+
+    TYPE: ClassVar[str] = "status"
+    job: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberStatus:
+    """One peer of a job, as the coordinator sees it."""
+
+    rank: int
+    host: str
+    port: int
+    hostname: str
+    pid: int
+    #: "waiting" (in rendezvous; rank -1 if not requested), "running" or "left".
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """One group of a job."""
+
+    group_id: int
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """One job: its rendezvous or running state, members and groups."""
+
+    job: str
+    state: str
+    world_size: int
+    age_s: float
+    members: tuple[MemberStatus, ...]
+    groups: tuple[GroupStatus, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReply:
+    """Coordinator -> anyone: the jobs asked about."""
+
+    TYPE: ClassVar[str] = "status_reply"
+    jobs: tuple[JobStatus, ...]
+
+
+Message = Union[Join, Welcome, NewGroup, GroupCreated, Barrier, Leave, Ok, Error, Status,
+                StatusReply]
 _TYPES: dict[str, type[Any]] = {cls.TYPE: cls for cls in
-                                (Join, Welcome, NewGroup, GroupCreated, Barrier, Leave, Ok, Error)}
+                                (Join, Welcome, NewGroup, GroupCreated, Barrier, Leave, Ok, Error,
+                                 Status, StatusReply)}
+#: Records that appear inside messages, by the name their annotations use.
+_RECORDS: dict[str, type[Any]] = {cls.__name__: cls for cls in
+                                  (PeerInfo, MemberStatus, GroupStatus, JobStatus)}
 
 
 def encode(message: Message, request_id: int = 0) -> bytes:
@@ -196,8 +250,9 @@ def _check(owner: str, name: str, annotation: Any, value: Any) -> Any:
                 isinstance(v, int) and not isinstance(v, bool) for v in value):
             raise ProtocolError(f"{owner}.{name} must be a list of ints, got {value!r}")
         return tuple(value)
-    if ann == "tuple[PeerInfo, ...]":
+    record = _RECORDS.get(ann.removeprefix("tuple[").removesuffix(", ...]"))
+    if record is not None and ann.startswith("tuple["):
         if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
             raise ProtocolError(f"{owner}.{name} must be a list of maps, got {value!r}")
-        return tuple(_build(PeerInfo, dict(v)) for v in value)
+        return tuple(_build(record, dict(v)) for v in value)
     raise ProtocolError(f"{owner}.{name} has an annotation the decoder does not know: {ann}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import socket
@@ -170,3 +171,33 @@ def test_two_node_launch_with_node_0_hosting_the_coordinator():
     assert [code for code, _, _ in outputs] == [0, 0], outputs
     found = [re.findall(r"OK rank=(\d) world=4 sum=\[10, 100\]", out) for _, out, _ in outputs]
     assert sorted(found[0]) == ["0", "1"] and sorted(found[1]) == ["2", "3"]
+
+
+def test_status_shows_a_waiting_job_and_the_waiting_peer_says_who_is_missing(daemon: Daemon):
+    waiting = start_probe("--init", f"tcp://{daemon.address}", "--world-size", "3", "--rank",
+                          "2", "--job", "demo", "--timeout", "7")
+    daemon.wait_for_log("job 'demo': peer from")
+    status = subprocess.run([sys.executable, "-m", "asyncoll", "status", "--coordinator",
+                             daemon.address], capture_output=True, text=True, timeout=30)
+    assert status.returncode == 0, status.stderr
+    header, row = status.stdout.splitlines()
+    assert header.split()[:4] == ["JOB", "STATE", "RANK", "HOST"]
+    assert row.startswith("demo  waiting 1/3") and " 2 " in row and "waiting" in row
+    as_json = subprocess.run([sys.executable, "-m", "asyncoll", "status", "--coordinator",
+                              daemon.address, "--json"], capture_output=True, text=True,
+                             timeout=30)
+    (job,) = json.loads(as_json.stdout)
+    assert (job["job"], job["state"], job["world_size"]) == ("demo", "waiting", 3)
+    assert [m["rank"] for m in job["members"]] == [2]
+    code, out, err = finish(waiting)
+    assert code == 2 and "RendezvousTimeoutError" in out
+    assert "waiting for 2 of 3 ranks of job 'demo': ranks 0, 1 have not joined" in err
+
+
+def test_status_of_an_unreachable_coordinator_fails_with_the_address():
+    port = free_port()
+    result = subprocess.run([sys.executable, "-m", "asyncoll", "status", "--coordinator",
+                             f"127.0.0.1:{port}", "--timeout", "0.5"], capture_output=True,
+                            text=True, timeout=30)
+    assert result.returncode == 1
+    assert f"could not reach the coordinator at 127.0.0.1:{port}" in result.stderr

@@ -1,0 +1,80 @@
+"""``asyncoll``: the operator's command. ``asyncoll status`` shows a coordinator's jobs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from asyncoll._compat import loop_factory
+from asyncoll._rendezvous.client import CoordinatorClient
+from asyncoll._settings import DEFAULT_PORT
+from asyncoll._wire.messages import JobStatus, Status, StatusReply
+from asyncoll.errors import AsyncollError
+
+_COLUMNS = ("JOB", "STATE", "RANK", "HOST", "DATA ADDRESS", "PID", "MEMBER", "GROUPS")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="asyncoll", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    status = commands.add_parser("status", help="show the jobs a coordinator serves")
+    status.add_argument("--coordinator", default=f"127.0.0.1:{DEFAULT_PORT}",
+                        metavar="HOST:PORT", help=f"default 127.0.0.1:{DEFAULT_PORT}")
+    status.add_argument("--job", default="", help="only this job")
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.add_argument("--timeout", type=float, default=5.0,
+                        help="seconds to wait for the coordinator (default 5)")
+    return parser
+
+
+async def _fetch(host: str, port: int, job: str, timeout: float) -> tuple[JobStatus, ...]:
+    client = await CoordinatorClient.connect(host, port, timeout)
+    try:
+        reply = await client.request(Status(job=job), timeout, "status")
+    finally:
+        await client.close()
+    assert isinstance(reply, StatusReply)
+    return reply.jobs
+
+
+def table(jobs: Sequence[JobStatus]) -> str:
+    """The jobs as a text table, one row per member."""
+    rows = [_COLUMNS]
+    for job in jobs:
+        state = f"{job.state} {len(job.members)}/{job.world_size} {job.age_s:.0f}s"
+        for m in job.members:
+            groups = ",".join(str(g.group_id) for g in job.groups if m.rank in g.ranks)
+            rows.append((job.job, state, str(m.rank) if m.rank >= 0 else "-", m.hostname,
+                         f"{m.host}:{m.port}", str(m.pid), m.state, groups or "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    if not jobs:
+        lines.append("(no jobs)")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``asyncoll``."""
+    args = _parser().parse_args(argv)
+    host, _, port = args.coordinator.rpartition(":")
+    if not host or not port.isdigit():
+        print(f"asyncoll: --coordinator must be HOST:PORT, got {args.coordinator!r}",
+              file=sys.stderr)
+        return 2
+    loop = loop_factory()()
+    try:
+        jobs = loop.run_until_complete(_fetch(host.strip("[]"), int(port), args.job,
+                                              args.timeout))
+    except AsyncollError as exc:
+        print(f"asyncoll: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        loop.close()
+    if args.json:
+        print(json.dumps([asdict(job) for job in jobs], indent=2))
+    else:
+        print(table(jobs))
+    return 0
