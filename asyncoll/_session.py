@@ -17,6 +17,7 @@ from asyncoll._rendezvous.waiting import missing_text
 from asyncoll._settings import (
     EMBEDDED_DRAIN_TIMEOUT_S,
     HANDSHAKE_TIMEOUT_S,
+    HEARTBEAT_INTERVAL_S,
     LEAVE_TIMEOUT_S,
     PROTOCOL_VERSION,
     WAITING_REPORT_INTERVAL_S,
@@ -25,6 +26,7 @@ from asyncoll._transport.mesh import TcpMesh
 from asyncoll._wire.messages import (
     Barrier,
     GroupCreated,
+    Heartbeat,
     Join,
     Leave,
     NewGroup,
@@ -70,6 +72,9 @@ class Session:
         self._embedded = embedded
         self._barriers: dict[int, int] = {}
         self._closed = False
+        #: Operations started on this rank, in every group (reported in heartbeats).
+        self.ops = 0
+        self._heartbeat = asyncio.ensure_future(self._beat())
 
     @classmethod
     async def join(cls, where: Rendezvous) -> Session:
@@ -120,11 +125,18 @@ class Session:
         await self.client.request(Barrier(group_id=group_id, seq=seq, timeout=timeout),
                                   timeout + _GRACE_S, f"barrier #{seq} of group {group_id}")
 
+    async def _beat(self) -> None:
+        """Tell the coordinator, every few seconds, that this rank is alive and how busy."""
+        while True:
+            self.client.notify(Heartbeat(ops=self.ops))
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+
     async def close(self) -> None:
         """Leave the job and close everything; never raises."""
         if self._closed:
             return
         self._closed = True
+        self._heartbeat.cancel()
         with contextlib.suppress(AsyncollError, OSError):
             await self.client.request(Leave(), LEAVE_TIMEOUT_S, "leave")
         await _close_quietly(self.client, self.mesh, self._embedded, self.job)

@@ -13,6 +13,8 @@ LEAVE_TIMEOUT_S = 5.0
 #: How long a process hosting an embedded coordinator waits, on destroy, for
 #: the other members to leave before it shuts the coordinator down.
 EMBEDDED_DRAIN_TIMEOUT_S = 30.0
+#: How often a member tells the coordinator it is alive.
+HEARTBEAT_INTERVAL_S = 2.0
 #: How often a peer waiting in rendezvous logs who is still missing.
 WAITING_REPORT_INTERVAL_S = 5.0
 #: Largest control-plane message accepted, in bytes.

@@ -14,7 +14,8 @@ from asyncoll._settings import DEFAULT_PORT
 from asyncoll._wire.messages import JobStatus, Status, StatusReply
 from asyncoll.errors import AsyncollError
 
-_COLUMNS = ("JOB", "STATE", "RANK", "HOST", "DATA ADDRESS", "PID", "MEMBER", "GROUPS")
+_COLUMNS = ("JOB", "STATE", "RANK", "HOST", "DATA ADDRESS", "PID", "MEMBER", "GROUPS", "OPS",
+            "HEARTBEAT")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,8 +48,10 @@ def table(jobs: Sequence[JobStatus]) -> str:
         state = f"{job.state} {len(job.members)}/{job.world_size} {job.age_s:.0f}s"
         for m in job.members:
             groups = ",".join(str(g.group_id) for g in job.groups if m.rank in g.ranks)
+            beat = f"{m.heartbeat_age_s:.1f}s ago" if m.heartbeat_age_s >= 0 else "-"
             rows.append((job.job, state, str(m.rank) if m.rank >= 0 else "-", m.hostname,
-                         f"{m.host}:{m.port}", str(m.pid), m.state, groups or "-"))
+                         f"{m.host}:{m.port}", str(m.pid), m.state, groups or "-",
+                         str(m.ops) if m.ops >= 0 else "-", beat))
     widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     if not jobs:

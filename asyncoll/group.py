@@ -162,6 +162,7 @@ class AsyncProcessGroup:
         # await, so operations run in the order they were called.
         self._seq += 1
         seq = self._seq
+        self._session.ops += 1
         previous, done = self._tail, asyncio.get_running_loop().create_future()
         self._tail = done
         mesh = self._session.mesh

@@ -106,6 +106,11 @@ class CoordinatorClient:
             raise error_from_code(reply.code, reply.message)
         return reply
 
+    def notify(self, message: Message) -> None:
+        """Send ``message``, which the coordinator does not answer (a heartbeat)."""
+        if self._closed is None and not self._writer.is_closing():
+            write_message(self._writer, message, 0)
+
     async def close(self) -> None:
         """Close the connection; outstanding requests fail with RendezvousError."""
         self._fail_pending(RendezvousError(f"the connection to the coordinator at "

@@ -24,6 +24,7 @@ from asyncoll._wire.messages import (
     Error,
     GroupCreated,
     GroupStatus,
+    Heartbeat,
     Join,
     JobStatus,
     Leave,
@@ -57,11 +58,13 @@ class _Waiter:
     order: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Member:
     conn: int
     info: PeerInfo
     pid: int
+    ops: int = -1
+    last_heartbeat: float | None = None
 
 
 @dataclass(slots=True)
@@ -134,12 +137,15 @@ class RendezvousState:
             members = tuple(
                 MemberStatus(rank=r, host=m.info.host, port=m.info.port,
                              hostname=m.info.hostname, pid=m.pid,
-                             state="left" if r in job.departed else "running")
+                             state="left" if r in job.departed else "running", ops=m.ops,
+                             heartbeat_age_s=-1.0 if m.last_heartbeat is None else
+                             round(now - m.last_heartbeat, 3))
                 for r, m in sorted(job.members.items()))
         else:
             members = tuple(
                 MemberStatus(rank=w.join.rank, host=w.join.host, port=w.join.port,
-                             hostname=w.join.hostname, pid=w.join.pid, state="waiting")
+                             hostname=w.join.hostname, pid=w.join.pid, state="waiting",
+                             ops=-1, heartbeat_age_s=-1.0)
                 for w in sorted(job.waiting.values(), key=lambda w: w.order))
         groups = tuple(GroupStatus(group_id=g, ranks=ranks)
                        for g, ranks in sorted(job.groups.items()))
@@ -165,6 +171,12 @@ class RendezvousState:
             return self._new_group(job, member, conn, request_id, message, now)
         if isinstance(message, Barrier):
             return self._barrier(job, member, conn, request_id, message, now)
+        if isinstance(message, Heartbeat):
+            # Recorded for status; declaring silent members lost is the
+            # failure detector's job, which reads the same timestamps.
+            record = job.members[member]
+            record.ops, record.last_heartbeat = message.ops, now
+            return []
         if isinstance(message, Leave):
             replies = [Reply(conn, request_id, Ok())]
             return replies + self._depart(job, member, conn, "left")

@@ -92,6 +92,14 @@ class Barrier:
 
 
 @dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Peer -> coordinator, every few seconds, unanswered: alive, ``ops`` operations so far."""
+
+    TYPE: ClassVar[str] = "heartbeat"
+    ops: int
+
+
+@dataclass(frozen=True, slots=True)
 class Leave:
     """Peer -> coordinator: this rank is done with the job."""
 
@@ -133,6 +141,10 @@ class MemberStatus:
     pid: int
     #: "waiting" (in rendezvous; rank -1 if not requested), "running" or "left".
     state: str
+    #: Operations the peer reported in its last heartbeat (-1: none yet).
+    ops: int
+    #: Seconds since its last heartbeat (-1: none yet).
+    heartbeat_age_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,11 +175,11 @@ class StatusReply:
     jobs: tuple[JobStatus, ...]
 
 
-Message = Union[Join, Welcome, NewGroup, GroupCreated, Barrier, Leave, Ok, Error, Status,
-                StatusReply]
+Message = Union[Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave, Ok, Error,
+                Status, StatusReply]
 _TYPES: dict[str, type[Any]] = {cls.TYPE: cls for cls in
-                                (Join, Welcome, NewGroup, GroupCreated, Barrier, Leave, Ok, Error,
-                                 Status, StatusReply)}
+                                (Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave,
+                                 Ok, Error, Status, StatusReply)}
 #: Records that appear inside messages, by the name their annotations use.
 _RECORDS: dict[str, type[Any]] = {cls.__name__: cls for cls in
                                   (PeerInfo, MemberStatus, GroupStatus, JobStatus)}

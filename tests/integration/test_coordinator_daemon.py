@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -201,3 +202,29 @@ def test_status_of_an_unreachable_coordinator_fails_with_the_address():
                             text=True, timeout=30)
     assert result.returncode == 1
     assert f"could not reach the coordinator at 127.0.0.1:{port}" in result.stderr
+
+
+def test_status_of_a_running_job_counts_operations_and_shows_heartbeats(daemon: Daemon):
+    busy = [subprocess.Popen([sys.executable, str(WORKERS / "busy.py"),
+                              f"tcp://{daemon.address}", "2", "busy", "6"])
+            for _ in range(2)]
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            result = subprocess.run([sys.executable, "-m", "asyncoll", "status",
+                                     "--coordinator", daemon.address, "--json"],
+                                    capture_output=True, text=True, timeout=30)
+            jobs = json.loads(result.stdout)
+            members = jobs[0]["members"] if jobs and jobs[0]["state"] == "running" else []
+            if members and all(m["ops"] == 3 for m in members):
+                break
+            assert time.monotonic() < deadline, result.stdout
+            time.sleep(0.3)
+        assert all(0 <= m["heartbeat_age_s"] < 5 for m in members)
+        table = subprocess.run([sys.executable, "-m", "asyncoll", "status", "--coordinator",
+                                daemon.address], capture_output=True, text=True, timeout=30)
+        rows = table.stdout.splitlines()[1:]
+        assert len(rows) == 2 and all(" 3 " in row and "s ago" in row for row in rows)
+    finally:
+        for proc in busy:
+            proc.wait(30)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Any
 
 import msgpack
@@ -12,16 +13,22 @@ from hypothesis import strategies as st
 
 from asyncoll._settings import MAX_CONTROL_MESSAGE_BYTES
 from asyncoll._wire.messages import (
-    LENGTH,
     Barrier,
     Error,
     GroupCreated,
+    GroupStatus,
+    Heartbeat,
+    JobStatus,
     Join,
+    LENGTH,
     Leave,
+    MemberStatus,
     Message,
     NewGroup,
     Ok,
     PeerInfo,
+    Status,
+    StatusReply,
     Welcome,
     decode_body,
     encode,
@@ -31,7 +38,7 @@ from asyncoll.errors import ProtocolError
 pytestmark = pytest.mark.timeout(60)
 
 CAP = MAX_CONTROL_MESSAGE_BYTES
-MESSAGE_TYPES = (Join, Welcome, NewGroup, GroupCreated, Barrier, Leave, Ok, Error)
+MESSAGE_TYPES = typing.get_args(Message)  # every type the protocol has
 
 # msgpack's integer range, and the kinds of values fields hold.
 INTS = st.integers(min_value=-(2**63), max_value=2**64 - 1)
@@ -53,6 +60,8 @@ MESSAGES: st.SearchStrategy[Message] = st.one_of(
     st.just(Leave()),
     st.just(Ok()),
     st.builds(Error, code=TEXT, message=TEXT),
+    st.builds(Heartbeat, ops=INTS),
+    st.builds(Status, job=TEXT),
 )
 
 EXAMPLES: list[Message] = [
@@ -66,6 +75,11 @@ EXAMPLES: list[Message] = [
     Leave(),
     Ok(),
     Error(code="mismatch", message="ranks disagree"),
+    Heartbeat(ops=12),
+    Status(job=""),
+    StatusReply(jobs=(JobStatus("j", "running", 2, 3.5,
+                                (MemberStatus(0, "10.0.0.1", 40001, "a", 9, "running", 12, 0.5),),
+                                (GroupStatus(0, (0, 1)),)),)),
 ]
 
 

@@ -9,6 +9,7 @@ from asyncoll._rendezvous.waiting import missing_text
 from asyncoll._settings import PROTOCOL_VERSION
 from asyncoll._wire.messages import (
     GroupStatus,
+    Heartbeat,
     Join,
     JobStatus,
     Leave,
@@ -28,7 +29,7 @@ def join(conn: int, rank: int, world_size: int = 3, job: str = "j") -> Join:
 
 
 def member(rank: int) -> MemberStatus:
-    return MemberStatus(rank, "10.0.0.1", 1, "n", 1, "waiting")
+    return MemberStatus(rank, "10.0.0.1", 1, "n", 1, "waiting", -1, -1.0)
 
 
 def test_status_needs_no_join_and_describes_waiting_and_running_jobs():
@@ -67,13 +68,22 @@ def test_waiting_line_names_the_missing_ranks_when_it_can(ranks, expected):
 
 def test_table_has_a_row_per_member_with_its_groups():
     job = JobStatus("train", "running", 2, 12.0,
-                    (MemberStatus(0, "10.0.0.1", 4000, "a", 11, "running"),
-                     MemberStatus(1, "10.0.0.2", 4001, "b", 12, "left")),
+                    (MemberStatus(0, "10.0.0.1", 4000, "a", 11, "running", 42, 0.5),
+                     MemberStatus(1, "10.0.0.2", 4001, "b", 12, "left", -1, -1.0)),
                     (GroupStatus(0, (0, 1)), GroupStatus(1, (1,))))
     lines = table([job]).splitlines()
     assert lines[0].split() == ["JOB", "STATE", "RANK", "HOST", "DATA", "ADDRESS", "PID",
-                                "MEMBER", "GROUPS"]
+                                "MEMBER", "GROUPS", "OPS", "HEARTBEAT"]
     assert lines[1].split() == ["train", "running", "2/2", "12s", "0", "a", "10.0.0.1:4000",
-                                "11", "running", "0"]
-    assert lines[2].split()[-3:] == ["12", "left", "0,1"]
+                                "11", "running", "0", "42", "0.5s", "ago"]
+    assert lines[2].split()[-5:] == ["12", "left", "0,1", "-", "-"]
     assert table([]).splitlines()[-1] == "(no jobs)"
+
+
+def test_heartbeats_are_unanswered_and_show_in_status_with_their_age():
+    state = RendezvousState()
+    for conn in (1, 2):
+        state.handle(conn, 1, join(conn, rank=conn - 1, world_size=2), now=0.0)
+    assert state.handle(1, 0, Heartbeat(ops=7), now=10.0) == []
+    members = state.status("j", now=12.5).jobs[0].members
+    assert [(m.ops, m.heartbeat_age_s) for m in members] == [(7, 2.5), (-1, -1.0)]
