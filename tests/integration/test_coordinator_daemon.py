@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -228,3 +230,20 @@ def test_status_of_a_running_job_counts_operations_and_shows_heartbeats(daemon: 
     finally:
         for proc in busy:
             proc.wait(30)
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None,
+                    reason="Open MPI's mpirun is not installed (.ci/run installs openmpi-bin)")
+def test_mpirun_launches_a_job_through_ompi_variables():
+    # No RANK or WORLD_SIZE: OMPI_COMM_WORLD_RANK/SIZE give them, and the process
+    # with rank 0 hosts the coordinator at MASTER_ADDR:MASTER_PORT.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "ASYNCOLL_JOB_ID")}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    result = subprocess.run(
+        ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "3", "-x", "MASTER_ADDR",
+         "-x", "MASTER_PORT", "-x", "PATH", sys.executable, str(WORKERS / "probe.py")],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(re.findall(r"OK rank=\d world=3 sum=\[6, 60\]", result.stdout)) == [
+        f"OK rank={r} world=3 sum=[6, 60]" for r in range(3)]
