@@ -68,7 +68,6 @@ class Session:
         self.world_size = welcome.world_size
         self.job = job
         self.timeout = timeout
-        self.hostnames = {p.rank: p.hostname for p in welcome.peers}
         self._embedded = embedded
         self._barriers: dict[int, int] = {}
         self._closed = False
@@ -93,8 +92,8 @@ class Session:
             plan = listen_plan(client.local_host)
             port = await _listen(mesh, plan)
             join = Join(job=where.job, rank=where.rank, world_size=where.world_size,
-                        host=plan.advertise, port=port, hostname=socket.gethostname(), pid=os.getpid(),
-                        version=PROTOCOL_VERSION, timeout=where.timeout)
+                        host=plan.advertise, port=port, hostname=socket.gethostname(),
+                        pid=os.getpid(), version=PROTOCOL_VERSION, timeout=where.timeout)
             reporter = asyncio.ensure_future(_report_while_waiting(client, where.job))
             try:
                 welcome = await client.request(join, where.timeout + _GRACE_S,
@@ -110,7 +109,8 @@ class Session:
             raise
         return cls(client, mesh, welcome, where.job, where.timeout, embedded)
 
-    async def new_group(self, ranks: tuple[int, ...], timeout: float) -> tuple[int, tuple[int, ...]]:
+    async def new_group(self, ranks: tuple[int, ...],
+                        timeout: float) -> tuple[int, tuple[int, ...]]:
         """Agree with every rank on a new group; return (group id, its ranks)."""
         reply = await self.client.request(NewGroup(ranks=ranks, timeout=timeout),
                                           timeout + _GRACE_S, f"new_group({list(ranks)})")

@@ -164,11 +164,13 @@ def _oracle(op: ReduceOp, arrays: list[np.ndarray]) -> np.ndarray:
     stack = np.stack(arrays)
     dtype = arrays[0].dtype
     if dtype.kind == "b":
-        logical: dict[ReduceOp, Callable[..., Any]] = {ReduceOp.SUM: np.any, ReduceOp.PRODUCT: np.all, ReduceOp.MIN: np.all,
-                   ReduceOp.MAX: np.any, ReduceOp.BAND: np.all, ReduceOp.BOR: np.any,
-                   ReduceOp.BXOR: lambda s, axis: s.sum(axis=axis) % 2 == 1}
+        logical: dict[ReduceOp, Callable[..., Any]] = {
+            ReduceOp.SUM: np.any, ReduceOp.PRODUCT: np.all, ReduceOp.MIN: np.all,
+            ReduceOp.MAX: np.any, ReduceOp.BAND: np.all, ReduceOp.BOR: np.any,
+            ReduceOp.BXOR: lambda s, axis: s.sum(axis=axis) % 2 == 1}
         return np.asarray(logical[op](stack, axis=0), dtype=bool)
-    exact: dict[ReduceOp, Callable[[np.ndarray], Any]] = {ReduceOp.SUM: lambda s: s.sum(axis=0, dtype=dtype),
+    exact: dict[ReduceOp, Callable[[np.ndarray], Any]] = {
+             ReduceOp.SUM: lambda s: s.sum(axis=0, dtype=dtype),
              ReduceOp.PRODUCT: lambda s: s.prod(axis=0, dtype=dtype),
              ReduceOp.MIN: lambda s: s.min(axis=0),
              ReduceOp.MAX: lambda s: s.max(axis=0),
