@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from integration.conftest import finish
+
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "netns-cluster.sh"
 PROBE = HERE.parent / "integration" / "workers" / "probe.py"
@@ -49,16 +51,6 @@ def on_host(host: int, *command: str, env: dict[str, str] | None = None
     return subprocess.Popen(["bash", str(SCRIPT), "exec", str(host), *command],
                             env={**ENV, **(env or {})}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-
-
-def finish(proc: subprocess.Popen[str], timeout: float = 90) -> tuple[int, str, str]:
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate(timeout=10)
-        raise AssertionError(f"did not finish in {timeout} s:\n{out}\n{err}")
-    return proc.returncode, out, err
 
 
 @pytest.fixture(scope="module")
