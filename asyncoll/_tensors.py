@@ -19,7 +19,7 @@ import numpy as np
 from asyncoll._wire.dtypes import dtype_code
 from asyncoll.errors import ConfigurationError
 
-__all__ = ["Buffer", "as_buffer"]
+__all__ = ["Buffer", "as_buffer", "as_source"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,23 @@ def as_buffer(tensor: object, what: str) -> Buffer:
                                  f"whose elements share memory (shape {array.shape}, strides "
                                  f"{array.strides}); pass a copy (np.array(x))")
     return Buffer(np.ascontiguousarray(array).reshape(-1), array)
+
+
+def as_source(tensor: object, what: str) -> np.ndarray:
+    """A flat contiguous array of the values of ``tensor``, which ``what`` only reads.
+
+    Read-only and self-overlapping arrays are fine here; a non-contiguous one
+    is copied.
+
+    Raises:
+        ConfigurationError: not an array, an unsupported dtype, or not on the CPU.
+    """
+    array = _torch_as_numpy(tensor, what) if _is_torch_tensor(tensor) else tensor
+    if not isinstance(array, np.ndarray):
+        raise ConfigurationError(f"{what} needs a numpy array or a CPU torch tensor to send, "
+                                 f"got {type(tensor).__name__}")
+    dtype_code(array.dtype)
+    return np.ascontiguousarray(array).reshape(-1)
 
 
 def _may_overlap(array: np.ndarray) -> bool:

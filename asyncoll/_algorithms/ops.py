@@ -67,6 +67,16 @@ def reduce_into(op: ReduceOp, acc: np.ndarray, incoming: np.ndarray) -> None:
     _UFUNCS[op](acc, incoming, out=acc)
 
 
+def combine(op: ReduceOp, first: np.ndarray, second: np.ndarray, out: np.ndarray) -> None:
+    """``out = first (op) second``, elementwise; ``out`` may be either operand.
+
+    Algorithms keep the operands in a fixed order (lower group index first),
+    so every rank that computes the same element computes the same expression
+    and gets the same bits, NaN payloads and signed zeros included.
+    """
+    _UFUNCS[op](first, second, out=out)
+
+
 def finish(op: ReduceOp, acc: np.ndarray, group_size: int) -> None:
     """Apply what remains after the combining step: AVG divides by the group size."""
     if op is ReduceOp.AVG and acc.size:

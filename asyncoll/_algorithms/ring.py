@@ -1,86 +1,143 @@
-"""Ring all_reduce: reduce-scatter then all-gather around the group.
+"""Ring reduce-scatter, all-gather and all-reduce, pipelined in segments.
 
-The array is cut into one chunk per rank (chunk_bounds). In the
-reduce-scatter, at step s rank i sends chunk (i - s) to its right neighbour
-and receives chunk (i - s - 1) from its left one, adding it into its own copy;
-after n - 1 steps rank i holds the full reduction of chunk (i + 1). In the
-all-gather each rank passes reduced chunks on around the ring, receiving
-each one straight into its place in the array. Every rank sends and receives
-2 (n - 1) / n of the array, the bandwidth optimum, and every element of the
-result was computed on exactly one rank and copied to the others, so the
-result is bitwise identical everywhere.
+Each member's data is cut into one block per member (blocks may differ in
+size, and may be empty). The members form a ring: each sends to its right
+neighbour (index + 1) and receives from its left one.
 
-Empty chunks (fewer elements than ranks) are skipped on both sides, as both
-compute the same bounds.
+Reduce-scatter: at step s (0 .. n-2) member i sends its partial of block
+(i - s - 1) and receives the left neighbour's partial of block (i - s - 2),
+combining it with its own data for that block. After n - 1 steps member i
+holds the full reduction of block i. All-gather then passes the finished
+blocks on around the ring, n - 1 steps more, each received straight into
+its place. All-reduce is the two in a row over one array. Every member sends
+and receives 2 (n - 1) / n of the array, the bandwidth optimum, and each
+element of the result is computed on exactly one member and copied to the
+others, so the result is bitwise identical everywhere.
+
+Pipelining: a block travels as segments (segments.py). A segment is passed
+on (in the next step) as soon as it has been reduced or received, so the
+reduction of one segment overlaps the transfer of the next. Receives are
+posted two steps ahead into two halves of the scratch space, so data
+arriving early lands in place instead of in a temporary buffer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 import numpy as np
 
 from asyncoll._algorithms.chunking import chunk_bounds
-from asyncoll._algorithms.ops import finish, reduce_into
-from asyncoll._transport.base import Mesh
+from asyncoll._algorithms.ops import combine, finish
+from asyncoll._algorithms.segments import segment_bounds
+from asyncoll._algorithms.team import Team
 from asyncoll.types import ReduceOp
 
 
-def _bytes(array: np.ndarray) -> memoryview:
-    return memoryview(array.view(np.uint8))  # type: ignore[arg-type]
+def ring_scratch_elements(block_sizes: Sequence[int]) -> int:
+    """Elements of scratch space the reduce-scatter needs: two of the largest block."""
+    return 2 * max(block_sizes, default=0)
 
 
-def ring_scratch_bytes(count: int, itemsize: int, group_size: int) -> int:
-    """Bytes of scratch space ring_all_reduce needs: one chunk, the largest."""
-    start, stop = chunk_bounds(count, group_size)[0]
-    return (stop - start) * itemsize
+def _segments(blocks: Sequence[np.ndarray], segment_bytes: int) -> list[list[tuple[int, int]]]:
+    return [segment_bounds(0, b.size, b.itemsize, segment_bytes) for b in blocks]
 
 
-async def ring_all_reduce(mesh: Mesh, ranks: Sequence[int], group_id: int, seq: int,
-                          data: np.ndarray, op: ReduceOp, scratch: np.ndarray) -> None:
-    """All-reduce the 1-D contiguous array ``data`` in place over the group ``ranks``.
+async def ring_reduce_scatter(team: Team, sources: Sequence[np.ndarray],
+                              accumulators: Sequence[np.ndarray], op: ReduceOp,
+                              scratch: np.ndarray, segment_bytes: int) -> None:
+    """Reduce block b of every member's data into member b's ``accumulators[b]``.
 
     Args:
-        mesh: the data plane.
-        ranks: the group's global ranks, in group-rank order; must contain mesh.rank.
-        group_id: the group's id, for frame tags.
-        seq: this operation's sequence number in the group, for frame tags.
-        data: this rank's values; holds the result on return.
-        op: the reduction.
-        scratch: a uint8 array of at least ring_scratch_bytes(); received
-            chunks land there before they are reduced into ``data``.
+        team: the operation's members and tags.
+        sources: this member's data, one 1-D array per member (same sizes on
+            every member). Read only, unless ``accumulators`` are the same arrays.
+        accumulators: where partial results are formed, same sizes as
+            ``sources`` (the sources themselves for an in-place all-reduce, or
+            scratch); ``accumulators[team.me]`` holds the result on return.
+        op: the reduction (AVG is finished by the caller).
+        scratch: at least ring_scratch_elements() elements of the same dtype.
+        segment_bytes: the pipelining segment size.
     """
-    n = len(ranks)
-    me = ranks.index(mesh.rank)
-    bounds = chunk_bounds(data.size, n)
+    n, me = team.size, team.me
     if n == 1:
-        finish(op, data, 1)
+        if accumulators[0] is not sources[0]:
+            np.copyto(accumulators[0], sources[0])
         return
-    right, left = ranks[(me + 1) % n], ranks[(me - 1) % n]
-    incoming = scratch[:ring_scratch_bytes(data.size, data.itemsize, n)].view(data.dtype)
+    right, left = (me + 1) % n, (me - 1) % n
+    segments = _segments(sources, segment_bytes)
+    width = max(len(s) for s in segments)
+    half = max(b.size for b in sources)
+    halves = (scratch[:half], scratch[half:2 * half])
 
+    def post(step: int) -> list[Awaitable[None]]:
+        block = (me - step - 2) % n
+        into = halves[step % 2]
+        return [team.recv(left, step * width + j, into[lo:hi])
+                for j, (lo, hi) in enumerate(segments[block])]
+
+    first = (me - 1) % n
+    for j, (lo, hi) in enumerate(segments[first]):
+        team.send(right, j, sources[first][lo:hi])
+    posted = [post(0), post(1) if n > 2 else []]
     for step in range(n - 1):
-        send_lo, send_hi = bounds[(me - step) % n]
-        recv_lo, recv_hi = bounds[(me - step - 1) % n]
-        tag = (group_id, seq, step)
-        scratch = incoming[:recv_hi - recv_lo]
-        received = mesh.recv_into(left, tag, _bytes(scratch)) if scratch.size else None
-        if send_hi > send_lo:
-            await mesh.send(right, tag, _bytes(data[send_lo:send_hi]))
-        if received is not None:
-            await received
-            reduce_into(op, data[recv_lo:recv_hi], scratch)
+        block = (me - step - 2) % n
+        into = halves[step % 2]
+        for j, (lo, hi) in enumerate(segments[block]):
+            await posted[step % 2][j]
+            acc = accumulators[block][lo:hi]
+            combine(op, sources[block][lo:hi], into[lo:hi], acc)
+            if step < n - 2:
+                team.send(right, (step + 1) * width + j, acc)
+        if step + 2 < n - 1:
+            posted[step % 2] = post(step + 2)
+    await team.flush()
 
-    own_lo, own_hi = bounds[(me + 1) % n]
-    finish(op, data[own_lo:own_hi], n)
 
+async def ring_all_gather(team: Team, blocks: Sequence[np.ndarray], segment_bytes: int) -> None:
+    """Fill every member's ``blocks[b]`` with member b's ``blocks[b]``.
+
+    Args:
+        team: the operation's members and tags.
+        blocks: one 1-D array per member (same sizes on every member);
+            ``blocks[team.me]`` holds this member's data on entry.
+        segment_bytes: the pipelining segment size.
+    """
+    n, me = team.size, team.me
+    if n == 1:
+        return
+    right, left = (me + 1) % n, (me - 1) % n
+    segments = _segments(blocks, segment_bytes)
+    width = max(len(s) for s in segments)
+    posted = []
     for step in range(n - 1):
-        send_lo, send_hi = bounds[(me + 1 - step) % n]
-        recv_lo, recv_hi = bounds[(me - step) % n]
-        tag = (group_id, seq, n - 1 + step)
-        received = (mesh.recv_into(left, tag, _bytes(data[recv_lo:recv_hi]))
-                    if recv_hi > recv_lo else None)
-        if send_hi > send_lo:
-            await mesh.send(right, tag, _bytes(data[send_lo:send_hi]))
-        if received is not None:
-            await received
+        block = (me - step - 1) % n
+        posted.append([team.recv(left, step * width + j, blocks[block][lo:hi])
+                       for j, (lo, hi) in enumerate(segments[block])])
+    for j, (lo, hi) in enumerate(segments[me]):
+        team.send(right, j, blocks[me][lo:hi])
+    for step in range(n - 1):
+        block = (me - step - 1) % n
+        for j, (lo, hi) in enumerate(segments[block]):
+            await posted[step][j]
+            if step < n - 2:
+                team.send(right, (step + 1) * width + j, blocks[block][lo:hi])
+    await team.flush()
+
+
+async def ring_all_reduce(team: Team, data: np.ndarray, op: ReduceOp, scratch: np.ndarray,
+                          segment_bytes: int) -> None:
+    """All-reduce the 1-D contiguous array ``data`` in place: reduce-scatter, then all-gather.
+
+    ``scratch`` needs ring_scratch_elements() of the blocks chunk_bounds() cuts
+    ``data`` into, in ``data``'s dtype.
+    """
+    blocks = [data[lo:hi] for lo, hi in chunk_bounds(data.size, team.size)]
+    await ring_reduce_scatter(team, blocks, blocks, op, scratch, segment_bytes)
+    finish(op, blocks[team.me], team.size)
+    await ring_all_gather(team.phase(1), blocks, segment_bytes)
+
+
+def all_reduce_scratch_elements(count: int, group_size: int) -> int:
+    """Scratch elements ring_all_reduce needs for ``count`` elements."""
+    return ring_scratch_elements([hi - lo for lo, hi in chunk_bounds(count, group_size)])
