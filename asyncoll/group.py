@@ -27,6 +27,7 @@ import numpy as np
 
 from asyncoll import _arguments as check
 from asyncoll import _objects as objects
+from asyncoll._algorithms import selection
 from asyncoll._algorithms.direct import direct_all_to_all, direct_gather, direct_scatter
 from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
 from asyncoll._algorithms.ops import check_op, coerce_op, finish
@@ -37,9 +38,13 @@ from asyncoll._algorithms.ring import (
     ring_reduce_scatter,
     ring_scratch_elements,
 )
-from asyncoll._algorithms.selection import SEGMENT_BYTES, choose, parse_forced
 from asyncoll._algorithms.team import Team
-from asyncoll._algorithms.tree import chain_broadcast, chain_reduce, tree_broadcast, tree_reduce
+from asyncoll._algorithms.tree import (
+    chain_broadcast,
+    chain_reduce,
+    tree_broadcast,
+    tree_reduce,
+)
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._objects import dump
 from asyncoll._point_to_point import MAX_TAG, Messages
@@ -75,10 +80,21 @@ def seconds(timeout: float | timedelta | None, default: float) -> float:
     return float(value)
 
 
+class WorldGroup:
+    """The type of :data:`WORLD`."""
+
+    def __repr__(self) -> str:
+        return "asyncoll.group.WORLD"
+
+
+#: torch's ``dist.group.WORLD``: as ``group=``, the world of the blocking API.
+WORLD = WorldGroup()
+
+
 def _forced(collective: str) -> str | None:
     """The algorithm ASYNCOLL_ALGORITHM forces for ``collective``, if any."""
     spec = os.environ.get("ASYNCOLL_ALGORITHM", "")
-    return parse_forced(spec).get(collective) if spec else None
+    return selection.parse_forced(spec).get(collective) if spec else None
 
 
 class AsyncProcessGroup:
@@ -156,7 +172,7 @@ class AsyncProcessGroup:
             if name == "ring":
                 scratch = self._scratch_of(flat.dtype,
                                            all_reduce_scratch_elements(flat.size, team.size))
-                await ring_all_reduce(team, flat, reduce_op, scratch, SEGMENT_BYTES)
+                await ring_all_reduce(team, flat, reduce_op, scratch, selection.SEGMENT_BYTES)
             else:
                 await recursive_doubling_all_reduce(team, flat, reduce_op,
                                                     self._scratch_of(flat.dtype, flat.size))
@@ -184,8 +200,8 @@ class AsyncProcessGroup:
 
         async def body(team: Team) -> None:
             if name == "chain":
-                await chain_reduce(team, flat, reduce_op, root,
-                                   self._scratch_of(flat.dtype, flat.size), SEGMENT_BYTES)
+                await chain_reduce(team, flat, reduce_op, root, self._scratch_of(
+                    flat.dtype, flat.size), selection.SEGMENT_BYTES)
             else:
                 await tree_reduce(team, flat, reduce_op, root,
                                   self._scratch_of(flat.dtype, 2 * flat.size))
@@ -245,7 +261,7 @@ class AsyncProcessGroup:
                     accumulators.append(scratch[offset:offset + size])
                     offset += size
             await ring_reduce_scatter(team, inputs, accumulators, reduce_op,
-                                      scratch[partial:], SEGMENT_BYTES)
+                                      scratch[partial:], selection.SEGMENT_BYTES)
             finish(reduce_op, out, team.size)
             buffer.write_back()
 
@@ -268,7 +284,7 @@ class AsyncProcessGroup:
 
         async def body(team: Team) -> None:
             if name == "chain":
-                await chain_broadcast(team, buffer.flat, root, SEGMENT_BYTES)
+                await chain_broadcast(team, buffer.flat, root, selection.SEGMENT_BYTES)
             else:
                 await tree_broadcast(team, buffer.flat, root)
             if team.me != root:
@@ -375,7 +391,7 @@ class AsyncProcessGroup:
             if not (flats[me].size and np.shares_memory(flats[me], mine)
                     and flats[me].__array_interface__ == mine.__array_interface__):
                 np.copyto(flats[me], mine)
-            await ring_all_gather(team, flats, SEGMENT_BYTES)
+            await ring_all_gather(team, flats, selection.SEGMENT_BYTES)
             for b in buffers:
                 b.write_back()
 
@@ -548,7 +564,8 @@ class AsyncProcessGroup:
         return reduce_op
 
     def _choose(self, collective: str, nbytes: int, algorithm: str | None) -> str:
-        return choose(collective, nbytes, self.size, algorithm or _forced(collective))
+        return selection.choose(collective, nbytes, self.size,
+                                algorithm or _forced(collective))
 
     def _root_list(self, items: Sequence[Any] | None, root: int, name: str,
                    what: str) -> list[Any] | None:

@@ -1,0 +1,431 @@
+"""The blocking API: torch.distributed's functions over one background event loop.
+
+Every function checks its arguments in the caller's thread, then runs the
+group's coroutine (asyncoll.group) on the loop thread and waits for it, or
+returns a Work when ``async_op`` is True. ``src`` and ``dst`` are global
+ranks; ``group_src`` and ``group_dst`` are ranks within ``group``, as in torch.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import warnings
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Union
+
+from asyncoll import aio
+from asyncoll._loop_thread import LoopThread
+from asyncoll._work import Work
+from asyncoll.errors import ConfigurationError
+from asyncoll.group import WORLD, AsyncProcessGroup, WorldGroup
+from asyncoll.types import ReduceOp
+
+#: What ``group=`` accepts: a group, None or ``asyncoll.group.WORLD`` for the world.
+Group = Union[AsyncProcessGroup, WorldGroup, None]
+
+_lock = threading.Lock()
+_loop: LoopThread | None = None
+_world: aio.World | None = None
+
+
+def init_process_group(backend: str | None = None, init_method: str | None = None,
+                       timeout: float | timedelta | None = None, world_size: int = -1,
+                       rank: int = -1, store: Any = None, group_name: str = "",
+                       pg_options: Any = None, device_id: Any = None,
+                       job_id: str | None = None) -> None:
+    """Join the job and make its world the default group (see aio.init_process_group).
+
+    ``store``, ``pg_options`` and ``device_id`` are torch's; asyncoll refuses a
+    store (it has its own coordinator) and ignores the others.
+
+    Raises:
+        ConfigurationError: already initialized, or bad arguments or environment.
+        RendezvousError: the coordinator refused this peer, is unreachable, or the
+            rendezvous timed out (RendezvousTimeoutError).
+    """
+    global _loop, _world
+    if store is not None:
+        raise ConfigurationError("asyncoll does not use a torch Store: pass init_method "
+                                 "(env:// or tcp://host:port) instead")
+    with _lock:
+        if _world is not None:
+            raise ConfigurationError("init_process_group was called twice; call "
+                                     "destroy_process_group() first")
+        if _loop is None:
+            _loop = LoopThread()
+        _world = _loop.run(aio.init_process_group(backend, init_method, timeout, world_size,
+                                                  rank, job_id))
+
+
+def destroy_process_group(group: Group = None) -> None:
+    """Leave the job (group None) and close its connections; a sub-group is just dropped."""
+    global _world
+    if group is not None and group is not WORLD and group is not _world:
+        return
+    with _lock:
+        world, _world = _world, None
+        if world is not None and _loop is not None:
+            _loop.run(world.destroy())
+
+
+def is_available() -> bool:
+    """Always True: asyncoll needs nothing beyond its Python dependencies."""
+    return True
+
+
+def is_initialized() -> bool:
+    """Whether init_process_group has succeeded and not been destroyed."""
+    return _world is not None
+
+
+def get_rank(group: Group = None) -> int:
+    """This process's rank in ``group`` (the world by default); -1 if not a member."""
+    return _group(group).rank
+
+
+def get_world_size(group: Group = None) -> int:
+    """The number of ranks in ``group``; -1 on a process that is not a member, as torch."""
+    resolved = _group(group)
+    return resolved.size if resolved.is_member else -1
+
+
+def get_backend(group: Group = None) -> str:
+    """The backend's name: always "asyncoll"."""
+    _group(group)
+    return "asyncoll"
+
+
+def new_group(ranks: Sequence[int] | None = None, timeout: float | timedelta | None = None,
+              backend: str | None = None, pg_options: Any = None,
+              use_local_synchronization: bool = False, group_desc: str | None = None,
+              device_id: Any = None) -> AsyncProcessGroup:
+    """Create a group of ``ranks``; every rank of the job must call it, in the same order.
+
+    Returns the group on every rank; on a rank outside it, collectives on it warn
+    and do nothing, as torch's do.
+
+    Raises:
+        ConfigurationError: bad ranks.
+        MismatchError: ranks passed different member lists to the same call.
+        RendezvousTimeoutError: a rank did not call it in time.
+    """
+    group: AsyncProcessGroup = _run(_default().new_group(ranks, timeout))
+    return group
+
+
+def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Group = None,
+               async_op: bool = False) -> Work | None:
+    """Reduce ``tensor`` in place across ``group``; every member gets the result.
+
+    Args:
+        tensor: a numpy array or CPU torch tensor of a supported dtype.
+        op: a ReduceOp (default SUM).
+        group: the group (the world by default).
+        async_op: return a Work handle instead of blocking.
+
+    Returns:
+        None, or a Work when ``async_op`` is True. A process outside ``group``
+        gets a warning and None, and its tensor is untouched; so for every
+        collective below.
+
+    Raises:
+        ConfigurationError: bad tensor or dtype/op pair, before anything is sent.
+        CollectiveError: the operation failed (PeerLostError, CollectiveTimeoutError, ...).
+    """
+    return _collective("all_reduce", group, async_op, lambda g: g.all_reduce(tensor, op))
+
+
+def broadcast(tensor: Any, src: int | None = None, group: Group = None, async_op: bool = False,
+              group_src: int | None = None) -> Work | None:
+    """Copy global rank ``src``'s ``tensor`` (or group rank ``group_src``'s) to every member."""
+    return _collective("broadcast", group, async_op, lambda g: g.broadcast(
+        tensor, _root(g, src, group_src, "src")))
+
+
+def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: Group = None,
+           async_op: bool = False, group_dst: int | None = None) -> Work | None:
+    """Reduce ``tensor`` across ``group`` into ``dst``'s tensor; the others' are unchanged."""
+    return _collective("reduce", group, async_op, lambda g: g.reduce(
+        tensor, _root(g, dst, group_dst, "dst"), op))
+
+
+def all_gather(tensor_list: list[Any], tensor: Any, group: Group = None,
+               async_op: bool = False) -> Work | None:
+    """Copy member i's ``tensor`` into ``tensor_list[i]`` on every member (sizes may differ)."""
+    return _collective("all_gather", group, async_op,
+                       lambda g: g.all_gather(tensor_list, tensor))
+
+
+def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Group = None,
+                           async_op: bool = False) -> Work | None:
+    """Gather every member's ``input_tensor`` into ``output_tensor``, in member order."""
+    return _collective("all_gather_into_tensor", group, async_op,
+                       lambda g: g.all_gather_into_tensor(output_tensor, input_tensor))
+
+
+def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM,
+                   group: Group = None, async_op: bool = False) -> Work | None:
+    """Reduce ``input_list[i]`` across ``group`` into member i's ``output``."""
+    return _collective("reduce_scatter", group, async_op,
+                       lambda g: g.reduce_scatter(output, input_list, op))
+
+
+def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM, group: Group = None,
+                          async_op: bool = False) -> Work | None:
+    """Reduce ``input`` across ``group``; member i gets block i of the result in ``output``."""
+    return _collective("reduce_scatter_tensor", group, async_op,
+                       lambda g: g.reduce_scatter_tensor(output, input, op))
+
+
+def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = None,
+           group: Group = None, async_op: bool = False,
+           group_dst: int | None = None) -> Work | None:
+    """Copy every member's ``tensor`` into ``gather_list`` on ``dst`` (None elsewhere)."""
+    return _collective("gather", group, async_op, lambda g: g.gather(
+        tensor, gather_list, _root(g, dst, group_dst, "dst")))
+
+
+def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None = None,
+            group: Group = None, async_op: bool = False,
+            group_src: int | None = None) -> Work | None:
+    """Copy ``scatter_list[i]`` on ``src`` into member i's ``tensor``."""
+    return _collective("scatter", group, async_op, lambda g: g.scatter(
+        tensor, scatter_list, _root(g, src, group_src, "src")))
+
+
+def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
+               group: Group = None, async_op: bool = False) -> Work | None:
+    """Copy member i's ``input_tensor_list[j]`` into member j's ``output_tensor_list[i]``."""
+    return _collective("all_to_all", group, async_op,
+                       lambda g: g.all_to_all(output_tensor_list, input_tensor_list))
+
+
+def all_to_all_single(output: Any, input: Any, output_split_sizes: list[int] | None = None,
+                      input_split_sizes: list[int] | None = None, group: Group = None,
+                      async_op: bool = False) -> Work | None:
+    """Send rows of ``input`` to each member and gather theirs into ``output`` (dim 0 splits)."""
+    return _collective("all_to_all_single", group, async_op, lambda g: g.all_to_all_single(
+        output, input, output_split_sizes, input_split_sizes))
+
+
+def barrier(group: Group = None, async_op: bool = False, device_ids: Any = None) -> Work | None:
+    """Block until every member of ``group`` has called barrier."""
+    return _collective("barrier", group, async_op, lambda g: g.barrier())
+
+
+def monitored_barrier(group: Group = None, timeout: float | timedelta | None = None,
+                      wait_all_ranks: bool = False) -> None:
+    """A barrier whose timeout error names the ranks that did not arrive (every barrier's does)."""
+    _collective("monitored_barrier", group, False, lambda g: g.barrier(timeout))
+
+
+# -- point to point ----------------------------------------------------------------------
+
+
+def send(tensor: Any, dst: int | None = None, group: Group = None, tag: int = 0,
+         group_dst: int | None = None) -> None:
+    """Send ``tensor`` to ``dst``, which receives it with recv and the same tag."""
+    _collective("send", group, False, lambda g: g.send(tensor, _root(g, dst, group_dst, "dst"),
+                                                       tag))
+
+
+def recv(tensor: Any, src: int | None = None, group: Group = None, tag: int = 0,
+         group_src: int | None = None) -> int:
+    """Receive into ``tensor`` what ``src`` sends with ``tag``; return the sender's rank.
+
+    A process outside ``group`` gets a warning and -1, as in torch.
+    """
+    resolved = _group(group)
+    if not resolved.is_member:
+        _warn_not_member("recv", resolved)
+        return -1
+    sender: int = _run(resolved.recv(tensor, _root(resolved, src, group_src, "src", None), tag))
+    return sender
+
+
+def isend(tensor: Any, dst: int | None = None, group: Group = None, tag: int = 0,
+          group_dst: int | None = None) -> Work | None:
+    """Start sending ``tensor`` to ``dst``; return its Work."""
+    return _collective("isend", group, True, lambda g: g.send(
+        tensor, _root(g, dst, group_dst, "dst"), tag))
+
+
+def irecv(tensor: Any, src: int | None = None, group: Group = None, tag: int = 0,
+          group_src: int | None = None) -> Work | None:
+    """Start receiving into ``tensor`` from ``src``; return its Work."""
+    return _collective("irecv", group, True, lambda g: g.recv(
+        tensor, _root(g, src, group_src, "src", None), tag))
+
+
+@dataclass(frozen=True)
+class P2POp:
+    """One send or receive for batch_isend_irecv, as torch's P2POp.
+
+    Args:
+        op: asyncoll.isend or asyncoll.irecv (torch's are accepted by name).
+        tensor: what to send, or where to receive.
+        peer: the other side's global rank.
+        group: the group (the world by default).
+        tag: the message tag.
+    """
+
+    op: Callable[..., Any]
+    tensor: Any
+    peer: int | None = None
+    group: Group = None
+    tag: int = 0
+    group_peer: int | None = None
+
+
+def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
+    """Start every send and receive of the list; return their Works, in the same order.
+
+    Raises:
+        ConfigurationError: an op that is neither isend nor irecv, or bad arguments
+            (checked for every op before any starts).
+    """
+    starts = []
+    for item in p2p_op_list:
+        name = getattr(item.op, "__name__", "")
+        if name not in ("isend", "irecv"):
+            raise ConfigurationError(f"batch_isend_irecv takes P2POp(isend or irecv, ...), got "
+                                     f"op {item.op!r}")
+        resolved = _group(item.group)
+        peer = _root(resolved, item.peer, item.group_peer, "peer", None)
+        make = resolved.send if name == "isend" else resolved.recv
+        starts.append((make(item.tensor, peer, item.tag), f"{name} on {resolved!r}"))
+    return [_submit(coro, what) for coro, what in starts]
+
+
+# -- objects -------------------------------------------------------------------------------
+
+
+def all_gather_object(object_list: list[Any], obj: Any, group: Group = None) -> None:
+    """Set ``object_list[i]`` to member i's ``obj`` on every member (pickled, as torch)."""
+    _collective("all_gather_object", group, False,
+                lambda g: g.all_gather_object(object_list, obj))
+
+
+def broadcast_object_list(object_list: list[Any], src: int | None = None, group: Group = None,
+                          device: Any = None, group_src: int | None = None) -> None:
+    """Replace ``object_list``'s items with ``src``'s on every member (same length everywhere)."""
+    _collective("broadcast_object_list", group, False, lambda g: g.broadcast_object_list(
+        object_list, _root(g, src, group_src, "src")))
+
+
+def gather_object(obj: Any, object_gather_list: list[Any] | None = None,
+                  dst: int | None = None, group: Group = None,
+                  group_dst: int | None = None) -> None:
+    """Set ``object_gather_list[i]`` on ``dst`` to member i's ``obj``."""
+    _collective("gather_object", group, False, lambda g: g.gather_object(
+        obj, object_gather_list, _root(g, dst, group_dst, "dst")))
+
+
+def scatter_object_list(scatter_object_output_list: list[Any],
+                        scatter_object_input_list: list[Any] | None = None,
+                        src: int | None = None, group: Group = None,
+                        group_src: int | None = None) -> None:
+    """Set ``scatter_object_output_list[0]`` on member i to ``src``'s input item i."""
+    _collective("scatter_object_list", group, False, lambda g: g.scatter_object_list(
+        scatter_object_output_list, scatter_object_input_list, _root(g, src, group_src, "src")))
+
+
+# -- group ranks ---------------------------------------------------------------------------
+
+
+def get_process_group_ranks(group: Group) -> list[int]:
+    """The global ranks of ``group``'s members, in group-rank order."""
+    return list(_group(group).ranks)
+
+
+def get_global_rank(group: Group, group_rank: int) -> int:
+    """The global rank of ``group``'s member ``group_rank``."""
+    ranks = _group(group).ranks
+    if isinstance(group_rank, bool) or not isinstance(group_rank, int) or not (
+            0 <= group_rank < len(ranks)):
+        raise ConfigurationError(f"group rank {group_rank!r} is not in the group, whose ranks "
+                                 f"are 0 to {len(ranks) - 1}")
+    return ranks[group_rank]
+
+
+def get_group_rank(group: Group, global_rank: int) -> int:
+    """The rank within ``group`` of global rank ``global_rank``."""
+    ranks = _group(group).ranks
+    if global_rank not in ranks:
+        raise ConfigurationError(f"global rank {global_rank!r} is not a member of the group "
+                                 f"(global ranks {list(ranks)})")
+    return ranks.index(global_rank)
+
+
+def _default() -> aio.World:
+    world = _world
+    if world is None:
+        raise ConfigurationError("asyncoll is not initialized: call init_process_group() "
+                                 "first")
+    return world
+
+
+def _group(group: Group) -> AsyncProcessGroup:
+    world = _default()
+    if group is None or group is WORLD:
+        return world
+    if not isinstance(group, AsyncProcessGroup):
+        raise ConfigurationError(f"group must be a group from asyncoll.new_group() or None, "
+                                 f"got {type(group).__name__}")
+    return group
+
+
+def _root(group: AsyncProcessGroup, rank: int | None, group_rank: int | None,
+          role: str, default: int | None = 0) -> Any:
+    """The global rank of a src/dst given either as a global rank or as a group rank.
+
+    Neither given means ``default``: global rank 0, as torch, or None for recv.
+    """
+    if rank is not None and group_rank is not None:
+        raise ConfigurationError(f"pass {role} or group_{role}, not both ({role}={rank}, "
+                                 f"group_{role}={group_rank})")
+    if group_rank is not None:
+        return get_global_rank(group, group_rank)
+    return default if rank is None else rank
+
+
+def _collective(what: str, group: Group, async_op: bool,
+                make: Callable[[AsyncProcessGroup], Coroutine[Any, Any, Any]]) -> Work | None:
+    """Check and start ``make(group)`` on the loop; wait for it unless ``async_op``."""
+    resolved = _group(group)
+    if not resolved.is_member:
+        _warn_not_member(what, resolved, stacklevel=4)
+        return None
+    coro = make(resolved)
+    if async_op:
+        return _submit(coro, f"{what} on {resolved!r}")
+    _run(coro)
+    return None
+
+
+def _submit(coro: Coroutine[Any, Any, Any], what: str) -> Work:
+    assert _loop is not None  # set by init_process_group
+    return Work(_loop.submit(coro), what)
+
+
+def _run(coro: Any) -> Any:
+    assert _loop is not None  # set by init_process_group
+    return _loop.run(coro)
+
+
+def _warn_not_member(what: str, group: AsyncProcessGroup, stacklevel: int = 3) -> None:
+    warnings.warn(f"Running {what} on global rank {group.global_rank} which does not belong "
+                  f"to the given group {list(group.ranks)}; the call does nothing.",
+                  stacklevel=stacklevel)
+
+
+@atexit.register
+def _destroy_at_exit() -> None:
+    # A program that forgets destroy_process_group still leaves the job
+    # cleanly, so its peers and an embedded coordinator are not left waiting.
+    destroy_process_group()
+    if _loop is not None:
+        _loop.stop()
