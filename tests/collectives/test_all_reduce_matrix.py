@@ -13,54 +13,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from collective_oracle import counts_for, oracle, rank_input, valid_ops
+
 from asyncoll import ReduceOp
-from asyncoll._algorithms.ops import check_op
 from asyncoll._wire.dtypes import SUPPORTED_DTYPES
-from asyncoll.errors import ConfigurationError
 from asyncoll.testing import run_ranks
 
 pytestmark = pytest.mark.timeout(120)
 
 WORLD_SIZES = [1, 2, 3, 4, 7]
-_ORACLE = {
-    ReduceOp.SUM: np.add, ReduceOp.AVG: np.add, ReduceOp.PRODUCT: np.multiply,
-    ReduceOp.MIN: np.minimum, ReduceOp.MAX: np.maximum, ReduceOp.BAND: np.bitwise_and,
-    ReduceOp.BOR: np.bitwise_or, ReduceOp.BXOR: np.bitwise_xor,
-}
-
-
-def valid_ops(dtype: np.dtype) -> list[ReduceOp]:
-    ops = []
-    for op in ReduceOp:
-        try:
-            check_op(op, dtype)
-        except ConfigurationError:
-            continue
-        ops.append(op)
-    return ops
-
-
-def rank_input(dtype: np.dtype, op: ReduceOp, count: int, rank: int) -> np.ndarray:
-    """Small values that keep every reduction exact (products stay tiny)."""
-    rng = np.random.default_rng([rank, count, op.value])
-    if dtype.kind == "b":
-        return rng.integers(0, 2, count).astype(dtype)
-    low, high = (1, 3) if op is ReduceOp.PRODUCT else (0, 9)
-    values = rng.integers(low, high, count)
-    if dtype.kind in "if" and op is not ReduceOp.PRODUCT:
-        values = values - 4
-    if dtype.kind == "c":
-        return (values + 1j * rng.integers(-2, 3, count)).astype(dtype)
-    return values.astype(dtype)
-
-
-def oracle(inputs: list[np.ndarray], op: ReduceOp) -> np.ndarray:
-    result = inputs[0].copy()
-    for other in inputs[1:]:
-        _ORACLE[op](result, other, out=result)
-    if op is ReduceOp.AVG:
-        np.divide(result, len(inputs), out=result, casting="unsafe")
-    return result
 
 
 @pytest.mark.parametrize("dtype", [str(d) for d in SUPPORTED_DTYPES])
@@ -68,7 +29,7 @@ def oracle(inputs: list[np.ndarray], op: ReduceOp) -> np.ndarray:
 async def test_all_reduce_matches_numpy_and_is_identical_on_every_rank(world_size, dtype):
     dtype = np.dtype(dtype)
     cases = [(op, count) for op in valid_ops(dtype)
-             for count in sorted({0, 1, world_size - 1, 1000, 10_007})]
+             for count in counts_for(world_size)]
 
     async def body(world):
         results = []

@@ -1,0 +1,148 @@
+"""Every algorithm, forced, against the numpy oracle: all_reduce, broadcast and reduce.
+
+The matrix is the all_reduce one (every dtype, every op the dtype allows,
+counts 0, 1, world_size - 1, 1000 and 10_007) at world sizes 1 to 7, for each
+algorithm of each collective, with every root for broadcast and reduce. The
+pipelining segment is cut to 1 KiB so the larger counts travel as many
+segments, as large arrays do by default.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from collective_oracle import counts_for, oracle, rank_input, valid_ops
+
+from asyncoll import ReduceOp
+from asyncoll._algorithms import selection
+from asyncoll._wire.dtypes import SUPPORTED_DTYPES
+from asyncoll.errors import ConfigurationError
+from asyncoll.testing import run_ranks
+
+pytestmark = pytest.mark.timeout(120)
+
+WORLD_SIZES = [1, 2, 3, 4, 5, 6, 7]
+DTYPES = [np.dtype(d) for d in SUPPORTED_DTYPES]
+
+
+@pytest.fixture(autouse=True)
+def small_segments(monkeypatch):
+    monkeypatch.setattr(selection, "SEGMENT_BYTES", 1024)
+
+
+def _cases(world_size):
+    return [(dtype, op, count) for dtype in DTYPES for op in valid_ops(dtype)
+            for count in counts_for(world_size)]
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling"])
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+async def test_all_reduce_algorithm_matches_numpy_bitwise_on_every_rank(world_size, algorithm):
+    cases = _cases(world_size)
+
+    async def body(world):
+        results = []
+        for dtype, op, count in cases:
+            x = rank_input(dtype, op, count, world.rank)
+            await world.all_reduce(x, op=op, algorithm=algorithm)
+            results.append(x)
+        return results
+
+    per_rank = await run_ranks(world_size, body)
+    for index, (dtype, op, count) in enumerate(cases):
+        expected = oracle([rank_input(dtype, op, count, r) for r in range(world_size)], op)
+        for rank in range(world_size):
+            got = per_rank[rank][index]
+            np.testing.assert_array_equal(got, expected, err_msg=f"{dtype} {op} n={count}")
+            assert got.tobytes() == per_rank[0][index].tobytes(), "ranks differ bitwise"
+
+
+@pytest.mark.parametrize("algorithm", ["tree", "chain"])
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+async def test_reduce_algorithm_matches_numpy_on_root_and_leaves_others_alone(world_size,
+                                                                              algorithm):
+    cases = [(root, dtype, op, count) for root in range(world_size)
+             for dtype, op, count in _cases(world_size)[root::world_size]]
+
+    async def body(world):
+        results = []
+        for root, dtype, op, count in cases:
+            x = rank_input(dtype, op, count, world.rank)
+            await world.reduce(x, root, op=op, algorithm=algorithm)
+            results.append(x)
+        return results
+
+    per_rank = await run_ranks(world_size, body)
+    for index, (root, dtype, op, count) in enumerate(cases):
+        inputs = [rank_input(dtype, op, count, r) for r in range(world_size)]
+        for rank in range(world_size):
+            expected = oracle(inputs, op) if rank == root else inputs[rank]
+            np.testing.assert_array_equal(per_rank[rank][index], expected,
+                                          err_msg=f"{dtype} {op} n={count} root={root}")
+
+
+@pytest.mark.parametrize("algorithm", ["tree", "chain"])
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+async def test_broadcast_algorithm_copies_the_root_everywhere(world_size, algorithm):
+    cases = [(root, dtype, count) for root in range(world_size) for dtype in DTYPES
+             for count in counts_for(world_size)]
+
+    async def body(world):
+        results = []
+        for root, dtype, count in cases:
+            x = rank_input(dtype, ReduceOp.SUM, count, world.rank)
+            await world.broadcast(x, root, algorithm=algorithm)
+            results.append(x)
+        return results
+
+    per_rank = await run_ranks(world_size, body)
+    for index, (root, dtype, count) in enumerate(cases):
+        expected = rank_input(dtype, ReduceOp.SUM, count, root)
+        for rank in range(world_size):
+            assert per_rank[rank][index].tobytes() == expected.tobytes(), (
+                f"{dtype} n={count} root={root} rank={rank}")
+
+
+def test_forced_algorithm_spec_names_collectives_or_applies_everywhere():
+    assert selection.parse_forced("all_reduce=recursive_doubling, chain") == {
+        "all_reduce": "recursive_doubling", "broadcast": "chain", "reduce": "chain"}
+    assert selection.parse_forced("ring") == {"all_reduce": "ring"}
+    with pytest.raises(ConfigurationError, match="'broadcast' has no algorithm 'ring'"):
+        selection.parse_forced("broadcast=ring")
+    with pytest.raises(ConfigurationError, match="'fastest', which is no algorithm"):
+        selection.parse_forced("fastest")
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("all_reduce=recursive_doubling", "recursive_doubling"), ("ring", "ring")])
+async def test_environment_forces_the_algorithm_a_collective_runs(monkeypatch, spec, expected):
+    ran = []
+    real = selection.choose
+
+    def spy(collective, nbytes, size, forced=None):
+        choice = real(collective, nbytes, size, forced)
+        ran.append((collective, choice))
+        return choice
+
+    monkeypatch.setenv("ASYNCOLL_ALGORITHM", spec)
+    monkeypatch.setattr(selection, "choose", spy)
+
+    async def body(world):
+        x = np.ones(100_000 if expected == "recursive_doubling" else 3, dtype=np.float32)
+        await world.all_reduce(x)
+        return x
+
+    for x in await run_ranks(2, body):
+        np.testing.assert_array_equal(x, 2)
+    assert set(ran) == {("all_reduce", expected)}
+
+
+def test_selector_picks_the_latency_algorithm_for_small_arrays_and_the_ring_for_large():
+    assert selection.choose("all_reduce", 4, 2) == "recursive_doubling"
+    assert selection.choose("all_reduce", 64 << 20, 2) == "ring"
+    assert selection.choose("broadcast", 4, 4) == "tree"
+    assert selection.choose("broadcast", 64 << 20, 4) == "chain"
+    assert selection.choose("reduce", 64 << 20, 4, forced="tree") == "tree"
+    with pytest.raises(ConfigurationError, match="all_reduce has no algorithm 'chain'"):
+        selection.choose("all_reduce", 4, 2, forced="chain")
