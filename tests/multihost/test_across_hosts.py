@@ -26,6 +26,7 @@ from integration.conftest import finish
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "netns-cluster.sh"
 PROBE = HERE.parent / "integration" / "workers" / "probe.py"
+COLLECTIVES = HERE.parent / "integration" / "workers" / "collectives.py"
 NET = "10.78.0"
 ENV = dict(os.environ, NC_PREFIX="acl", NC_BRIDGE="aclbr0", NC_NET=NET)
 COORDINATOR = f"{NET}.1:29500"
@@ -88,6 +89,21 @@ def test_all_reduce_across_three_hosts(hosts):
         assert code == 0, out + err
     lines = sorted(out.strip() for _, out, _ in outcomes)
     assert lines == [f"OK rank={r} world=3 sum=[6, 60]" for r in range(3)]
+
+
+def test_every_collective_blocking_and_async_across_three_hosts(hosts):
+    # Two workers per host: six ranks, and the sub-group of every other rank
+    # spans all three hosts.
+    procs = [on_host(node + 1, sys.executable, "-m", "asyncoll.run", "--nnodes", "3",
+                     "--node-rank", str(node), "--nproc-per-node", "2", "--coordinator",
+                     COORDINATOR, "--job-id", "collectives", str(COLLECTIVES))
+             for node in range(3)]
+    outcomes = [finish(p, timeout=120) for p in procs]
+    for code, out, err in outcomes:
+        assert code == 0, out + err
+    text = "".join(out for _, out, _ in outcomes)
+    checked = dict(re.findall(r"Process (\d+) checked (\d+) results", text))
+    assert sorted(map(int, checked)) == list(range(6)), text
 
 
 def test_sub_group_across_hosts(hosts):

@@ -341,6 +341,8 @@ def main() -> int:
     compared, refused, failures = 0, [], []
     for case in cases():
         runner = RUNNERS[case.collective]
+        if os.environ.get("DIFF_TRACE"):
+            print(f"case {case.name}", file=sys.stderr, flush=True)
         try:
             expected = runner(td, Inputs(case, 0))
             gloo_failed, reason = 0, ""
