@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """asyncoll's adapter for the anchor benchmark harness in ../shared/bench/.
 
-    python benchmarks/anchor_all_reduce.py --world-size 2 --sizes 4,1M,64M
+    python benchmarks/anchor_all_reduce.py --world-size 2 --sizes 4,1M,64M [--op broadcast]
 
-Prints the same table as ../shared/bench/gloo_bench.py (all_reduce only), so
+Prints the same table as ../shared/bench/gloo_bench.py (every --op it has), so
 the two can run one after the other in one shell command and be compared as
 ratios. Self-launching like gloo_bench.py: it starts its ranks with
 asyncoll-run. The harness is found through ASYNCOLL_BENCH_DIR or at
@@ -45,18 +45,26 @@ class AsyncollBackend:
         return out
 
     def prepare(self, op: str, count: int):
-        if op != "all_reduce":
-            raise SystemExit(f"only all_reduce exists in asyncoll so far, not {op}")
         n, rank = self.world_size, self.rank
         buf = np.zeros(count, dtype=np.float32)
-
-        def run() -> None:
-            dist.all_reduce(buf)
+        out = np.zeros(count * n, dtype=np.float32)
+        run = {
+            "all_reduce": lambda: dist.all_reduce(buf),
+            "all_gather": lambda: dist.all_gather_into_tensor(out, buf),
+            "broadcast": lambda: dist.broadcast(buf, src=0),
+            "reduce": lambda: dist.reduce(buf, dst=0),
+        }[op]
+        expected = {
+            "all_reduce": lambda: bool((buf == n * (n + 1) / 2).all()),
+            "all_gather": lambda: bool((out == np.repeat(np.arange(1, n + 1), count)).all()),
+            "broadcast": lambda: bool((buf == 1).all()),
+            "reduce": lambda: rank != 0 or bool((buf == n * (n + 1) / 2).all()),
+        }[op]
 
         def check() -> bool:
             buf.fill(rank + 1)
             run()
-            ok = bool((buf == n * (n + 1) / 2).all())
+            ok = expected()
             buf.fill(0)
             return ok
 
