@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,10 @@ import asyncoll
 RANK = int(os.environ["RANK"])
 WORLD_SIZE = int(os.environ["WORLD_SIZE"])
 TIMEOUT_S = 60
+# torch calls all_gather_into_tensor and reduce_scatter_tensor deprecated; they are tested.
+warnings.filterwarnings("ignore", category=FutureWarning)
+#: Set ASYNCOLL_DIFF_TRACE=1 to log each case and each gloo refusal to stderr.
+TRACE = bool(os.environ.get("ASYNCOLL_DIFF_TRACE"))
 
 DTYPES = {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
@@ -180,9 +185,12 @@ def run_scatter(dist: Any, inp: Inputs) -> Result:
 
 
 def run_all_to_all(dist: Any, inp: Inputs) -> Result:
-    sizes = inp.splits()
-    outs = [inp.blank(sizes[j][RANK]) for j in range(WORLD_SIZE)]
-    dist.all_to_all(outs, [inp.data(sizes[RANK][j], salt=j) for j in range(WORLD_SIZE)])
+    # Equal sizes: gloo's alltoall refuses lists of tensors of different sizes ("invalid
+    # tensor size at index 1"), and only on some ranks, so it cannot be compared.
+    # Uneven splits are compared through all_to_all_single instead.
+    n = inp.case.count
+    outs = [inp.blank(n) for _ in range(WORLD_SIZE)]
+    dist.all_to_all(outs, [inp.data(n, salt=j) for j in range(WORLD_SIZE)])
     return outs
 
 
@@ -281,7 +289,10 @@ def cases() -> list[Case]:
     for collective in REDUCTIONS:
         for dtype in DTYPES:
             for op in OPS:
-                for count in COUNTS:
+                # Sizes 0 and 1 test how the work is split, which the op does not change:
+                # every op on all_reduce, SUM and MAX on the others, to keep it quick.
+                edge = collective == "all_reduce" or op in ("SUM", "MAX")
+                for count in COUNTS if edge else COUNTS[-1:]:
                     add(collective, dtype, count, op)
                 if dtype in ("float32", "float64"):
                     add(collective, dtype, 1001, op, "normal")
@@ -310,8 +321,10 @@ def differences(case: Case, expected: Result, got: Result) -> str | None:
         if have.dtype != want.dtype or have.shape != want.shape:
             return (f"output {index} is {have.dtype} {tuple(have.shape)}, gloo gave "
                     f"{want.dtype} {tuple(want.shape)}")
+        # Sums and products of small integers are exact in any order, even in float16;
+        # an average divides, and normal values round, so those get a tolerance.
         tolerant = (case.collective in REDUCTIONS and case.dtype in FLOATING
-                    and case.op in ("SUM", "AVG", "PRODUCT"))
+                    and (case.op == "AVG" or case.values == "normal"))
         if tolerant and want.numel():
             rtol = RTOL[case.dtype]
             atol = rtol * max(1.0, float(want.abs().max()))
@@ -341,14 +354,19 @@ def main() -> int:
     compared, refused, failures = 0, [], []
     for case in cases():
         runner = RUNNERS[case.collective]
-        if os.environ.get("DIFF_TRACE"):
+        if TRACE:
             print(f"case {case.name}", file=sys.stderr, flush=True)
         try:
             expected = runner(td, Inputs(case, 0))
             gloo_failed, reason = 0, ""
         except Exception as exc:  # noqa: BLE001 - any refusal by gloo skips the case
             gloo_failed, reason = 1, first_line(exc)
+            if TRACE:
+                print(f"gloo raised {reason}", file=sys.stderr, flush=True)
         # A refusal on any rank skips the case on all, so none waits in asyncoll alone.
+        # gloo's refusals here are argument checks every rank makes alike; one made on
+        # some ranks only would leave the others inside the collective until TIMEOUT_S
+        # (as gloo's alltoall does with uneven lists, so run_all_to_all avoids those).
         flag = torch.tensor([gloo_failed], dtype=torch.int32)
         td.all_reduce(flag, op=td.ReduceOp.MAX)
         if int(flag) != 0:
