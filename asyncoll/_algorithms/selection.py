@@ -1,11 +1,41 @@
 """Which algorithm runs a collective, by message size and group size.
 
 The thresholds below come from ``benchmarks/algorithms.py`` on a 2-vCPU
-machine over loopback TCP (median of each algorithm at each size, world
-sizes 2 and 4); see that script's docstring for how to re-measure, and
-update the table and the constants together.
+machine over loopback TCP, 2026-11-30 (median microseconds of one float32
+SUM, max over ranks; the machine is noisy, so read the trend, not the digits):
 
-PLACEHOLDER: measured table goes here.
+    all_reduce     2 ranks: ring / doubling   3 ranks            4 ranks
+       4 KiB          385 /   436            1367 /   749       2176 /   989
+      64 KiB          422 /   468            1334 /   840       2665 /  1371
+     256 KiB          533 /   377            1846 /  1094       3321 /  1843
+     512 KiB          596 /   520            2311 /  1414       3405 /  2575
+       1 MiB          849 /  1126            3512 /  2822       5391 /  5421
+       4 MiB         4009 /  4571           10603 / 10380      16434 / 22744
+       8 MiB         7064 /  9192           19660 / 23210      26655 / 37746
+
+    broadcast      2 ranks: chain / tree      4 ranks
+       1 MiB          724 /   566            1958 /  1835
+       4 MiB         2016 /  2697            6838 /  9217
+      16 MiB         6542 / 11980           22092 / 28124
+      64 MiB        22741 / 57500           73499 / 95684
+    reduce: chain 666 / tree 695 us at 1 MiB and 35 / 87 ms at 64 MiB (2 ranks)
+
+On 2 cores every extra step of the ring costs a context switch, so
+recursive doubling (log2 n steps, whole array each) wins up to about 1 MiB,
+and up to about 4 MiB where n is not a power of two (the fold adds two
+steps). A chain only pipelines once the array spans several segments, and
+wins clearly from 4 MiB. On machines with a core per rank the ring's
+crossover should come earlier: re-measure there (world sizes 8 and 16 were
+not measured), e.g.
+
+    python benchmarks/algorithms.py --world-sizes 2,3,4,8 \
+        --sizes 4K,64K,256K,1M,4M,16M,64M
+    python benchmarks/algorithms.py --collective broadcast --world-sizes 2,4
+
+and update the table and the constants together. The segment size was
+chosen the same way (anchor benchmark at 1, 16 and 64 MiB, 2 ranks, with
+64 KiB, 256 KiB, 1 MiB, 4 MiB and unsegmented): 64 KiB segments cost up to
+1.6x at 64 MiB in per-frame overhead; 4 MiB was the steadiest.
 
 ``ASYNCOLL_ALGORITHM`` forces a choice, for tests and benchmarks: a comma-
 separated list of ``collective=algorithm`` pairs or bare algorithm names
@@ -17,23 +47,21 @@ from __future__ import annotations
 
 from asyncoll.errors import ConfigurationError
 
-#: The algorithms each collective can run, the automatic choice first.
+#: The algorithms each collective can run.
 ALGORITHMS: dict[str, tuple[str, ...]] = {
     "all_reduce": ("ring", "recursive_doubling"),
     "broadcast": ("chain", "tree"),
     "reduce": ("chain", "tree"),
 }
 
-#: all_reduce runs recursive doubling below this many bytes, the ring from it.
-ALL_REDUCE_RING_FROM_BYTES = 64 << 10
-#: ... except with more members, where the ring's 2 (n - 1) latencies cost more.
-ALL_REDUCE_RING_FROM_BYTES_LARGE_GROUP = 256 << 10
-#: Groups of at least this many members use the large-group threshold.
-LARGE_GROUP = 5
+#: all_reduce runs recursive doubling below this many bytes, the ring from it ...
+ALL_REDUCE_RING_FROM_BYTES = 1 << 20
+#: ... or from this many where the group size is not a power of two.
+ALL_REDUCE_RING_FROM_BYTES_UNEVEN = 4 << 20
 #: broadcast and reduce use the binomial tree below this many bytes, the chain from it.
-CHAIN_FROM_BYTES = 256 << 10
+CHAIN_FROM_BYTES = 4 << 20
 #: Pipelining segment of the ring and the chains.
-SEGMENT_BYTES = 256 << 10
+SEGMENT_BYTES = 4 << 20
 
 
 def parse_forced(spec: str) -> dict[str, str]:
@@ -74,8 +102,9 @@ def choose(collective: str, nbytes: int, group_size: int, forced: str | None = N
                                      f"from {', '.join(ALGORITHMS[collective])}")
         return forced
     if collective == "all_reduce":
-        ring_from = (ALL_REDUCE_RING_FROM_BYTES_LARGE_GROUP if group_size >= LARGE_GROUP
-                     else ALL_REDUCE_RING_FROM_BYTES)
+        power_of_two = group_size & (group_size - 1) == 0
+        ring_from = (ALL_REDUCE_RING_FROM_BYTES if power_of_two
+                     else ALL_REDUCE_RING_FROM_BYTES_UNEVEN)
         return "ring" if nbytes >= ring_from else "recursive_doubling"
     return "chain" if nbytes >= CHAIN_FROM_BYTES else "tree"
 
