@@ -17,6 +17,7 @@ import pytest
 from collective_oracle import oracle, rank_input
 
 from asyncoll import ReduceOp
+from asyncoll._algorithms import selection
 from asyncoll.errors import ConfigurationError
 from asyncoll.testing import run_ranks
 
@@ -27,6 +28,12 @@ LAYOUTS = [(1, None), (2, None), (3, None), (4, None), (7, None), (3, [0, 2]),
 IDS = [f"{n}ranks" if m is None else f"{m}of{n}" for n, m in LAYOUTS]
 DTYPES = [np.dtype(d) for d in ("float32", "int64", "uint8", "bool", "complex128", "float16")]
 COUNTS = [0, 1, 5, 1001]
+
+
+@pytest.fixture(autouse=True)
+def small_segments(monkeypatch):
+    # Rings and chains cut 1001-element arrays into many frames, as large ones are.
+    monkeypatch.setattr(selection, "SEGMENT_BYTES", 256)
 
 
 def values(dtype, count, *key):
