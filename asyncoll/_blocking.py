@@ -219,7 +219,7 @@ def barrier(group: Group = None, async_op: bool = False, device_ids: Any = None)
 def monitored_barrier(group: Group = None, timeout: float | timedelta | None = None,
                       wait_all_ranks: bool = False) -> None:
     """A barrier whose timeout error names the ranks that did not arrive (every barrier's does)."""
-    _collective("monitored_barrier", group, False, lambda g: g.barrier(timeout))
+    _collective("monitored_barrier", group, False, lambda g: g.monitored_barrier(timeout))
 
 
 # -- point to point ----------------------------------------------------------------------

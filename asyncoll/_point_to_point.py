@@ -14,7 +14,7 @@ so it breaks the group's point-to-point channel here and on the peer
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import numpy as np
 
@@ -22,6 +22,8 @@ from asyncoll._algorithms.team import as_bytes
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._session import Session
 from asyncoll._tensors import Buffer
+from asyncoll._wire.dtypes import dtype_code
+from asyncoll._wire.frames import Fingerprint, Operation
 from asyncoll.errors import CollectiveError, CollectiveTimeoutError, GroupBrokenError
 
 #: The largest tag a message may carry (the frame's 32-bit step).
@@ -29,13 +31,18 @@ MAX_TAG = (1 << 32) - 1
 _CHANNEL_BIT = 1 << 31
 
 
+def _fingerprint(data: np.ndarray) -> Fingerprint:
+    return Fingerprint(Operation.SEND, dtype_code(data.dtype), elements=data.size)
+
+
 class Messages:
     """The point-to-point channel of one group on this rank."""
 
-    def __init__(self, session: Session, group_id: int) -> None:
+    def __init__(self, session: Session, group_id: int, ranks: Sequence[int]) -> None:
         self._session = session
         self._group_id = group_id
         self._channel = _CHANNEL_BIT | group_id
+        session.mesh.register_group(self._channel, ranks)
         self._sent: dict[tuple[int, int], int] = {}
         self._received: dict[tuple[int, int], int] = {}
 
@@ -44,15 +51,16 @@ class Messages:
         count = self._sent[peer, tag] = self._sent.get((peer, tag), 0) + 1
         frame = (self._channel, count, tag)
         await self._transfer(f"send #{count} to rank {peer} (tag {tag})", peer, limit,
-                             lambda: self._session.mesh.send(peer, frame, as_bytes(data)))
+                             lambda: self._session.mesh.send(peer, frame, as_bytes(data),
+                                                             _fingerprint(data)))
 
     async def recv(self, peer: int, tag: int, buffer: Buffer, limit: float) -> int:
         """Receive the next message from global rank ``peer`` with ``tag``; return ``peer``."""
         count = self._received[peer, tag] = self._received.get((peer, tag), 0) + 1
         frame = (self._channel, count, tag)
         await self._transfer(f"recv #{count} from rank {peer} (tag {tag})", peer, limit,
-                             lambda: self._session.mesh.recv_into(peer, frame,
-                                                                  as_bytes(buffer.flat)))
+                             lambda: self._session.mesh.recv_into(
+                                 peer, frame, as_bytes(buffer.flat), _fingerprint(buffer.flat)))
         buffer.write_back()
         return peer
 

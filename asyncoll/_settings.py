@@ -26,4 +26,4 @@ DEFAULT_PORT = 29500
 #: Job id used when none is given.
 DEFAULT_JOB_ID = "default"
 #: Version of both wire protocols; peers and daemon must agree.
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2

@@ -50,6 +50,9 @@ from asyncoll._objects import dump
 from asyncoll._point_to_point import MAX_TAG, Messages
 from asyncoll._session import Session
 from asyncoll._tensors import as_buffer, as_source
+from asyncoll._wire.dtypes import dtype_code
+from asyncoll._wire.frames import Fingerprint
+from asyncoll._wire.frames import Operation as Kind
 from asyncoll.errors import (
     AsyncollError,
     CollectiveError,
@@ -116,7 +119,8 @@ class AsyncProcessGroup:
         # Reused across operations (they run one at a time): allocating a large
         # buffer per call costs a page fault per 4 KiB touched.
         self._scratch = np.empty(0, dtype=np.uint8)
-        self._messages = Messages(session, group_id)
+        self._messages = Messages(session, group_id, self.ranks)
+        session.mesh.register_group(group_id, self.ranks)
 
     @property
     def rank(self) -> int:
@@ -178,7 +182,8 @@ class AsyncProcessGroup:
                                                     self._scratch_of(flat.dtype, flat.size))
             buffer.write_back()
 
-        return self._run(what, timeout, body)
+        return self._run(what, timeout, body, _fingerprint(
+            Kind.ALL_REDUCE, flat.dtype, reduce_op, count=flat.size))
 
     def reduce(self, tensor: Any, dst: int, op: Any = ReduceOp.SUM,
                timeout: float | timedelta | None = None,
@@ -208,7 +213,8 @@ class AsyncProcessGroup:
             if team.me == root:
                 buffer.write_back()
 
-        return self._run(what, timeout, body)
+        return self._run(what, timeout, body, _fingerprint(
+            Kind.REDUCE, flat.dtype, reduce_op, root, flat.size))
 
     def reduce_scatter(self, output: Any, input_list: Sequence[Any], op: Any = ReduceOp.SUM,
                        timeout: float | timedelta | None = None) -> Operation:
@@ -265,7 +271,8 @@ class AsyncProcessGroup:
             finish(reduce_op, out, team.size)
             buffer.write_back()
 
-        return self._run(what, timeout, body)
+        return self._run(what, timeout, body, _fingerprint(
+            Kind.REDUCE_SCATTER, dtype, reduce_op, count=sum(sizes)))
 
     # -- one to all, all to one ----------------------------------------------------------
 
@@ -290,7 +297,8 @@ class AsyncProcessGroup:
             if team.me != root:
                 buffer.write_back()
 
-        return self._run(what, timeout, body)
+        return self._run(what, timeout, body, _fingerprint(
+            Kind.BROADCAST, buffer.flat.dtype, root=root, count=buffer.flat.size))
 
     def gather(self, tensor: Any, gather_list: Sequence[Any] | None, dst: int,
                timeout: float | timedelta | None = None) -> Operation:
@@ -316,7 +324,8 @@ class AsyncProcessGroup:
             for b in buffers or ():
                 b.write_back()
 
-        return self._run(what, timeout, body)
+        return self._run(what, timeout, body, _fingerprint(Kind.GATHER, mine.dtype,
+                                                           root=root))
 
     def scatter(self, tensor: Any, scatter_list: Sequence[Any] | None, src: int,
                 timeout: float | timedelta | None = None) -> Operation:
@@ -344,7 +353,8 @@ class AsyncProcessGroup:
             await direct_scatter(team, buffer.flat, root, blocks)
             buffer.write_back()
 
-        return self._run(what, timeout, body)
+        return self._run(what, timeout, body, _fingerprint(Kind.SCATTER, buffer.flat.dtype,
+                                                           root=root))
 
     # -- all to all ----------------------------------------------------------------------
 
@@ -395,7 +405,8 @@ class AsyncProcessGroup:
             for b in buffers:
                 b.write_back()
 
-        return self._run(what, timeout, body)
+        return self._run(what, timeout, body, _fingerprint(
+            Kind.ALL_GATHER, mine.dtype, count=sum(f.size for f in flats)))
 
     def all_to_all(self, output_list: Sequence[Any], input_list: Sequence[Any],
                    timeout: float | timedelta | None = None) -> Operation:
@@ -448,22 +459,42 @@ class AsyncProcessGroup:
             for b in buffers:
                 b.write_back()
 
-        return self._run(what, timeout, body)
+        return self._run(what, timeout, body, _fingerprint(Kind.ALL_TO_ALL,
+                                                           outputs[0].dtype))
 
-    async def barrier(self, timeout: float | timedelta | None = None) -> None:
+    def barrier(self, timeout: float | timedelta | None = None) -> Operation:
         """Wait until every member has called barrier, after this rank's earlier operations.
+
+        It runs on the data plane (a recursive-doubling all-reduce of one
+        byte), in line with the group's other operations.
+
+        Raises:
+            ConfigurationError: this process is not a member.
+            CollectiveError: a member failed, or the deadline passed.
+        """
+        self._check_member("barrier")
+        token = np.zeros(1, dtype=np.uint8)
+
+        async def body(team: Team) -> None:
+            await recursive_doubling_all_reduce(team, token, ReduceOp.MAX,
+                                                self._scratch_of(token.dtype, 1))
+
+        return self._run("barrier", timeout, body, _fingerprint(Kind.BARRIER))
+
+    async def monitored_barrier(self, timeout: float | timedelta | None = None) -> None:
+        """A barrier through the coordinator, whose timeout names every rank that is missing.
 
         Raises:
             ConfigurationError: this process is not a member.
             CollectiveError: a member left, or the deadline passed.
         """
-        self._check_member("barrier")
+        self._check_member("monitored_barrier")
         limit = seconds(timeout, self.timeout)
 
         async def body(team: Team) -> None:
             await self._session.barrier(self.group_id, limit)
 
-        await self._in_turn("barrier", limit, body)
+        await self._in_turn("monitored_barrier", limit, body, _fingerprint(Kind.BARRIER))
 
     # -- objects ---------------------------------------------------------------------------
 
@@ -474,7 +505,8 @@ class AsyncProcessGroup:
         self._check_member(what)
         check.tensor_list(object_list, self.size, "object_list", what)
         mine = dump(obj, what)
-        return self._run(what, timeout, lambda team: objects.all_gather(team, object_list, mine))
+        return self._run(what, timeout, lambda team: objects.all_gather(team, object_list, mine),
+                         _fingerprint(Kind.ALL_GATHER_OBJECT))
 
     def broadcast_object_list(self, object_list: list[Any], src: int,
                               timeout: float | timedelta | None = None) -> Operation:
@@ -490,7 +522,9 @@ class AsyncProcessGroup:
                                      f"{type(object_list).__name__}")
         mine = [dump(o, what) for o in object_list] if self.rank == root else None
         return self._run(what, timeout,
-                         lambda team: objects.broadcast(team, object_list, mine, root))
+                         lambda team: objects.broadcast(team, object_list, mine, root),
+                         _fingerprint(Kind.BROADCAST_OBJECT_LIST, root=root,
+                                      count=len(object_list)))
 
     def gather_object(self, obj: Any, object_gather_list: list[Any] | None, dst: int,
                       timeout: float | timedelta | None = None) -> Operation:
@@ -502,7 +536,8 @@ class AsyncProcessGroup:
             check.tensor_list(object_gather_list, self.size, "object_gather_list", what)
         mine = dump(obj, what)
         return self._run(what, timeout,
-                         lambda team: objects.gather(team, mine, object_gather_list, root))
+                         lambda team: objects.gather(team, mine, object_gather_list, root),
+                         _fingerprint(Kind.GATHER_OBJECT, root=root))
 
     def scatter_object_list(self, output_list: list[Any], input_list: list[Any] | None,
                             src: int, timeout: float | timedelta | None = None) -> Operation:
@@ -518,7 +553,8 @@ class AsyncProcessGroup:
             items = check.tensor_list(input_list, self.size, "scatter_object_input_list", what)
             mine = [dump(o, what) for o in items]
         return self._run(what, timeout,
-                         lambda team: objects.scatter(team, output_list, mine, root))
+                         lambda team: objects.scatter(team, output_list, mine, root),
+                         _fingerprint(Kind.SCATTER_OBJECT_LIST, root=root))
 
     # -- point to point ----------------------------------------------------------------------
 
@@ -589,11 +625,11 @@ class AsyncProcessGroup:
                                      "is not a member of")
 
     def _run(self, what: str, timeout: float | timedelta | None,
-             body: Callable[[Team], Awaitable[None]]) -> Operation:
-        return self._in_turn(what, seconds(timeout, self.timeout), body)
+             body: Callable[[Team], Awaitable[None]], fingerprint: Fingerprint) -> Operation:
+        return self._in_turn(what, seconds(timeout, self.timeout), body, fingerprint)
 
-    async def _in_turn(self, what: str, limit: float,
-                       body: Callable[[Team], Awaitable[None]]) -> None:
+    async def _in_turn(self, what: str, limit: float, body: Callable[[Team], Awaitable[None]],
+                       fingerprint: Fingerprint) -> None:
         # The sequence number and the place in line are taken before the first
         # await, so operations run in the order they were called.
         self._seq += 1
@@ -610,13 +646,20 @@ class AsyncProcessGroup:
                 raise GroupBrokenError(f"group {self.group_id} (ranks {list(self.ranks)}) "
                                        f"failed earlier ({first}); destroy it and create a "
                                        "new one") from first
+            team = Team(mesh, self.ranks, self.group_id, seq, fingerprint=fingerprint)
             try:
                 async with timeout_after(limit):
-                    await body(Team(mesh, self.ranks, self.group_id, seq))
+                    check = team.check_neighbour()
+                    await body(team)
+                    if check is not None:
+                        await check
             except TimeoutError:
+                silent = team.waiting_for()
                 raise CollectiveTimeoutError(
                     f"{what} #{seq} on group {self.group_id} (ranks {list(self.ranks)}) did "
-                    f"not complete within {limit:g} s") from None
+                    f"not complete within {limit:g} s; still waiting for "
+                    f"{_ranks_phrase(silent)}") from None
+            mesh.complete(self.group_id, seq)
         except GroupBrokenError:
             raise
         except AsyncollError as exc:
@@ -632,6 +675,18 @@ class AsyncProcessGroup:
             raise
         finally:
             done.set_result(None)
+
+
+def _fingerprint(operation: Kind, dtype: np.dtype | None = None,
+                 op: ReduceOp | None = None, root: int = -1, count: int = 0) -> Fingerprint:
+    return Fingerprint(operation, 0 if dtype is None else dtype_code(dtype),
+                       0 if op is None else op.value + 1, root, count)
+
+
+def _ranks_phrase(ranks: list[int]) -> str:
+    if not ranks:
+        return "no rank's data (the time went in this rank's own work)"
+    return "data from rank" + ("s " if len(ranks) > 1 else " ") + ", ".join(map(str, ranks))
 
 
 def _cut(flat: np.ndarray, rows: list[int], width: int) -> list[np.ndarray]:

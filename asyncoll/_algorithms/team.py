@@ -9,6 +9,13 @@ number by giving each a team shifted past the steps of the one before.
 Sends are started, not awaited: ``send`` returns at once and ``flush``
 waits for every send still in flight, so an algorithm can forward a segment
 and go on receiving the next one while the kernel moves the bytes.
+
+Every frame carries the operation's fingerprint, and receivers check it
+before using the data. ``check_neighbour`` adds one empty frame per member
+to its left neighbour, so that members that receive nothing (a broadcast's
+root, or everyone in an operation on empty arrays) are compared too: if any
+two members disagree, some adjacent pair does, and one of them raises
+MismatchError instead of completing.
 """
 
 from __future__ import annotations
@@ -19,9 +26,13 @@ from collections.abc import Awaitable, Sequence
 import numpy as np
 
 from asyncoll._transport.base import Mesh, Tag
+from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint
 
 #: Steps one algorithm may use; a shifted team starts past them.
 STEPS_PER_PHASE = 1 << 20
+#: The step of the neighbour check's frame, past every phase's.
+CHECK_STEP = (1 << 32) - 1
+_EMPTY = memoryview(bytearray(0))
 
 
 def as_bytes(array: np.ndarray) -> memoryview:
@@ -40,7 +51,7 @@ class Team:
     """The members of one operation, its frame tags, and its sends in flight."""
 
     def __init__(self, mesh: Mesh, ranks: Sequence[int], group_id: int, seq: int,
-                 first_step: int = 0) -> None:
+                 first_step: int = 0, fingerprint: Fingerprint = NO_FINGERPRINT) -> None:
         self.mesh = mesh
         #: Global ranks in group-rank order.
         self.ranks = tuple(ranks)
@@ -50,12 +61,41 @@ class Team:
         self.group_id = group_id
         self.seq = seq
         self.first_step = first_step
+        #: What this operation is, as every frame of it says.
+        self.fingerprint = fingerprint
         self._sends: list[Awaitable[None]] = []
+        #: Receives posted so far, by member index: who has not answered, on a timeout.
+        self.receives: list[tuple[int, Awaitable[None]]] = []
 
     def phase(self, index: int) -> Team:
         """A team for the ``index``-th algorithm of a composite operation."""
-        return Team(self.mesh, self.ranks, self.group_id, self.seq,
-                    self.first_step + index * STEPS_PER_PHASE)
+        team = Team(self.mesh, self.ranks, self.group_id, self.seq,
+                    self.first_step + index * STEPS_PER_PHASE, self.fingerprint)
+        team.receives = self.receives
+        return team
+
+    def check_neighbour(self) -> Awaitable[None] | None:
+        """Send this member's fingerprint left and check the right neighbour's.
+
+        Returns the check to await before the operation may complete (None
+        alone in the group).
+        """
+        if self.size == 1:
+            return None
+        left, right = (self.me - 1) % self.size, (self.me + 1) % self.size
+        check = self.mesh.recv_into(self.ranks[right], self.tag(CHECK_STEP), _EMPTY,
+                                    self.fingerprint)
+        if isinstance(check, asyncio.Future):
+            check.add_done_callback(_retrieve)  # not awaited when the operation fails first
+        self.receives.append((right, check))
+        self._start(self.mesh.send(self.ranks[left], self.tag(CHECK_STEP), _EMPTY,
+                                   self.fingerprint))
+        return check
+
+    def waiting_for(self) -> list[int]:
+        """Global ranks whose frames this operation posted for and did not get."""
+        return sorted({self.ranks[i] for i, r in self.receives
+                       if isinstance(r, asyncio.Future) and (r.cancelled() or not r.done())})
 
     def tag(self, step: int) -> Tag:
         """The frame tag of local step ``step``."""
@@ -63,14 +103,20 @@ class Team:
 
     def send(self, index: int, step: int, array: np.ndarray) -> None:
         """Start sending ``array`` to group member ``index``; flush() waits for it."""
-        sent = self.mesh.send(self.ranks[index], self.tag(step), as_bytes(array))
+        self._start(self.mesh.send(self.ranks[index], self.tag(step), as_bytes(array),
+                                   self.fingerprint))
+
+    def _start(self, sent: Awaitable[None]) -> None:
         if isinstance(sent, asyncio.Future):
             sent.add_done_callback(_retrieve)
         self._sends.append(sent)
 
     def recv(self, index: int, step: int, out: np.ndarray) -> Awaitable[None]:
         """Post a receive of step ``step`` from member ``index`` into ``out``."""
-        return self.mesh.recv_into(self.ranks[index], self.tag(step), as_bytes(out))
+        received = self.mesh.recv_into(self.ranks[index], self.tag(step), as_bytes(out),
+                                       self.fingerprint)
+        self.receives.append((index, received))
+        return received
 
     async def flush(self) -> None:
         """Wait until every send started so far has left its memory."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Protocol
 
+from asyncoll._wire.frames import Fingerprint
+
 #: (group id, sequence number, step): what a frame belongs to.
 Tag = tuple[int, int, int]
 
@@ -25,8 +27,16 @@ class Mesh(Protocol):
     def size(self) -> int:
         """The number of ranks in the job."""
 
-    def send(self, peer: int, tag: Tag, payload: memoryview) -> Awaitable[None]:
-        """Send ``payload`` (bytes) to global rank ``peer``; done when it may be reused."""
+    def send(self, peer: int, tag: Tag, payload: memoryview,
+             fingerprint: Fingerprint = ...) -> Awaitable[None]:
+        """Send ``payload`` (bytes) to global rank ``peer``; done when it may be reused.
 
-    def recv_into(self, peer: int, tag: Tag, out: memoryview) -> Awaitable[None]:
-        """Receive the frame ``tag`` from ``peer`` into ``out``, which it must fill exactly."""
+        ``fingerprint`` says which operation the frame belongs to.
+        """
+
+    def recv_into(self, peer: int, tag: Tag, out: memoryview,
+                  fingerprint: Fingerprint = ...) -> Awaitable[None]:
+        """Receive the frame ``tag`` from ``peer`` into ``out``, which it must fill exactly.
+
+        A frame whose fingerprint differs fails the receive with MismatchError.
+        """

@@ -20,6 +20,8 @@ from asyncoll._transport.base import Tag
 from asyncoll._wire.frames import (
     HEADER_SIZE,
     MAX_CONTROL_PAYLOAD,
+    NO_FINGERPRINT,
+    Fingerprint,
     FrameHeader,
     FrameKind,
     decode_abort,
@@ -65,13 +67,14 @@ class PeerConnection(asyncio.BufferedProtocol):
 
     # -- sending ------------------------------------------------------------------
 
-    def send_frame(self, kind: FrameKind, tag: Tag, payload: memoryview) -> Awaitable[None]:
+    def send_frame(self, kind: FrameKind, tag: Tag, payload: memoryview,
+                   fingerprint: Fingerprint = NO_FINGERPRINT) -> Awaitable[None]:
         """Write one frame; the returned awaitable is done when ``payload`` may be reused."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return self._mesh.failed(self.peer)
         group, seq, step = tag
-        header = pack_header(kind, group, seq, step, payload.nbytes)
+        header = pack_header(kind, group, seq, step, payload.nbytes, fingerprint)
         if payload.nbytes <= _GATHER_LIMIT:
             # One call for both, so a small frame leaves in one segment. (uvloop
             # gathers the buffers with writev; asyncio's own loop may join them,
@@ -191,14 +194,23 @@ class PeerConnection(asyncio.BufferedProtocol):
             if header.nbytes > MAX_CONTROL_PAYLOAD:
                 raise ProtocolError(f"ABORT frame of {header.nbytes} bytes")
             self._keep(header.nbytes)
+        elif header.kind is FrameKind.GOODBYE:
+            if header.nbytes:
+                raise ProtocolError(f"GOODBYE frame of {header.nbytes} bytes")
+        elif header.kind is not FrameKind.DATA:
+            raise ProtocolError(f"unexpected {header.kind.name} frame after the handshake")
         else:
             tag = (header.group, header.seq, header.step)
             posted = self._mesh.take_posted(self.peer, tag)
             if posted is None:
                 self._keep(header.nbytes)
             else:
-                out, receive = posted
-                if out.nbytes == header.nbytes:
+                out, receive, expected = posted
+                if expected != header.fingerprint:
+                    receive.set_exception(self._mesh.desync(self.peer, tag, expected,
+                                                            header.fingerprint))
+                    self._discard()
+                elif out.nbytes == header.nbytes:
                     self._target, self._receive = out, receive
                 else:
                     receive.set_exception(self._mesh.size_mismatch(self.peer, tag,
@@ -223,12 +235,15 @@ class PeerConnection(asyncio.BufferedProtocol):
             assert self._kept is not None and self.peer is not None
             self._mesh.abort_received(self.peer, header.group, header.seq,
                                       *decode_abort(bytes(self._kept)))
+        elif header.kind is FrameKind.GOODBYE:
+            assert self.peer is not None
+            self._mesh.goodbye_received(self.peer)
         elif self._receive is not None:
             if not self._receive.done():
                 self._receive.set_result(None)
         elif self._kept is not None and self.peer is not None:
             self._mesh.keep_unexpected(self.peer, (header.group, header.seq, header.step),
-                                       self._kept)
+                                       self._kept, header.fingerprint)
         self._reset()
 
     def _keep(self, nbytes: int) -> None:

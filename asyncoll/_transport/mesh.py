@@ -20,7 +20,7 @@ from asyncoll._compat import timeout as timeout_after
 from asyncoll._settings import HANDSHAKE_TIMEOUT_S
 from asyncoll._transport.base import Tag
 from asyncoll._transport.connection import PeerConnection
-from asyncoll._wire.frames import FrameKind, encode_abort
+from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint, FrameKind, encode_abort
 from asyncoll.errors import (
     AsyncollError,
     MismatchError,
@@ -38,6 +38,10 @@ def _retrieve(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
+#: A posted receive: where the payload goes, its future, and the fingerprint expected.
+Posted = tuple[memoryview, asyncio.Future[None], Fingerprint]
+
+
 @dataclass(slots=True)
 class _Channel:
     """Everything this process knows about one peer."""
@@ -46,9 +50,11 @@ class _Channel:
     hostname: str = "?"
     connection: PeerConnection | None = None
     dialing: asyncio.Task[None] | None = None
-    posted: dict[Tag, tuple[memoryview, asyncio.Future[None]]] = field(default_factory=dict)
-    unexpected: dict[Tag, bytearray] = field(default_factory=dict)
+    posted: dict[Tag, Posted] = field(default_factory=dict)
+    unexpected: dict[Tag, tuple[bytearray, Fingerprint]] = field(default_factory=dict)
     error: AsyncollError | None = None
+    #: The peer sent GOODBYE: its connection closing is a departure, not a loss.
+    leaving: bool = False
     #: Set once the connection is usable, or once the channel has failed.
     settled: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -68,6 +74,10 @@ class TcpMesh:
         self._server: asyncio.Server | None = None
         self._accepted: set[PeerConnection] = set()
         self._broken_groups: dict[int, AsyncollError] = {}
+        # Members of every group this rank knows, and the last operation each completed.
+        self._groups: dict[int, tuple[int, ...]] = {}
+        self._completed: dict[int, int] = {}
+        self._unexpected_count = 0
         self._closed = False
 
     @property
@@ -125,7 +135,8 @@ class TcpMesh:
 
     # -- the seam ---------------------------------------------------------------
 
-    def send(self, peer: int, tag: Tag, payload: memoryview) -> Awaitable[None]:
+    def send(self, peer: int, tag: Tag, payload: memoryview,
+             fingerprint: Fingerprint = NO_FINGERPRINT) -> Awaitable[None]:
         """Send ``payload`` to ``peer`` as frame ``tag``; done when it may be reused."""
         if self._broken_groups and tag[0] in self._broken_groups:
             return self._failed_future(self._broken_groups[tag[0]])
@@ -134,36 +145,82 @@ class TcpMesh:
             return self.failed(peer)
         connection = channel.connection
         if connection is not None and connection.ready.done():
-            return connection.send_frame(FrameKind.DATA, tag, payload)
-        return self.loop.create_task(self._send_when_ready(peer, tag, payload))
+            return connection.send_frame(FrameKind.DATA, tag, payload, fingerprint)
+        return self.loop.create_task(self._send_when_ready(peer, tag, payload, fingerprint))
 
-    def recv_into(self, peer: int, tag: Tag, out: memoryview) -> Awaitable[None]:
-        """Receive frame ``tag`` from ``peer`` into ``out``."""
+    def recv_into(self, peer: int, tag: Tag, out: memoryview,
+                  fingerprint: Fingerprint = NO_FINGERPRINT) -> Awaitable[None]:
+        """Receive frame ``tag`` from ``peer`` into ``out``; its fingerprint must match."""
         if self._broken_groups and tag[0] in self._broken_groups:
             return self._failed_future(self._broken_groups[tag[0]])
         channel = self._connected_channel(peer)
         kept = channel.unexpected.pop(tag, None)
         if kept is not None:
-            if len(kept) != out.nbytes:
-                return self._failed_future(self.size_mismatch(peer, tag, len(kept),
+            self._unexpected_count -= 1
+            payload, theirs = kept
+            if theirs != fingerprint:
+                return self._failed_future(self.desync(peer, tag, fingerprint, theirs))
+            if len(payload) != out.nbytes:
+                return self._failed_future(self.size_mismatch(peer, tag, len(payload),
                                                                out.nbytes))
-            out[:] = kept
+            out[:] = payload
             return self._done_future()
         if channel.error is not None:
             return self.failed(peer)
         receive: asyncio.Future[None] = self.loop.create_future()
-        channel.posted[tag] = (out, receive)
+        channel.posted[tag] = (out, receive, fingerprint)
         receive.add_done_callback(lambda f: self._forget_posted(peer, tag, f))
         return receive
 
-    # -- failing a whole group ----------------------------------------------------
+    # -- groups: membership, completion, failure ------------------------------------
+
+    def register_group(self, group_id: int, ranks: Sequence[int]) -> None:
+        """Record a group's members, so a lost peer breaks every group it belongs to."""
+        self._groups[group_id] = tuple(ranks)
+
+    def complete(self, group_id: int, seq: int) -> None:
+        """Operation ``seq`` of ``group_id`` finished here.
+
+        A frame kept for it (or for an earlier one) was sent by a rank that ran
+        a different operation: the group is out of step and is broken.
+        """
+        self._completed[group_id] = seq
+        if not self._unexpected_count:
+            return
+        for peer, channel in self._channels.items():
+            for tag, (_, theirs) in list(channel.unexpected.items()):
+                if tag[0] == group_id and tag[1] <= seq:
+                    self._stale(peer, tag, theirs)
+
+    def peer_lost(self, peer: int, error: AsyncollError) -> None:
+        """``peer`` is gone: fail its channel and break every group that contains it."""
+        self._fail_channel(peer, error)
+        for group_id, members in list(self._groups.items()):
+            if peer in members:
+                self._break_group(group_id, error)
+
+    def peer_left(self, peer: int, hostname: str) -> None:
+        """``peer`` left the job (the coordinator says so).
+
+        With a connection to it, its GOODBYE frame says the same after its last
+        data; without one, nothing more can come from it.
+        """
+        channel = self._channel(peer)
+        if channel.connection is None:
+            self._fail_channel(peer, self._left_error(peer, hostname))
+
+    def _left_error(self, peer: int, hostname: str) -> MismatchError:
+        return MismatchError(f"rank {peer} on {hostname} left the job (destroy_process_group) "
+                             "while this rank still expected data from it: the ranks called "
+                             "different numbers of collectives")
+
 
     def group_error(self, group_id: int) -> AsyncollError | None:
         """The failure that broke group ``group_id``, or None while it is intact."""
         return self._broken_groups.get(group_id)
 
     def abort_group(self, group_id: int, seq: int, error: AsyncollError,
-                    members: Sequence[int]) -> None:
+                    members: Sequence[int] | None = None) -> None:
         """Break group ``group_id`` here, and tell its other members to do the same.
 
         Every receive of the group waiting here fails with ``error``, as do all
@@ -173,8 +230,15 @@ class TcpMesh:
         """
         if not self._break_group(group_id, error):
             return
-        payload = memoryview(encode_abort(error_code(type(error)), str(error)))
-        for peer in members:
+        self._send_aborts(group_id, seq, error, members)
+
+    def _send_aborts(self, group_id: int, seq: int, error: AsyncollError,
+                     members: Sequence[int] | None, skip: int = -1) -> None:
+        lost = error.rank if isinstance(error, PeerLostError) else -1
+        payload = memoryview(encode_abort(error_code(type(error)), str(error), lost))
+        for peer in members if members is not None else self._groups.get(group_id, ()):
+            if peer == skip:
+                continue
             channel = self._channels.get(peer)
             connection = channel.connection if channel is not None else None
             if (peer != self._rank and connection is not None and connection.ready.done()
@@ -185,35 +249,46 @@ class TcpMesh:
                 # as an unretrieved exception.
                 asyncio.ensure_future(sent).add_done_callback(_retrieve)
 
-    def abort_received(self, peer: int, group_id: int, seq: int, code: str,
+    def abort_received(self, peer: int, group_id: int, seq: int, code: str, lost: int,
                        message: str) -> None:
-        """Rank ``peer`` gave up on operation ``seq`` of a group: break it here too."""
-        error = error_from_code(code, f"rank {peer} abandoned operation #{seq} of group "
-                                      f"{group_id}: {message}")
+        """Rank ``peer`` gave up on operation ``seq`` of a group: break it here too.
+
+        The ABORT is passed on to the members connected to this rank, so it
+        reaches every member that some operation connected, not just the
+        neighbours of the rank that failed first.
+        """
+        prefix = f"rank {peer} abandoned operation #{seq} of group {group_id}: "
+        error = error_from_code(code, message if message.startswith("rank ") and
+                                "abandoned operation" in message else prefix + message)
         if isinstance(error, PeerLostError):
-            error.rank = peer
-        self._break_group(group_id, error)
+            error.rank = lost if lost >= 0 else peer
+        if self._break_group(group_id, error):
+            self._send_aborts(group_id, seq, error, None, skip=peer)
 
     def _break_group(self, group_id: int, error: AsyncollError) -> bool:
         if group_id in self._broken_groups:
             return False
         self._broken_groups[group_id] = error
         for channel in self._channels.values():
-            for tag, (_, receive) in list(channel.posted.items()):
+            for tag, (_, receive, _) in list(channel.posted.items()):
                 if tag[0] == group_id and not receive.done():
                     receive.set_exception(error)
+            for tag in [t for t in channel.unexpected if t[0] == group_id]:
+                del channel.unexpected[tag]  # never wanted now
+                self._unexpected_count -= 1
         return True
 
     # -- called by connections --------------------------------------------------
 
-    def take_posted(self, peer: int, tag: Tag) -> tuple[memoryview, asyncio.Future[None]] | None:
+    def take_posted(self, peer: int, tag: Tag) -> Posted | None:
         """Remove and return the receive posted for ``tag`` from ``peer``, if any."""
         posted = self._channel(peer).posted.pop(tag, None)
         if posted is not None and posted[1].done():
             return None
         return posted
 
-    def keep_unexpected(self, peer: int, tag: Tag, payload: bytearray) -> None:
+    def keep_unexpected(self, peer: int, tag: Tag, payload: bytearray,
+                        fingerprint: Fingerprint) -> None:
         """Deliver a frame that had no receive posted when its header arrived.
 
         The receive may have been posted while the payload was arriving: then
@@ -221,17 +296,37 @@ class TcpMesh:
         """
         posted = self.take_posted(peer, tag)
         if posted is not None:
-            out, receive = posted
-            if out.nbytes == len(payload):
+            out, receive, expected = posted
+            if expected != fingerprint:
+                receive.set_exception(self.desync(peer, tag, expected, fingerprint))
+            elif out.nbytes == len(payload):
                 out[:] = payload
                 receive.set_result(None)
             else:
                 receive.set_exception(self.size_mismatch(peer, tag, len(payload), out.nbytes))
             return
+        if tag[0] in self._broken_groups:
+            return
         channel = self._channel(peer)
         if tag in channel.unexpected:
             raise ProtocolError(f"rank {peer} sent frame {tag} twice")
-        channel.unexpected[tag] = payload
+        channel.unexpected[tag] = (payload, fingerprint)
+        self._unexpected_count += 1
+        if tag[1] <= self._completed.get(tag[0], 0):
+            self._stale(peer, tag, fingerprint)
+
+    def _stale(self, peer: int, tag: Tag, theirs: Fingerprint) -> None:
+        """Rank ``peer`` sent data for an operation this rank finished without it."""
+        described = ", ".join(f"{k} {v}" for k, v in theirs._named().items())
+        self.abort_group(tag[0], tag[1], MismatchError(
+            f"rank {peer} sent data for operation #{tag[1]} of group {tag[0]} ({described}), "
+            "which this rank completed without expecting it: the ranks called different "
+            "collectives, or passed different roots"))
+
+    def goodbye_received(self, peer: int) -> None:
+        """``peer`` is leaving the job; whatever it still owes this rank will never come."""
+        channel = self._channel(peer)
+        channel.leaving = True
 
     def accept_hello(self, connection: PeerConnection, peer: int, job: bytes) -> int:
         """Validate an incoming handshake and attach the connection to ``peer``."""
@@ -257,12 +352,16 @@ class TcpMesh:
         channel = self._channel(peer)
         if channel.connection is not connection:
             return
-        how = f"broke: {exc}" if exc else "was closed by the peer"
-        error = PeerLostError(f"the connection to rank {peer} on {channel.hostname} {how}; "
-                              "it may have exited or called destroy_process_group", rank=peer)
+        if channel.leaving:
+            self._fail_channel(peer, self._left_error(peer, channel.hostname))
+            return
+        how = f"broke: {exc}" if exc else "was closed without a goodbye"
+        address = "%s:%d" % channel.address if channel.address else "?"
+        error = PeerLostError(f"rank {peer} on host {channel.hostname} ({address}) was lost: "
+                              f"its data connection {how}", rank=peer)
         if exc is not None:
             error.__cause__ = exc
-        self._fail_channel(peer, error)
+        self.peer_lost(peer, error)
 
     def protocol_failed(self, connection: PeerConnection, exc: AsyncollError) -> None:
         """A connection received something malformed: fail its peer's operations."""
@@ -292,8 +391,14 @@ class TcpMesh:
         for channel in self._channels.values():
             if channel.dialing is not None:
                 channel.dialing.cancel()
-            if channel.connection is not None and channel.connection.transport is not None:
-                channel.connection.transport.close()
+            connection = channel.connection
+            if connection is not None and connection.transport is not None:
+                if connection.ready.done() and not connection.transport.is_closing():
+                    # After this rank's last data, so the peer can tell leaving from dying.
+                    asyncio.ensure_future(connection.send_frame(
+                        FrameKind.GOODBYE, (0, 0, 0), memoryview(b""))).add_done_callback(
+                            _retrieve)
+                connection.transport.close()
         for connection in list(self._accepted):
             if connection.transport is not None:
                 connection.transport.close()
@@ -358,13 +463,14 @@ class TcpMesh:
             if connection is not None and connection.transport is not None:
                 connection.transport.abort()
 
-    async def _send_when_ready(self, peer: int, tag: Tag, payload: memoryview) -> None:
+    async def _send_when_ready(self, peer: int, tag: Tag, payload: memoryview,
+                               fingerprint: Fingerprint) -> None:
         channel = self._channel(peer)
         await channel.settled.wait()
         if channel.error is not None:
             raise channel.error
         assert channel.connection is not None  # settled without error: connected
-        await channel.connection.send_frame(FrameKind.DATA, tag, payload)
+        await channel.connection.send_frame(FrameKind.DATA, tag, payload, fingerprint)
 
     def _fail_channel(self, peer: int, error: AsyncollError) -> None:
         channel = self._channel(peer)
@@ -372,7 +478,7 @@ class TcpMesh:
             channel.error = error
         channel.settled.set()
         posted, channel.posted = channel.posted, {}
-        for _, receive in posted.values():
+        for _, receive, _ in posted.values():
             if not receive.done():
                 receive.set_exception(channel.error)
         connection = channel.connection
@@ -386,6 +492,13 @@ class TcpMesh:
             entry = channel.posted.get(tag)
             if entry is not None and entry[1] is receive:
                 del channel.posted[tag]
+
+    def desync(self, peer: int, tag: Tag, mine: Fingerprint,
+               theirs: Fingerprint) -> MismatchError:
+        """The error for a frame of a different operation than the one this rank runs."""
+        return MismatchError(f"operation #{tag[1]} of group {tag[0]}: this rank (rank "
+                             f"{self._rank}) and rank {peer} disagree: "
+                             f"{'; '.join(mine.differences(theirs))}")
 
     @staticmethod
     def size_mismatch(peer: int, tag: Tag, sent: int, expected: int) -> MismatchError:

@@ -11,13 +11,15 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from asyncoll._settings import PROTOCOL_VERSION
 from asyncoll.errors import ProtocolError
 
 MAGIC = b"AC"
-# magic, version, kind, flags, group, step, seq, nbytes: 32 bytes, little endian.
-_HEADER = struct.Struct("<2sBBIIIQQ")
+# magic, version, kind, flags, group, step, seq, nbytes, then the operation's
+# fingerprint (operation, dtype, reduce op, pad, root, count): 48 bytes, little endian.
+_HEADER = struct.Struct("<2sBBIIIQQBBBxiQ")
 HEADER_SIZE = _HEADER.size
 MAX_FRAME_BYTES = 1 << 40
 #: Largest payload of a HELLO or ABORT frame.
@@ -33,19 +35,84 @@ class FrameKind(enum.IntEnum):
     #: Acceptor -> dialer: the connection is accepted; no payload.
     HELLO_ACK = 3
     #: The sender gave up on operation ``seq`` of ``group``; payload is
-    #: ``b"<error code>:<message>"`` (UTF-8). The receiver fails the group.
+    #: ``b"<error code>:<lost rank>:<message>"`` (UTF-8). The receiver fails the group.
     ABORT = 4
+    #: The sender is leaving the job (destroy_process_group); the connection
+    #: closes after it. No payload.
+    GOODBYE = 5
 
 
-def encode_abort(code: str, message: str) -> bytes:
-    """The payload of an ABORT frame."""
-    return f"{code}:{message}".encode()[:MAX_CONTROL_PAYLOAD]
+class Operation(enum.IntEnum):
+    """Which collective a frame belongs to, as its fingerprint says."""
+
+    NONE = 0
+    ALL_REDUCE = 1
+    BROADCAST = 2
+    REDUCE = 3
+    ALL_GATHER = 4
+    REDUCE_SCATTER = 5
+    GATHER = 6
+    SCATTER = 7
+    ALL_TO_ALL = 8
+    BARRIER = 9
+    ALL_GATHER_OBJECT = 10
+    BROADCAST_OBJECT_LIST = 11
+    GATHER_OBJECT = 12
+    SCATTER_OBJECT_LIST = 13
+    SEND = 14
 
 
-def decode_abort(payload: bytes) -> tuple[str, str]:
-    """(error code, message) from an ABORT frame's payload."""
-    code, _, message = payload.decode(errors="replace").partition(":")
-    return code, message
+class Fingerprint(NamedTuple):
+    """What an operation is, carried by every frame of it.
+
+    Ranks whose fingerprints for the same (group, seq) differ called different
+    collectives, or the same one with different arguments: they are out of
+    step, and the receiver raises MismatchError instead of using the data.
+    ``dtype`` is the wire code, ``op`` the ReduceOp value + 1 (0: none),
+    ``root`` the group index of src/dst (-1: none), ``elements`` the elements
+    the operation moves in total (0 where ranks legitimately differ).
+    """
+
+    operation: int
+    dtype: int = 0
+    op: int = 0
+    root: int = -1
+    elements: int = 0
+
+    def differences(self, theirs: Fingerprint) -> list[str]:
+        """The fields that differ, as "name: this rank's vs theirs" phrases."""
+        mine_named, theirs_named = self._named(), theirs._named()
+        return [f"{field} {mine_named[field]} here but {theirs_named[field]} there"
+                for field in mine_named if mine_named[field] != theirs_named[field]]
+
+    def _named(self) -> dict[str, object]:
+        try:
+            operation: object = Operation(self.operation).name.lower()
+        except ValueError:
+            operation = self.operation
+        return {"operation": operation, "dtype code": self.dtype,
+                "reduce op": self.op - 1 if self.op else "none",
+                "root": self.root, "element count": self.elements}
+
+
+#: The fingerprint of frames outside any operation (handshakes, aborts).
+NO_FINGERPRINT = Fingerprint(Operation.NONE)
+
+
+def encode_abort(code: str, message: str, lost: int = -1) -> bytes:
+    """The payload of an ABORT frame; ``lost`` is the rank a PeerLostError names."""
+    return f"{code}:{lost}:{message}".encode()[:MAX_CONTROL_PAYLOAD]
+
+
+def decode_abort(payload: bytes) -> tuple[str, int, str]:
+    """(error code, lost rank, message) from an ABORT frame's payload."""
+    code, _, rest = payload.decode(errors="replace").partition(":")
+    lost, _, message = rest.partition(":")
+    try:
+        rank = int(lost)
+    except ValueError:
+        rank, message = -1, rest
+    return code, rank, message
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,16 +125,19 @@ class FrameHeader:
     step: int
     nbytes: int
     flags: int = 0
+    fingerprint: Fingerprint = NO_FINGERPRINT
 
     def pack(self) -> bytes:
         """Encode the header as HEADER_SIZE bytes."""
         return _HEADER.pack(MAGIC, PROTOCOL_VERSION, self.kind, self.flags,
-                            self.group, self.step, self.seq, self.nbytes)
+                            self.group, self.step, self.seq, self.nbytes, *self.fingerprint)
 
 
-def pack_header(kind: FrameKind, group: int, seq: int, step: int, nbytes: int) -> bytes:
+def pack_header(kind: FrameKind, group: int, seq: int, step: int, nbytes: int,
+                fingerprint: Fingerprint = NO_FINGERPRINT) -> bytes:
     """Encode a header without building a FrameHeader (the send hot path)."""
-    return _HEADER.pack(MAGIC, PROTOCOL_VERSION, kind, 0, group, step, seq, nbytes)
+    return _HEADER.pack(MAGIC, PROTOCOL_VERSION, kind, 0, group, step, seq, nbytes,
+                        *fingerprint)
 
 
 def unpack_header(data: bytes | bytearray | memoryview) -> FrameHeader:
@@ -79,7 +149,8 @@ def unpack_header(data: bytes | bytearray | memoryview) -> FrameHeader:
     """
     if len(data) != HEADER_SIZE:
         raise ProtocolError(f"a frame header is {HEADER_SIZE} bytes, got {len(data)}")
-    magic, version, kind, flags, group, step, seq, nbytes = _HEADER.unpack(data)
+    (magic, version, kind, flags, group, step, seq, nbytes,
+     *fingerprint) = _HEADER.unpack(data)
     if magic != MAGIC:
         raise ProtocolError(f"data frame starts with {bytes(magic)!r}, not {MAGIC!r}: "
                             "the peer is not an asyncoll peer")
@@ -93,4 +164,4 @@ def unpack_header(data: bytes | bytearray | memoryview) -> FrameHeader:
     if nbytes > MAX_FRAME_BYTES:
         raise ProtocolError(f"data frame announces {nbytes} bytes, over the limit of "
                             f"{MAX_FRAME_BYTES}")
-    return FrameHeader(frame_kind, group, seq, step, nbytes, flags)
+    return FrameHeader(frame_kind, group, seq, step, nbytes, flags, Fingerprint(*fingerprint))

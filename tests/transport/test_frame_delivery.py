@@ -14,7 +14,7 @@ import pytest
 
 from asyncoll._transport.connection import PeerConnection
 from asyncoll._transport.mesh import TcpMesh
-from asyncoll._wire.frames import HEADER_SIZE, FrameKind, pack_header
+from asyncoll._wire.frames import HEADER_SIZE, NO_FINGERPRINT, FrameKind, pack_header
 from asyncoll.errors import MismatchError, ProtocolError
 
 pytestmark = pytest.mark.timeout(30)
@@ -110,8 +110,8 @@ async def test_frame_of_another_size_fails_its_receive_with_mismatch(setup):
 async def test_same_frame_twice_is_a_protocol_error(setup):
     mesh, connection = setup
     with pytest.raises(ProtocolError, match="twice"):
-        mesh.keep_unexpected(0, TAG, bytearray(4))
-        mesh.keep_unexpected(0, TAG, bytearray(4))
+        mesh.keep_unexpected(0, TAG, bytearray(4), NO_FINGERPRINT)
+        mesh.keep_unexpected(0, TAG, bytearray(4), NO_FINGERPRINT)
 
 
 @pytest.mark.parametrize("posted_first", [True, False])

@@ -9,7 +9,7 @@ import pytest
 
 import asyncoll._transport.mesh as mesh_module
 from asyncoll._transport.mesh import TcpMesh
-from asyncoll._wire.frames import FrameKind, pack_header
+from asyncoll._wire.frames import HEADER_SIZE, FrameKind, pack_header
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -32,7 +32,7 @@ async def test_connection_that_sends_no_handshake_is_dropped(monkeypatch):
 
 
 @pytest.mark.parametrize("garbage", [
-    b"\x00" * 32,
+    b"\x00" * HEADER_SIZE,
     pack_header(FrameKind.DATA, 0, 1, 0, 4) + b"data",   # data before the handshake
     pack_header(FrameKind.HELLO, 0, 0, 0, 1 << 20),       # oversized handshake
     pack_header(FrameKind.HELLO, 0, 0, 0, 5) + b"other",  # another job's peer

@@ -11,8 +11,12 @@ from asyncoll._wire.frames import (
     HEADER_SIZE,
     MAGIC,
     MAX_FRAME_BYTES,
+    Fingerprint,
     FrameHeader,
     FrameKind,
+    Operation,
+    decode_abort,
+    encode_abort,
     pack_header,
     unpack_header,
 )
@@ -37,21 +41,27 @@ def _header_bytes(**changes: int) -> bytearray:
     return data
 
 
-def test_header_is_32_bytes_and_starts_with_magic() -> None:
+def test_header_is_48_bytes_and_starts_with_magic() -> None:
     data = pack_header(FrameKind.DATA, group=0, seq=0, step=0, nbytes=0)
 
-    assert HEADER_SIZE == 32
+    assert HEADER_SIZE == 48
     assert len(data) == HEADER_SIZE
     assert data[:2] == MAGIC
     assert data[VERSION_OFFSET] == PROTOCOL_VERSION
 
 
+FINGERPRINTS = st.builds(Fingerprint, st.sampled_from(list(Operation)),
+                         st.integers(0, 255), st.integers(0, 255),
+                         st.integers(-1, 2**31 - 1), U64)
+
+
 @given(kind=KINDS, group=U32, seq=U64, step=U32, nbytes=NBYTES,
-       flags=st.integers(min_value=0, max_value=255))
+       flags=st.integers(min_value=0, max_value=255), fingerprint=FINGERPRINTS)
 def test_frame_header_round_trips_over_every_field_range(kind: FrameKind, group: int, seq: int,
-                                                          step: int, nbytes: int,
-                                                          flags: int) -> None:
-    header = FrameHeader(kind, group=group, seq=seq, step=step, nbytes=nbytes, flags=flags)
+                                                          step: int, nbytes: int, flags: int,
+                                                          fingerprint: Fingerprint) -> None:
+    header = FrameHeader(kind, group=group, seq=seq, step=step, nbytes=nbytes, flags=flags,
+                         fingerprint=fingerprint)
 
     data = header.pack()
 
@@ -143,3 +153,19 @@ def test_unpack_header_refuses_a_buffer_of_the_wrong_length_with_protocol_error(
 
     with pytest.raises(ProtocolError):
         unpack_header(data)
+
+
+def test_fingerprint_differences_name_each_differing_field() -> None:
+    mine = Fingerprint(Operation.ALL_REDUCE, 5, 1, -1, 10)
+    theirs = Fingerprint(Operation.BROADCAST, 5, 0, 2, 12)
+
+    assert mine.differences(theirs) == [
+        "operation all_reduce here but broadcast there", "reduce op 0 here but none there",
+        "root -1 here but 2 there", "element count 10 here but 12 there"]
+    assert mine.differences(mine) == []
+
+
+def test_abort_payload_carries_code_lost_rank_and_message() -> None:
+    assert decode_abort(encode_abort("peer_lost", "rank 3: gone", 3)) == (
+        "peer_lost", 3, "rank 3: gone")
+    assert decode_abort(b"odd") == ("odd", -1, "")
