@@ -183,7 +183,8 @@ class AsyncProcessGroup:
             buffer.write_back()
 
         return self._run(what, timeout, body, _fingerprint(
-            Kind.ALL_REDUCE, flat.dtype, reduce_op, count=flat.size))
+            Kind.ALL_REDUCE, flat.dtype, reduce_op, count=flat.size,
+            algorithm=_algorithm_code(what, name)))
 
     def reduce(self, tensor: Any, dst: int, op: Any = ReduceOp.SUM,
                timeout: float | timedelta | None = None,
@@ -214,7 +215,7 @@ class AsyncProcessGroup:
                 buffer.write_back()
 
         return self._run(what, timeout, body, _fingerprint(
-            Kind.REDUCE, flat.dtype, reduce_op, root, flat.size))
+            Kind.REDUCE, flat.dtype, reduce_op, root, flat.size, _algorithm_code(what, name)))
 
     def reduce_scatter(self, output: Any, input_list: Sequence[Any], op: Any = ReduceOp.SUM,
                        timeout: float | timedelta | None = None) -> Operation:
@@ -298,7 +299,8 @@ class AsyncProcessGroup:
                 buffer.write_back()
 
         return self._run(what, timeout, body, _fingerprint(
-            Kind.BROADCAST, buffer.flat.dtype, root=root, count=buffer.flat.size))
+            Kind.BROADCAST, buffer.flat.dtype, root=root, count=buffer.flat.size,
+            algorithm=_algorithm_code(what, name)))
 
     def gather(self, tensor: Any, gather_list: Sequence[Any] | None, dst: int,
                timeout: float | timedelta | None = None) -> Operation:
@@ -649,10 +651,9 @@ class AsyncProcessGroup:
             team = Team(mesh, self.ranks, self.group_id, seq, fingerprint=fingerprint)
             try:
                 async with timeout_after(limit):
-                    check = team.check_neighbour()
+                    mesh.begin(self.group_id, seq, fingerprint)
                     await body(team)
-                    if check is not None:
-                        await check
+                    await team.check_neighbours()
             except TimeoutError:
                 silent = team.waiting_for()
                 raise CollectiveTimeoutError(
@@ -678,9 +679,15 @@ class AsyncProcessGroup:
 
 
 def _fingerprint(operation: Kind, dtype: np.dtype | None = None,
-                 op: ReduceOp | None = None, root: int = -1, count: int = 0) -> Fingerprint:
+                 op: ReduceOp | None = None, root: int = -1, count: int = 0,
+                 algorithm: int = 0) -> Fingerprint:
     return Fingerprint(operation, 0 if dtype is None else dtype_code(dtype),
-                       0 if op is None else op.value + 1, root, count)
+                       0 if op is None else op.value + 1, algorithm, root, count)
+
+
+def _algorithm_code(collective: str, name: str) -> int:
+    """The algorithm's number in the fingerprint: ranks must agree on it too."""
+    return selection.ALGORITHMS[collective].index(name) + 1
 
 
 def _ranks_phrase(ranks: list[int]) -> str:

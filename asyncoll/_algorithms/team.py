@@ -11,11 +11,12 @@ waits for every send still in flight, so an algorithm can forward a segment
 and go on receiving the next one while the kernel moves the bytes.
 
 Every frame carries the operation's fingerprint, and receivers check it
-before using the data. ``check_neighbour`` adds one empty frame per member
-to its left neighbour, so that members that receive nothing (a broadcast's
-root, or everyone in an operation on empty arrays) are compared too: if any
-two members disagree, some adjacent pair does, and one of them raises
-MismatchError instead of completing.
+before using the data (the mesh also checks frames nobody waits for).
+``check_neighbours`` then makes sure every member heard from its right
+neighbour and was heard by its left one in this operation, adding an empty
+frame where the algorithm sent none: a member that receives nothing (a
+broadcast's root, or everyone in an operation on empty arrays) is compared
+too, and if any two members disagree, some adjacent pair does.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class Team:
         #: What this operation is, as every frame of it says.
         self.fingerprint = fingerprint
         self._sends: list[Awaitable[None]] = []
+        self._sent_to: set[int] = set()
         #: Receives posted so far, by member index: who has not answered, on a timeout.
         self.receives: list[tuple[int, Awaitable[None]]] = []
 
@@ -71,26 +73,28 @@ class Team:
         """A team for the ``index``-th algorithm of a composite operation."""
         team = Team(self.mesh, self.ranks, self.group_id, self.seq,
                     self.first_step + index * STEPS_PER_PHASE, self.fingerprint)
-        team.receives = self.receives
+        team.receives, team._sent_to = self.receives, self._sent_to
         return team
 
-    def check_neighbour(self) -> Awaitable[None] | None:
-        """Send this member's fingerprint left and check the right neighbour's.
+    async def check_neighbours(self) -> None:
+        """After the algorithm: exchange empty frames where it sent none to a neighbour.
 
-        Returns the check to await before the operation may complete (None
-        alone in the group).
+        A member that sent nothing to its left neighbour sends it an empty
+        frame, and one that received nothing from its right neighbour waits
+        for one, so each adjacent pair compared fingerprints at least once.
         """
         if self.size == 1:
-            return None
+            return
         left, right = (self.me - 1) % self.size, (self.me + 1) % self.size
-        check = self.mesh.recv_into(self.ranks[right], self.tag(CHECK_STEP), _EMPTY,
-                                    self.fingerprint)
-        if isinstance(check, asyncio.Future):
-            check.add_done_callback(_retrieve)  # not awaited when the operation fails first
-        self.receives.append((right, check))
-        self._start(self.mesh.send(self.ranks[left], self.tag(CHECK_STEP), _EMPTY,
-                                   self.fingerprint))
-        return check
+        if left not in self._sent_to:
+            self._start(self.mesh.send(self.ranks[left], self.tag(CHECK_STEP), _EMPTY,
+                                       self.fingerprint))
+        if all(index != right for index, _ in self.receives):
+            check = self.mesh.recv_into(self.ranks[right], self.tag(CHECK_STEP), _EMPTY,
+                                        self.fingerprint)
+            self.receives.append((right, check))
+            await check
+        await self.flush()
 
     def waiting_for(self) -> list[int]:
         """Global ranks whose frames this operation posted for and did not get."""
@@ -103,6 +107,7 @@ class Team:
 
     def send(self, index: int, step: int, array: np.ndarray) -> None:
         """Start sending ``array`` to group member ``index``; flush() waits for it."""
+        self._sent_to.add(index)
         self._start(self.mesh.send(self.ranks[index], self.tag(step), as_bytes(array),
                                    self.fingerprint))
 

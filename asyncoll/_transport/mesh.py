@@ -76,6 +76,7 @@ class TcpMesh:
         self._broken_groups: dict[int, AsyncollError] = {}
         # Members of every group this rank knows, and the last operation each completed.
         self._groups: dict[int, tuple[int, ...]] = {}
+        self._running: dict[int, tuple[int, Fingerprint]] = {}
         self._completed: dict[int, int] = {}
         self._unexpected_count = 0
         self._closed = False
@@ -178,6 +179,17 @@ class TcpMesh:
         """Record a group's members, so a lost peer breaks every group it belongs to."""
         self._groups[group_id] = tuple(ranks)
 
+    def begin(self, group_id: int, seq: int, fingerprint: Fingerprint) -> None:
+        """Operation ``seq`` of ``group_id`` starts here: frames for it must match it."""
+        self._running[group_id] = (seq, fingerprint)
+        if not self._unexpected_count:
+            return
+        for peer, channel in self._channels.items():
+            for tag, (_, theirs) in list(channel.unexpected.items()):
+                if tag[0] == group_id and tag[1] == seq and theirs != fingerprint:
+                    self.abort_group(group_id, seq, self.desync(peer, tag, fingerprint, theirs))
+                    return
+
     def complete(self, group_id: int, seq: int) -> None:
         """Operation ``seq`` of ``group_id`` finished here.
 
@@ -185,6 +197,7 @@ class TcpMesh:
         a different operation: the group is out of step and is broken.
         """
         self._completed[group_id] = seq
+        self._running.pop(group_id, None)
         if not self._unexpected_count:
             return
         for peer, channel in self._channels.items():
@@ -312,7 +325,10 @@ class TcpMesh:
             raise ProtocolError(f"rank {peer} sent frame {tag} twice")
         channel.unexpected[tag] = (payload, fingerprint)
         self._unexpected_count += 1
-        if tag[1] <= self._completed.get(tag[0], 0):
+        running = self._running.get(tag[0])
+        if running is not None and running[0] == tag[1] and running[1] != fingerprint:
+            self.abort_group(tag[0], tag[1], self.desync(peer, tag, running[1], fingerprint))
+        elif tag[1] <= self._completed.get(tag[0], 0):
             self._stale(peer, tag, fingerprint)
 
     def _stale(self, peer: int, tag: Tag, theirs: Fingerprint) -> None:

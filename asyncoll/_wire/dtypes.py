@@ -34,6 +34,8 @@ def dtype_code(dtype: np.dtype) -> int:
     Raises:
         ConfigurationError: the dtype is not one asyncoll moves.
     """
+    if dtype in _DTYPE_TO_CODE:  # the common case: a native dtype object, no conversion
+        return _DTYPE_TO_CODE[dtype]
     code = _DTYPE_TO_CODE.get(np.dtype(dtype).newbyteorder("="))
     if code is None or not np.dtype(dtype).isnative:
         names = ", ".join(str(d) for d in SUPPORTED_DTYPES)

@@ -18,8 +18,9 @@ from asyncoll.errors import ProtocolError
 
 MAGIC = b"AC"
 # magic, version, kind, flags, group, step, seq, nbytes, then the operation's
-# fingerprint (operation, dtype, reduce op, pad, root, count): 48 bytes, little endian.
-_HEADER = struct.Struct("<2sBBIIIQQBBBxiQ")
+# fingerprint (operation, dtype, reduce op, algorithm, root, elements): 48 bytes,
+# little endian.
+_HEADER = struct.Struct("<2sBBIIIQQBBBBiQ")
 HEADER_SIZE = _HEADER.size
 MAX_FRAME_BYTES = 1 << 40
 #: Largest payload of a HELLO or ABORT frame.
@@ -69,6 +70,7 @@ class Fingerprint(NamedTuple):
     collectives, or the same one with different arguments: they are out of
     step, and the receiver raises MismatchError instead of using the data.
     ``dtype`` is the wire code, ``op`` the ReduceOp value + 1 (0: none),
+    ``algorithm`` the index + 1 of the algorithm chosen (0: the only one),
     ``root`` the group index of src/dst (-1: none), ``elements`` the elements
     the operation moves in total (0 where ranks legitimately differ).
     """
@@ -76,6 +78,7 @@ class Fingerprint(NamedTuple):
     operation: int
     dtype: int = 0
     op: int = 0
+    algorithm: int = 0
     root: int = -1
     elements: int = 0
 
@@ -92,6 +95,7 @@ class Fingerprint(NamedTuple):
             operation = self.operation
         return {"operation": operation, "dtype code": self.dtype,
                 "reduce op": self.op - 1 if self.op else "none",
+                "algorithm": self.algorithm,
                 "root": self.root, "element count": self.elements}
 
 

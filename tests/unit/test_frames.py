@@ -51,7 +51,7 @@ def test_header_is_48_bytes_and_starts_with_magic() -> None:
 
 
 FINGERPRINTS = st.builds(Fingerprint, st.sampled_from(list(Operation)),
-                         st.integers(0, 255), st.integers(0, 255),
+                         st.integers(0, 255), st.integers(0, 255), st.integers(0, 255),
                          st.integers(-1, 2**31 - 1), U64)
 
 
@@ -156,8 +156,8 @@ def test_unpack_header_refuses_a_buffer_of_the_wrong_length_with_protocol_error(
 
 
 def test_fingerprint_differences_name_each_differing_field() -> None:
-    mine = Fingerprint(Operation.ALL_REDUCE, 5, 1, -1, 10)
-    theirs = Fingerprint(Operation.BROADCAST, 5, 0, 2, 12)
+    mine = Fingerprint(Operation.ALL_REDUCE, 5, 1, 1, -1, 10)
+    theirs = Fingerprint(Operation.BROADCAST, 5, 0, 1, 2, 12)
 
     assert mine.differences(theirs) == [
         "operation all_reduce here but broadcast there", "reduce op 0 here but none there",
