@@ -333,7 +333,7 @@ class TcpMesh:
 
     def _stale(self, peer: int, tag: Tag, theirs: Fingerprint) -> None:
         """Rank ``peer`` sent data for an operation this rank finished without it."""
-        described = ", ".join(f"{k} {v}" for k, v in theirs._named().items())
+        described = ", ".join(f"{k} {v}" for k, v in theirs.fields().items())
         self.abort_group(tag[0], tag[1], MismatchError(
             f"rank {peer} sent data for operation #{tag[1]} of group {tag[0]} ({described}), "
             "which this rank completed without expecting it: the ranks called different "
@@ -512,9 +512,11 @@ class TcpMesh:
     def desync(self, peer: int, tag: Tag, mine: Fingerprint,
                theirs: Fingerprint) -> MismatchError:
         """The error for a frame of a different operation than the one this rank runs."""
-        return MismatchError(f"operation #{tag[1]} of group {tag[0]}: this rank (rank "
-                             f"{self._rank}) and rank {peer} disagree: "
-                             f"{'; '.join(mine.differences(theirs))}")
+        return MismatchError(f"ranks {self._rank} and {peer} called operation #{tag[1]} of "
+                             f"group {tag[0]} differently ("
+                             f"{'; '.join(mine.differences(theirs, self._rank, peer))}): every "
+                             "rank must call the same collectives in the same order, with the "
+                             "same arguments")
 
     @staticmethod
     def size_mismatch(peer: int, tag: Tag, sent: int, expected: int) -> MismatchError:

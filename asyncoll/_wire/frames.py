@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from asyncoll._settings import PROTOCOL_VERSION
-from asyncoll.errors import ProtocolError
+from asyncoll._wire.dtypes import dtype_from_code
+from asyncoll.errors import ConfigurationError, ProtocolError
+from asyncoll.types import ReduceOp
 
 MAGIC = b"AC"
 # magic, version, kind, flags, group, step, seq, nbytes, then the operation's
@@ -82,21 +84,29 @@ class Fingerprint(NamedTuple):
     root: int = -1
     elements: int = 0
 
-    def differences(self, theirs: Fingerprint) -> list[str]:
-        """The fields that differ, as "name: this rank's vs theirs" phrases."""
-        mine_named, theirs_named = self._named(), theirs._named()
-        return [f"{field} {mine_named[field]} here but {theirs_named[field]} there"
-                for field in mine_named if mine_named[field] != theirs_named[field]]
+    def differences(self, theirs: Fingerprint, me: int, them: int) -> list[str]:
+        """The fields that differ, as "field: value on rank me, value on rank them"."""
+        mine_named, theirs_named = self.fields(), theirs.fields()
+        return [f"{field}: {mine_named[field]} on rank {me}, {theirs_named[field]} on rank "
+                f"{them}" for field in mine_named if mine_named[field] != theirs_named[field]]
 
-    def _named(self) -> dict[str, object]:
+    def fields(self) -> dict[str, object]:
+        """Each field by name, readable."""
         try:
             operation: object = Operation(self.operation).name.lower()
         except ValueError:
             operation = self.operation
-        return {"operation": operation, "dtype code": self.dtype,
-                "reduce op": self.op - 1 if self.op else "none",
-                "algorithm": self.algorithm,
-                "root": self.root, "element count": self.elements}
+        try:
+            dtype: object = dtype_from_code(self.dtype) if self.dtype else "none"
+        except ConfigurationError:
+            dtype = self.dtype
+        try:
+            op: object = ReduceOp(self.op - 1).name if self.op else "none"
+        except ValueError:
+            op = self.op
+        return {"operation": operation, "dtype": dtype, "reduce op": op,
+                "algorithm": self.algorithm, "root": self.root,
+                "element count": self.elements}
 
 
 #: The fingerprint of frames outside any operation (handshakes, aborts).

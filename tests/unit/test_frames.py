@@ -159,10 +159,11 @@ def test_fingerprint_differences_name_each_differing_field() -> None:
     mine = Fingerprint(Operation.ALL_REDUCE, 5, 1, 1, -1, 10)
     theirs = Fingerprint(Operation.BROADCAST, 5, 0, 1, 2, 12)
 
-    assert mine.differences(theirs) == [
-        "operation all_reduce here but broadcast there", "reduce op 0 here but none there",
-        "root -1 here but 2 there", "element count 10 here but 12 there"]
-    assert mine.differences(mine) == []
+    assert mine.differences(theirs, 0, 3) == [
+        "operation: all_reduce on rank 0, broadcast on rank 3",
+        "reduce op: SUM on rank 0, none on rank 3", "root: -1 on rank 0, 2 on rank 3",
+        "element count: 10 on rank 0, 12 on rank 3"]
+    assert mine.differences(mine, 0, 1) == []
 
 
 def test_abort_payload_carries_code_lost_rank_and_message() -> None:
