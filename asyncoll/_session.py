@@ -18,6 +18,7 @@ from asyncoll._settings import (
     EMBEDDED_DRAIN_TIMEOUT_S,
     HANDSHAKE_TIMEOUT_S,
     HEARTBEAT_INTERVAL_S,
+    HEARTBEAT_TIMEOUT_S,
     LEAVE_TIMEOUT_S,
     PROTOCOL_VERSION,
     WAITING_REPORT_INTERVAL_S,
@@ -29,13 +30,21 @@ from asyncoll._wire.messages import (
     Heartbeat,
     Join,
     Leave,
+    MemberGone,
+    Message,
     NewGroup,
     Status,
     StatusReply,
     Welcome,
 )
 from asyncoll.coordinator.server import Coordinator
-from asyncoll.errors import AsyncollError, ConfigurationError, ProtocolError, RendezvousError
+from asyncoll.errors import (
+    AsyncollError,
+    ConfigurationError,
+    PeerLostError,
+    ProtocolError,
+    RendezvousError,
+)
 
 log = logging.getLogger("asyncoll")
 
@@ -73,7 +82,10 @@ class Session:
         self._closed = False
         #: Operations started on this rank, in every group (reported in heartbeats).
         self.ops = 0
+        self._heartbeat_interval = min(HEARTBEAT_INTERVAL_S, heartbeat_timeout() / 4)
         self._heartbeat = asyncio.ensure_future(self._beat())
+        client.on_notice = self._notice
+        client.on_lost = self._coordinator_lost
 
     @classmethod
     async def join(cls, where: Rendezvous) -> Session:
@@ -93,7 +105,8 @@ class Session:
             port = await _listen(mesh, plan)
             join = Join(job=where.job, rank=where.rank, world_size=where.world_size,
                         host=plan.advertise, port=port, hostname=socket.gethostname(),
-                        pid=os.getpid(), version=PROTOCOL_VERSION, timeout=where.timeout)
+                        pid=os.getpid(), version=PROTOCOL_VERSION, timeout=where.timeout,
+                        heartbeat_timeout=heartbeat_timeout())
             reporter = asyncio.ensure_future(_report_while_waiting(client, where.job))
             try:
                 welcome = await client.request(join, where.timeout + _GRACE_S,
@@ -129,7 +142,26 @@ class Session:
         """Tell the coordinator, every few seconds, that this rank is alive and how busy."""
         while True:
             self.client.notify(Heartbeat(ops=self.ops))
-            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+            await asyncio.sleep(self._heartbeat_interval)
+
+    def _notice(self, message: Message) -> None:
+        """The coordinator says a member is gone: fail what depended on it."""
+        if not isinstance(message, MemberGone) or message.rank == self.rank:
+            return
+        if message.how == "left":
+            self.mesh.peer_left(message.rank, message.hostname)
+            return
+        log.warning("rank %d on %s was lost: %s", message.rank, message.hostname,
+                    message.reason)
+        self.mesh.peer_lost(message.rank, PeerLostError(
+            f"rank {message.rank} on host {message.hostname} ({message.host}) was lost: "
+            f"{message.reason} (the coordinator's notice)", rank=message.rank))
+
+    def _coordinator_lost(self, error: AsyncollError) -> None:
+        if not self._closed:
+            log.warning("%s; collectives go on over the data plane, but new_group, "
+                        "monitored_barrier and the coordinator's failure notices are gone",
+                        error)
 
     async def close(self) -> None:
         """Leave the job and close everything; never raises."""
@@ -140,6 +172,25 @@ class Session:
         with contextlib.suppress(AsyncollError, OSError):
             await self.client.request(Leave(), LEAVE_TIMEOUT_S, "leave")
         await _close_quietly(self.client, self.mesh, self._embedded, self.job)
+
+
+def heartbeat_timeout() -> float:
+    """Seconds of silence after which the coordinator declares a member lost.
+
+    Raises:
+        ConfigurationError: ASYNCOLL_HEARTBEAT_TIMEOUT is not a positive number.
+    """
+    text = os.environ.get("ASYNCOLL_HEARTBEAT_TIMEOUT")
+    if text is None:
+        return HEARTBEAT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ConfigurationError(f"ASYNCOLL_HEARTBEAT_TIMEOUT must be a positive number of "
+                                 f"seconds, got {text!r}")
+    return value
 
 
 async def _report_while_waiting(client: CoordinatorClient, job: str) -> None:

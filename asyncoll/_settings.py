@@ -15,6 +15,9 @@ LEAVE_TIMEOUT_S = 5.0
 EMBEDDED_DRAIN_TIMEOUT_S = 30.0
 #: How often a member tells the coordinator it is alive.
 HEARTBEAT_INTERVAL_S = 2.0
+#: A member silent this long (seconds) is declared lost by the coordinator
+#: (ASYNCOLL_HEARTBEAT_TIMEOUT overrides it for a job; its first peer's value counts).
+HEARTBEAT_TIMEOUT_S = 10.0
 #: How often a peer waiting in rendezvous logs who is still missing.
 WAITING_REPORT_INTERVAL_S = 5.0
 #: Largest control-plane message accepted, in bytes.

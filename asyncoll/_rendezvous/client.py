@@ -6,11 +6,12 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from collections.abc import Callable
 
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._rendezvous.control import read_message, write_message
 from asyncoll._settings import CONNECT_RETRY_INTERVAL_S, HANDSHAKE_TIMEOUT_S
-from asyncoll._wire.messages import Error, Message
+from asyncoll._wire.messages import Error, MemberGone, Message
 from asyncoll.errors import (
     AsyncollError,
     ProtocolError,
@@ -61,6 +62,10 @@ class CoordinatorClient:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Message]] = {}
         self._closed: AsyncollError | None = None
+        #: Called with each notice the coordinator sends unasked (a member gone).
+        self.on_notice: Callable[[Message], None] | None = None
+        #: Called once, with the error, when the connection to the coordinator ends.
+        self.on_lost: Callable[[AsyncollError], None] | None = None
         self._reader_task = asyncio.get_running_loop().create_task(self._read_replies())
 
     @classmethod
@@ -136,6 +141,9 @@ class CoordinatorClient:
                 future = self._pending.get(request_id)
                 if future is not None and not future.done():
                     future.set_result(message)
+                elif request_id == 0 and isinstance(message, MemberGone):
+                    if self.on_notice is not None:
+                        self.on_notice(message)
                 elif request_id == 0 and isinstance(message, Error):
                     # The coordinator refused this connection as a whole.
                     error = error_from_code(message.code, f"the coordinator at {self.address} "
@@ -151,7 +159,10 @@ class CoordinatorClient:
             error = RendezvousError(f"lost the connection to the coordinator at "
                                     f"{self.address}: {exc}")
             error.__cause__ = exc
+        first = self._closed is None
         self._fail_pending(error)
+        if first and self.on_lost is not None:
+            self.on_lost(error)
 
     def _fail_pending(self, error: AsyncollError) -> None:
         if self._closed is None:

@@ -28,6 +28,7 @@ from asyncoll._wire.messages import (
     Join,
     JobStatus,
     Leave,
+    MemberGone,
     MemberStatus,
     Message,
     NewGroup,
@@ -85,6 +86,8 @@ class _Job:
     world_size: int
     deadline: float
     started: float
+    heartbeat_timeout: float
+    running_since: float = 0.0
     waiting: dict[int, _Waiter] = field(default_factory=dict)
     members: dict[int, _Member] = field(default_factory=dict)
     conn_rank: dict[int, int] = field(default_factory=dict)
@@ -203,12 +206,15 @@ class RendezvousState:
         return self._depart(job, rank, conn, "disconnected without leaving")
 
     def tick(self, now: float) -> list[Reply]:
-        """Fail every rendezvous and gathering whose deadline has passed."""
+        """Fail every rendezvous and gathering whose deadline has passed, and declare
+        lost every member whose heartbeats stopped for longer than its job allows."""
         replies: list[Reply] = []
         for job in self._live():
             if not job.running and now >= job.deadline:
                 replies += self._expire_rendezvous(job, now)
                 continue
+            if job.running:
+                replies += self._check_heartbeats(job, now)
             for key, gathering in list(job.gatherings.items()):
                 if now >= gathering.deadline:
                     del job.gatherings[key]
@@ -236,7 +242,8 @@ class RendezvousState:
             self._retired.append(job)
             job = None
         if job is None:
-            job = _Job(join.job, join.world_size, now + join.timeout, now)
+            job = _Job(join.job, join.world_size, now + join.timeout, now,
+                       join.heartbeat_timeout)
             self._jobs[join.job] = job
         self._joins += 1
         job.waiting[conn] = _Waiter(conn, request_id, join, self._joins)
@@ -246,7 +253,7 @@ class RendezvousState:
                  job.name, join.hostname, join.pid, wanted, len(job.waiting), job.world_size)
         if len(job.waiting) < job.world_size:
             return []
-        return self._complete(job)
+        return self._complete(job, now)
 
     def _refuse_join(self, conn: int, join: Join) -> tuple[str, str] | None:
         if join.version != PROTOCOL_VERSION:
@@ -285,7 +292,7 @@ class RendezvousState:
                             "needs a distinct RANK")
         return None
 
-    def _complete(self, job: _Job) -> list[Reply]:
+    def _complete(self, job: _Job, now: float) -> list[Reply]:
         taken = {w.join.rank for w in job.waiting.values() if w.join.rank >= 0}
         free = iter(sorted(set(range(job.world_size)) - taken))
         unassigned = sorted((w for w in job.waiting.values() if w.join.rank < 0),
@@ -304,6 +311,7 @@ class RendezvousState:
                    for w in job.waiting.values()]
         job.waiting.clear()
         job.running = True
+        job.running_since = now
         job.groups[0] = tuple(range(job.world_size))
         log.info("job %r: rendezvous complete with %d ranks: %s", job.name, job.world_size,
                  ", ".join(f"{m.info.rank}@{m.info.hostname}" for m in
@@ -401,6 +409,23 @@ class RendezvousState:
 
     # -- departures ----------------------------------------------------------------
 
+    def _check_heartbeats(self, job: _Job, now: float) -> list[Reply]:
+        replies: list[Reply] = []
+        for rank, member in list(job.members.items()):
+            if rank in job.departed:
+                continue
+            silent = now - (member.last_heartbeat if member.last_heartbeat is not None
+                            else job.running_since)
+            if silent <= job.heartbeat_timeout:
+                continue
+            reason = (f"no heartbeat for {silent:.1f} s (the job allows "
+                      f"{job.heartbeat_timeout:g} s)")
+            # Tell the silent peer too, in case it is only stopped: it must not go on.
+            replies.append(_error(member.conn, 0, "peer_lost",
+                                  f"the coordinator declared this rank ({rank}) lost: {reason}"))
+            replies += self._depart(job, rank, member.conn, f"was lost: {reason}")
+        return replies
+
     def _depart(self, job: _Job, rank: int, conn: int, how: str) -> list[Reply]:
         member = job.members[rank]
         job.departed.add(rank)
@@ -418,6 +443,10 @@ class RendezvousState:
                         f"on {member.info.hostname} {how} before calling it")
                 replies += [_error(c, r, "peer_lost", text)
                             for c, r, _ in gathering.arrivals.values()]
+        gone = MemberGone(rank=rank, host=member.info.host, hostname=member.info.hostname,
+                          how="left" if how == "left" else "lost", reason=how)
+        replies += [Reply(other.conn, 0, gone) for r, other in job.members.items()
+                    if r not in job.departed]
         if len(job.departed) == job.world_size:
             log.info("job %r: every rank has left; job closed", job.name)
             self._forget(job)

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Union
 
 import msgpack  # type: ignore[import-untyped]
 
+from asyncoll._settings import HEARTBEAT_TIMEOUT_S
 from asyncoll.errors import ProtocolError
 
 LENGTH = struct.Struct(">I")
@@ -28,7 +29,9 @@ class Join:
 
     ``rank`` is -1 when the peer lets the coordinator choose. ``host``/``port``
     is the peer's data-plane address; ``timeout`` the rendezvous deadline in
-    seconds, counted by the coordinator from the job's first join.
+    seconds, counted by the coordinator from the job's first join;
+    ``heartbeat_timeout`` how long a member may stay silent before it is
+    declared lost (the job's first peer sets it).
     """
 
     TYPE: ClassVar[str] = "join"
@@ -41,6 +44,7 @@ class Join:
     pid: int
     version: int
     timeout: float
+    heartbeat_timeout: float = HEARTBEAT_TIMEOUT_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +108,22 @@ class Leave:
     """Peer -> coordinator: this rank is done with the job."""
 
     TYPE: ClassVar[str] = "leave"
+
+
+@dataclass(frozen=True, slots=True)
+class MemberGone:
+    """Coordinator -> every other member (a notice, id 0): rank ``rank`` is gone.
+
+    ``how`` is "lost" (its connection broke or its heartbeats stopped; the
+    reason says which) or "left" (it left the job).
+    """
+
+    TYPE: ClassVar[str] = "member_gone"
+    rank: int
+    host: str
+    hostname: str
+    how: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,11 +195,11 @@ class StatusReply:
     jobs: tuple[JobStatus, ...]
 
 
-Message = Union[Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave, Ok, Error,
-                Status, StatusReply]
+Message = Union[Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave, MemberGone,
+                Ok, Error, Status, StatusReply]
 _TYPES: dict[str, type[Any]] = {cls.TYPE: cls for cls in
                                 (Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave,
-                                 Ok, Error, Status, StatusReply)}
+                                 MemberGone, Ok, Error, Status, StatusReply)}
 #: Records that appear inside messages, by the name their annotations use.
 _RECORDS: dict[str, type[Any]] = {cls.__name__: cls for cls in
                                   (PeerInfo, MemberStatus, GroupStatus, JobStatus)}

@@ -22,6 +22,7 @@ from asyncoll._wire.messages import (
     Join,
     LENGTH,
     Leave,
+    MemberGone,
     MemberStatus,
     Message,
     NewGroup,
@@ -61,6 +62,7 @@ MESSAGES: st.SearchStrategy[Message] = st.one_of(
     st.just(Ok()),
     st.builds(Error, code=TEXT, message=TEXT),
     st.builds(Heartbeat, ops=INTS),
+    st.builds(MemberGone, rank=INTS, host=TEXT, hostname=TEXT, how=TEXT, reason=TEXT),
     st.builds(Status, job=TEXT),
 )
 
@@ -76,6 +78,8 @@ EXAMPLES: list[Message] = [
     Ok(),
     Error(code="mismatch", message="ranks disagree"),
     Heartbeat(ops=12),
+    MemberGone(rank=2, host="10.0.0.3", hostname="node-c", how="lost",
+               reason="no heartbeat for 10.2 s"),
     Status(job=""),
     StatusReply(jobs=(JobStatus("j", "running", 2, 3.5,
                                 (MemberStatus(0, "10.0.0.1", 40001, "a", 9, "running", 12, 0.5),),

@@ -15,8 +15,10 @@ from asyncoll._wire.messages import (
     Barrier,
     Error,
     GroupCreated,
+    Heartbeat,
     Join,
     Leave,
+    MemberGone,
     Message,
     NewGroup,
     Ok,
@@ -30,17 +32,34 @@ JOB = "job-1"
 
 
 def make_join(conn: int, *, rank: int = -1, world_size: int = 2, hostname: str = "node-a",
-              job: str = JOB, version: int = PROTOCOL_VERSION, timeout: float = 30.0) -> Join:
-    """A join whose data address and pid are derived from the connection number."""
+              job: str = JOB, version: int = PROTOCOL_VERSION, timeout: float = 30.0,
+              heartbeat_timeout: float = 1e9) -> Join:
+    """A join whose data address and pid are derived from the connection number.
+
+    Heartbeats never expire unless a test asks (the fake clock jumps far ahead).
+    """
     return Join(job=job, rank=rank, world_size=world_size, host=f"10.0.0.{conn}",
                 port=40000 + conn, hostname=hostname, pid=1000 + conn, version=version,
-                timeout=timeout)
+                timeout=timeout, heartbeat_timeout=heartbeat_timeout)
 
 
 def by_conn(replies: Sequence[Reply]) -> dict[int, Reply]:
-    """Replies keyed by connection; there must be at most one per connection."""
+    """Replies to requests keyed by connection; at most one per connection.
+
+    Notices (request id 0: a member gone) are left out; notices() has them.
+    """
+    replies = [r for r in replies if r.request_id != 0]
     result = {r.conn: r for r in replies}
     assert len(result) == len(replies), f"several replies to one connection: {replies}"
+    return result
+
+
+def notices(replies: Sequence[Reply]) -> dict[int, list[Message]]:
+    """The notices (request id 0) sent, by connection."""
+    result: dict[int, list[Message]] = {}
+    for reply in replies:
+        if reply.request_id == 0:
+            result.setdefault(reply.conn, []).append(reply.message)
     return result
 
 
@@ -576,7 +595,7 @@ def test_departure_of_a_non_member_leaves_a_subgroup_barrier_pending(h: Harness)
         h.send(ranks[rank], NewGroup(ranks=(0, 1), timeout=5.0))
     h.send(ranks[0], Barrier(group_id=1, seq=0, timeout=5.0))
 
-    assert h.disconnect(ranks[2]) == []
+    assert by_conn(h.disconnect(ranks[2])) == {}
     got = by_conn(h.send(ranks[1], Barrier(group_id=1, seq=0, timeout=5.0)))
 
     assert set(got) == {ranks[0], ranks[1]}
@@ -590,7 +609,7 @@ def test_departure_of_a_rank_that_already_arrived_does_not_fail_the_gathering(
 
     replies = h.disconnect(ranks[2])
 
-    assert replies == []
+    assert by_conn(replies) == {}
 
 
 @pytest.mark.parametrize("message", [NewGroup(ranks=(0, 1), timeout=5.0),
@@ -661,3 +680,42 @@ def test_same_job_id_can_rendezvous_again_after_everyone_left(h: Harness) -> Non
     for rank in range(3):
         replies = h.send(new_ranks[rank], NewGroup(ranks=(0, 1, 2), timeout=5.0))
     assert {r.message for r in replies} == {GroupCreated(group_id=1, ranks=(0, 1, 2))}
+
+
+# -- failure detection -------------------------------------------------------------------
+
+
+def test_member_silent_past_the_heartbeat_deadline_is_declared_lost_to_everyone(
+        h: Harness) -> None:
+    for conn in (1, 2, 3):
+        h.join(conn, world_size=3, heartbeat_timeout=10.0)
+    h.tick(4.0)
+    for conn in (1, 3):
+        h.send(conn, Heartbeat(ops=5))
+    assert h.tick(10.0) == []  # connection 2 silent for exactly the deadline: not yet
+
+    late = notices(h.tick(11.0))
+
+    assert set(late) == {1, 2, 3}
+    (to_silent,) = late[2]
+    assert isinstance(to_silent, Error) and "declared this rank" in to_silent.message
+    for conn in (1, 3):
+        (gone,) = late[conn]
+        assert isinstance(gone, MemberGone) and gone.how == "lost"
+        assert "no heartbeat for 11.0 s (the job allows 10 s)" in gone.reason
+    for conn in (1, 3):
+        h.send(conn, Heartbeat(ops=6))
+    assert h.tick(12.0) == [], "declared lost once"
+
+
+def test_disconnect_without_leave_is_a_loss_and_leave_is_a_departure(h: Harness) -> None:
+    for conn in (1, 2, 3):
+        h.join(conn, world_size=3)
+    lost = notices(h.disconnect(2))
+    left = notices(h.send(3, Leave()))
+
+    assert {c: [(m.rank, m.how) for m in ms] for c, ms in lost.items()} == {
+        1: [(1, "lost")], 3: [(1, "lost")]}
+    assert {c: [(m.rank, m.how) for m in ms] for c, ms in left.items()} == {1: [(2, "left")]}
+    assert all(isinstance(m, MemberGone) and m.hostname == "node-a"
+               for ms in lost.values() for m in ms)
