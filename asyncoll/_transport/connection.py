@@ -176,7 +176,22 @@ class PeerConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._mesh.connection_lost(self, exc)
+        self.fail_receive(self._mesh.error_for(self.peer))
         self._fail_drain_waiters()
+
+    def fail_receive(self, error: AsyncollError, group: int | None = None) -> None:
+        """Fail the receive whose payload is arriving now (of ``group``, if given).
+
+        Its tag has left the mesh's posted receives when its header arrived,
+        so failing the channel or the group would not reach it otherwise.
+        """
+        receive, frame = self._receive, self._frame
+        if receive is None or receive.done() or frame is None:
+            return
+        if group is None or frame.group == group:
+            receive.set_exception(error)
+            self._receive = None
+            self._discard()
 
     def _start_frame(self, header: FrameHeader) -> None:
         self._frame = header

@@ -286,6 +286,8 @@ class TcpMesh:
             for tag, (_, receive, _) in list(channel.posted.items()):
                 if tag[0] == group_id and not receive.done():
                     receive.set_exception(error)
+            if channel.connection is not None:
+                channel.connection.fail_receive(error, group_id)
             for tag in [t for t in channel.unexpected if t[0] == group_id]:
                 del channel.unexpected[tag]  # never wanted now
                 self._unexpected_count -= 1
@@ -497,6 +499,8 @@ class TcpMesh:
         for _, receive, _ in posted.values():
             if not receive.done():
                 receive.set_exception(channel.error)
+        if channel.connection is not None:
+            channel.connection.fail_receive(channel.error)
         connection = channel.connection
         if connection is not None and not connection.ready.done():
             connection.ready.set_exception(channel.error)

@@ -15,7 +15,7 @@ import pytest
 from asyncoll._transport.connection import PeerConnection
 from asyncoll._transport.mesh import TcpMesh
 from asyncoll._wire.frames import HEADER_SIZE, NO_FINGERPRINT, FrameKind, pack_header
-from asyncoll.errors import MismatchError, ProtocolError
+from asyncoll.errors import MismatchError, PeerLostError, ProtocolError
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -145,3 +145,31 @@ async def test_receive_cancelled_mid_payload_stops_writing_into_its_array(setup)
     after = np.zeros(2, dtype=np.uint8)
     await asyncio.wait_for(mesh.recv_into(0, (0, 2, 0), as_bytes(after)), 1)
     assert after.tolist() == [1, 1]
+
+
+async def test_receive_whose_payload_is_arriving_fails_when_the_connection_drops(setup):
+    mesh, connection = setup
+    out = np.zeros(100_000, dtype=np.uint8)
+    received = mesh.recv_into(0, TAG, as_bytes(out))
+    feed(connection, frame(TAG, np.ones(100_000, dtype=np.uint8))[:50_000])
+
+    connection.connection_lost(ConnectionResetError("reset by peer"))
+
+    with pytest.raises(PeerLostError):
+        await asyncio.wait_for(received, 1)
+
+
+async def test_receive_whose_payload_is_arriving_fails_when_its_group_breaks(setup):
+    mesh, connection = setup
+    mesh._channel(0).connection = connection  # as if rank 0 had dialed
+    out = np.zeros(100_000, dtype=np.uint8)
+    received = mesh.recv_into(0, TAG, as_bytes(out))
+    data = frame(TAG, np.ones(100_000, dtype=np.uint8))
+    feed(connection, data[:50_000])
+
+    mesh.abort_group(TAG[0], TAG[1], MismatchError("broken elsewhere"), ())
+    feed(connection, data[50_000:])  # the rest is thrown away
+
+    with pytest.raises(MismatchError, match="broken elsewhere"):
+        await asyncio.wait_for(received, 1)
+    assert not out[50_000 - HEADER_SIZE:].any(), "bytes after the failure reached the array"

@@ -1,0 +1,117 @@
+"""A peer that dies or freezes makes every survivor fail fast, naming it: never a hang.
+
+Real processes against a coordinator daemon: each rank all_reduces a large
+array in a loop (workers/survivor.py); the test kills one with SIGKILL, or
+stops it with SIGSTOP, and reads when and how every other rank failed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import WORKERS, Daemon, finish
+
+pytestmark = pytest.mark.timeout(180)
+
+FAILED = re.compile(r"FAILED (\w+) rank=(-?\d+) at=([\d.]+) (.*)")
+
+
+def start_job(daemon: Daemon, world_size: int, job: str, elements: int,
+              env: dict[str, str] | None = None) -> list[subprocess.Popen[str]]:
+    procs = [subprocess.Popen([sys.executable, str(WORKERS / "survivor.py"), daemon.address,
+                               str(world_size), str(rank), job, str(elements)],
+                              env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for rank in range(world_size)]
+    for proc in procs:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # bounded: the test's own timeout
+        assert line.strip() == "READY", (line, proc.stderr.read() if proc.poll() else "")
+    return procs
+
+
+def outcomes(procs: list[subprocess.Popen[str]], victim: int
+             ) -> dict[int, tuple[str, int, float, str]]:
+    """(error class, rank named, time of failure, message) of every survivor."""
+    result = {}
+    for rank, proc in enumerate(procs):
+        if rank == victim:
+            continue
+        code, out, err = finish(proc, timeout=60)
+        match = FAILED.search(out)
+        assert code == 0 and match, f"rank {rank} exited {code}:\n{out}\n{err}"
+        result[rank] = (match[1], int(match[2]), float(match[3]), match[4])
+    return result
+
+
+def run_kill(tmp_path: Path, world_size: int, victim: int, job: str) -> float:
+    """SIGKILL ``victim`` mid-job; check every survivor; return the slowest's delay."""
+    daemon = Daemon(tmp_path)
+    try:
+        procs = start_job(daemon, world_size, job, 4_000_000 if world_size < 8 else 1_000_000)
+        time.sleep(0.3)  # well inside the next all_reduces
+        killed_at = time.time()
+        procs[victim].send_signal(signal.SIGKILL)
+        got = outcomes(procs, victim)
+        procs[victim].wait(10)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        daemon.stop()
+    for rank, (kind, named, failed_at, message) in got.items():
+        assert kind == "PeerLostError", f"rank {rank}: {kind} {message}"
+        assert named == victim and f"rank {victim}" in message, f"rank {rank}: {message}"
+    slowest = max(failed_at for _, _, failed_at, _ in got.values()) - killed_at
+    assert slowest < 5.0, f"a survivor took {slowest:.2f} s to fail"
+    assert all(proc.poll() is not None for proc in procs), "a process is left running"
+    return slowest
+
+
+@pytest.mark.parametrize("world_size, victim", [(2, 1), (4, 2), (8, 5)])
+def test_kill_9_during_a_large_all_reduce_fails_every_survivor_naming_it(tmp_path, world_size,
+                                                                         victim):
+    run_kill(tmp_path, world_size, victim, f"kill-{world_size}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_kill_9_twenty_times_never_hangs(tmp_path):
+    delays = []
+    for attempt in range(20):
+        world_size = (2, 4, 8)[attempt % 3]
+        run_dir = tmp_path / str(attempt)
+        run_dir.mkdir()
+        delays.append(run_kill(run_dir, world_size, attempt % world_size, f"repeat-{attempt}"))
+    print(f"slowest survivor per run (s): {[round(d, 2) for d in delays]}")
+
+
+def test_stopped_rank_is_declared_lost_within_the_heartbeat_deadline(tmp_path):
+    heartbeat = 3.0
+    daemon = Daemon(tmp_path)
+    procs = start_job(daemon, 3, "stopped", 1_000_000,
+                      env={"ASYNCOLL_HEARTBEAT_TIMEOUT": str(heartbeat)})
+    try:
+        time.sleep(0.3)
+        stopped_at = time.time()
+        procs[1].send_signal(signal.SIGSTOP)  # alive, sockets open, silent
+        got = outcomes(procs, 1)
+    finally:
+        procs[1].kill()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        daemon.stop()
+    for rank, (kind, named, failed_at, message) in got.items():
+        assert kind == "PeerLostError" and named == 1, f"rank {rank}: {kind} {message}"
+        assert "no heartbeat" in message or "rank 1" in message, message
+        assert failed_at - stopped_at < heartbeat + 2.0, (rank, failed_at - stopped_at)
+    assert "rank 1 on" in daemon.log() and "was lost: no heartbeat" in daemon.log()
