@@ -10,6 +10,8 @@ CONNECT_RETRY_INTERVAL_S = 0.05
 HANDSHAKE_TIMEOUT_S = 10.0
 #: How long destroy_process_group waits for the coordinator to acknowledge a leave.
 LEAVE_TIMEOUT_S = 5.0
+#: How long a leaving rank keeps reading from a peer that has not closed its end yet.
+LINGER_S = 1.0
 #: How long a process hosting an embedded coordinator waits, on destroy, for
 #: the other members to leave before it shuts the coordinator down.
 EMBEDDED_DRAIN_TIMEOUT_S = 30.0

@@ -49,6 +49,8 @@ class PeerConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         #: Resolved when the handshake is done (HELLO_ACK received, or HELLO accepted).
         self.ready: asyncio.Future[None] = mesh.loop.create_future()
+        #: Resolved when the connection has closed.
+        self.closed: asyncio.Future[None] = mesh.loop.create_future()
         # Received bytes land here while no payload is being read straight into
         # its destination; _staged of them are not handled yet.
         self._stage = memoryview(bytearray(_STAGE_BYTES))
@@ -175,6 +177,8 @@ class PeerConnection(asyncio.BufferedProtocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
         self._mesh.connection_lost(self, exc)
         self.fail_receive(self._mesh.error_for(self.peer))
         self._fail_drain_waiters()

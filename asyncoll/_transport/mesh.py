@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from asyncoll._compat import timeout as timeout_after
-from asyncoll._settings import HANDSHAKE_TIMEOUT_S
+from asyncoll._settings import HANDSHAKE_TIMEOUT_S, LINGER_S
 from asyncoll._transport.base import Tag
 from asyncoll._transport.connection import PeerConnection
 from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint, FrameKind, encode_abort
@@ -206,11 +206,16 @@ class TcpMesh:
                     self._stale(peer, tag, theirs)
 
     def peer_lost(self, peer: int, error: AsyncollError) -> None:
-        """``peer`` is gone: fail its channel and break every group that contains it."""
+        """``peer`` is gone: fail its channel and break every group that contains it.
+
+        The other members hear it from this rank too (ABORT frames), before
+        anything else this rank may send them, such as its goodbye.
+        """
         self._fail_channel(peer, error)
         for group_id, members in list(self._groups.items()):
-            if peer in members:
-                self._break_group(group_id, error)
+            if peer in members and self._break_group(group_id, error):
+                self._send_aborts(group_id, self._completed.get(group_id, 0) + 1, error,
+                                  members)
 
     def peer_left(self, peer: int, hostname: str) -> None:
         """``peer`` left the job (the coordinator says so).
@@ -320,7 +325,7 @@ class TcpMesh:
             else:
                 receive.set_exception(self.size_mismatch(peer, tag, len(payload), out.nbytes))
             return
-        if tag[0] in self._broken_groups:
+        if tag[0] in self._broken_groups or self._closed:
             return
         channel = self._channel(peer)
         if tag in channel.unexpected:
@@ -406,19 +411,30 @@ class TcpMesh:
         for peer in list(self._channels):
             self._fail_channel(peer, error)
         self._closed = True
+        lingering = []
         for channel in self._channels.values():
             if channel.dialing is not None:
                 channel.dialing.cancel()
             connection = channel.connection
+            transport = connection.transport if connection is not None else None
+            if connection is None or transport is None or transport.is_closing():
+                continue
+            if connection.ready.done() and transport.can_write_eof():
+                # GOODBYE after this rank's last frames, so the peer can tell
+                # leaving from dying; then half-close and keep reading (and
+                # discarding) until the peer closes too. Closing with unread
+                # data would send a reset, and a reset can destroy frames not
+                # yet read on the other side, such as the ABORTs just sent.
+                asyncio.ensure_future(connection.send_frame(
+                    FrameKind.GOODBYE, (0, 0, 0), memoryview(b""))).add_done_callback(_retrieve)
+                transport.write_eof()
+                lingering.append(connection.closed)
+            else:
+                transport.close()
+        if lingering:
+            await asyncio.wait(lingering, timeout=LINGER_S)
+        for connection in [*(c.connection for c in self._channels.values()), *self._accepted]:
             if connection is not None and connection.transport is not None:
-                if connection.ready.done() and not connection.transport.is_closing():
-                    # After this rank's last data, so the peer can tell leaving from dying.
-                    asyncio.ensure_future(connection.send_frame(
-                        FrameKind.GOODBYE, (0, 0, 0), memoryview(b""))).add_done_callback(
-                            _retrieve)
-                connection.transport.close()
-        for connection in list(self._accepted):
-            if connection.transport is not None:
                 connection.transport.close()
         if self._server is not None:
             self._server.close()
