@@ -10,6 +10,7 @@ import os
 import socket
 from dataclasses import dataclass
 
+from asyncoll import _auth
 from asyncoll._addresses import ListenPlan, listen_plan
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._rendezvous.client import CoordinatorClient
@@ -100,7 +101,7 @@ class Session:
         mesh: TcpMesh | None = None
         try:
             client = await CoordinatorClient.connect(where.host, where.port, where.timeout)
-            mesh = TcpMesh(where.job)
+            mesh = TcpMesh(where.job, _auth.token_from_environment())
             plan = listen_plan(client.local_host)
             port = await _listen(mesh, plan)
             join = Join(job=where.job, rank=where.rank, world_size=where.world_size,
@@ -237,7 +238,7 @@ async def _maybe_host(where: Rendezvous) -> Coordinator | None:
             _, probe = await asyncio.open_connection(where.host, where.port)
         probe.close()
         return None
-    coordinator = Coordinator(where.host, where.port)
+    coordinator = Coordinator(where.host, where.port, _auth.token_from_environment())
     try:
         await coordinator.start()
     except OSError as exc:

@@ -28,9 +28,11 @@ import sys
 import time
 from collections.abc import Sequence
 
+from asyncoll import _auth
 from asyncoll._loop_thread import LoopThread
 from asyncoll._settings import DEFAULT_JOB_ID, DEFAULT_PORT, EMBEDDED_DRAIN_TIMEOUT_S
 from asyncoll.coordinator import Coordinator
+from asyncoll.errors import ConfigurationError
 
 #: Seconds the other workers get to exit after SIGTERM before SIGKILL.
 _GRACE_S = 5.0
@@ -58,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--master-port", type=int, default=None,
                         help=f"port of the embedded coordinator (default: a free one on one "
                              f"node, {DEFAULT_PORT} with --nnodes > 1)")
+    parser.add_argument("--token-file",
+                        help="file holding the job's shared secret: the embedded coordinator "
+                             "requires it and the workers get it as ASYNCOLL_TOKEN")
     parser.add_argument("--job-id", help="job id on the coordinator (default: unique per run "
                                          f"on one node, {DEFAULT_JOB_ID!r} with --nnodes > 1)")
     parser.add_argument("-m", dest="module", action="store_true",
@@ -153,7 +158,7 @@ def _start_coordinator(args: argparse.Namespace) -> tuple[LoopThread, Coordinato
     port = args.master_port if args.master_port is not None else (
         DEFAULT_PORT if args.nnodes > 1 else 0)
     loop_thread = LoopThread()
-    coordinator = Coordinator(host, port)
+    coordinator = Coordinator(host, port, _auth.token_from_environment())
     try:
         loop_thread.run(coordinator.start())
     except OSError as exc:
@@ -169,6 +174,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="asyncoll-run: %(name)s: %(message)s")
     _check(args)
+    if args.token_file:
+        try:
+            token = _auth.read_token_file(args.token_file)
+        except ConfigurationError as exc:
+            raise SystemExit(f"asyncoll-run: {exc}") from exc
+        # The embedded coordinator and every worker read it from here.
+        os.environ[_auth.TOKEN_VARIABLE] = token.decode(errors="surrogateescape")
     embedded: tuple[LoopThread, Coordinator] | None = None
     if args.coordinator:
         host, port = _split_address(args.coordinator)

@@ -8,12 +8,14 @@ import itertools
 import logging
 from collections.abc import Callable
 
+from asyncoll import _auth
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._rendezvous.control import read_message, write_message
 from asyncoll._settings import CONNECT_RETRY_INTERVAL_S, HANDSHAKE_TIMEOUT_S
-from asyncoll._wire.messages import Error, MemberGone, Message
+from asyncoll._wire.messages import Challenge, Error, MemberGone, Message, Ok, Proof
 from asyncoll.errors import (
     AsyncollError,
+    AuthenticationError,
     ProtocolError,
     RendezvousError,
     RendezvousTimeoutError,
@@ -51,6 +53,38 @@ async def open_with_retry(host: str, port: int, timeout: float
         await asyncio.sleep(min(CONNECT_RETRY_INTERVAL_S, max(0.0, deadline - loop.time())))
 
 
+async def _answer_challenge(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                            address: str, token: bytes | None) -> None:
+    """Read the coordinator's challenge and, if it asks, prove the shared secret."""
+    try:
+        async with timeout_after(HANDSHAKE_TIMEOUT_S):
+            item = await read_message(reader)
+            if item is None or not isinstance(item[1], Challenge):
+                raise ProtocolError(f"{address} did not greet like an asyncoll coordinator")
+            challenge = item[1]
+            if not challenge.required:
+                return
+            if token is None:
+                raise AuthenticationError(
+                    f"the coordinator at {address} requires the job's shared secret: set "
+                    "ASYNCOLL_TOKEN (or pass --token-file to asyncoll-run)")
+            write_message(writer, Proof(response=_auth.answer(token, "coordinator",
+                                                              challenge.nonce)), 1)
+            reply = await read_message(reader)
+    except TimeoutError:
+        raise RendezvousTimeoutError(f"the coordinator at {address} did not finish the "
+                                     f"handshake within {HANDSHAKE_TIMEOUT_S} s") from None
+    except (OSError, asyncio.IncompleteReadError) as exc:
+        raise RendezvousError(f"lost the connection to the coordinator at {address} during "
+                              f"the handshake: {exc}") from exc
+    if reply is not None and isinstance(reply[1], Error):
+        raise error_from_code(reply[1].code, f"the coordinator at {address} refused this "
+                                             f"peer: {reply[1].message}")
+    if reply is None or not isinstance(reply[1], Ok):
+        raise AuthenticationError(f"the coordinator at {address} closed the connection after "
+                                  "this peer's proof of the shared secret")
+
+
 class CoordinatorClient:
     """One control connection; many requests may be outstanding on it."""
 
@@ -69,10 +103,27 @@ class CoordinatorClient:
         self._reader_task = asyncio.get_running_loop().create_task(self._read_replies())
 
     @classmethod
-    async def connect(cls, host: str, port: int, timeout: float) -> CoordinatorClient:
-        """Connect to the coordinator at ``host:port`` (see :func:`open_with_retry`)."""
+    async def connect(cls, host: str, port: int, timeout: float,
+                      token: bytes | None = None) -> CoordinatorClient:
+        """Connect to the coordinator at ``host:port`` (see :func:`open_with_retry`).
+
+        Answers the coordinator's challenge with ``token`` (ASYNCOLL_TOKEN by default).
+
+        Raises:
+            AuthenticationError: the coordinator needs a secret this peer lacks, or
+                refused the one it has.
+            ProtocolError: the other side is not an asyncoll coordinator.
+        """
         reader, writer = await open_with_retry(host, port, timeout)
-        return cls(reader, writer, f"{host}:{port}")
+        address = f"{host}:{port}"
+        try:
+            await _answer_challenge(reader, writer, address,
+                                    token if token is not None
+                                    else _auth.token_from_environment())
+        except BaseException:
+            writer.close()
+            raise
+        return cls(reader, writer, address)
 
     @property
     def local_host(self) -> str:

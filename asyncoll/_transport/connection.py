@@ -16,6 +16,7 @@ import socket
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, cast
 
+from asyncoll import _auth
 from asyncoll._transport.base import Tag
 from asyncoll._wire.frames import (
     HEADER_SIZE,
@@ -25,10 +26,11 @@ from asyncoll._wire.frames import (
     FrameHeader,
     FrameKind,
     decode_abort,
+    encode_abort,
     pack_header,
     unpack_header,
 )
-from asyncoll.errors import AsyncollError, ProtocolError
+from asyncoll.errors import AsyncollError, AuthenticationError, ProtocolError, error_from_code
 
 if TYPE_CHECKING:
     from asyncoll._transport.mesh import TcpMesh
@@ -62,6 +64,7 @@ class PeerConnection(asyncio.BufferedProtocol):
         self._remaining = 0
         self._receive: asyncio.Future[None] | None = None
         self._kept: bytearray | None = None
+        self._nonce = ""
         self._paused = False
         self._drained = mesh.loop.create_future()
         self._drained.set_result(None)
@@ -112,9 +115,10 @@ class PeerConnection(asyncio.BufferedProtocol):
         # Pause as soon as anything is queued, so a send is reported done only
         # when its bytes have left the payload's memory.
         self.transport.set_write_buffer_limits(high=0)
-        if self.peer is not None:
-            hello = self._mesh.job.encode()
-            self.send_frame(FrameKind.HELLO, (0, 0, self._mesh.rank), memoryview(hello))
+        if self.peer is None:
+            # Accepted: challenge the dialer before anything else.
+            self._nonce = _auth.new_nonce()
+            self.send_frame(FrameKind.CHALLENGE, (0, 0, 0), memoryview(self._nonce.encode()))
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is None:
@@ -207,6 +211,10 @@ class PeerConnection(asyncio.BufferedProtocol):
             if self.peer is not None or header.nbytes > MAX_CONTROL_PAYLOAD:
                 raise ProtocolError("unexpected HELLO frame")
             self._keep(header.nbytes)
+        elif header.kind is FrameKind.CHALLENGE:
+            if self.peer is None or self.ready.done() or header.nbytes > 64:
+                raise ProtocolError("unexpected CHALLENGE frame")
+            self._keep(header.nbytes)
         elif self.peer is None:
             raise ProtocolError(f"a {header.kind.name} frame arrived before the handshake")
         elif header.kind is FrameKind.ABORT:
@@ -244,9 +252,25 @@ class PeerConnection(asyncio.BufferedProtocol):
         if header.kind is FrameKind.HELLO_ACK:
             if not self.ready.done():
                 self.ready.set_result(None)
+        elif header.kind is FrameKind.CHALLENGE:
+            assert self._kept is not None and self.peer is not None
+            nonce = self._kept.decode(errors="replace")
+            token = self._mesh.token
+            response = ("" if token is None else
+                        _auth.answer(token, "data", nonce, f"{self._mesh.job}|{self._mesh.rank}"))
+            hello = f"{self._mesh.job}\n{response}".encode()
+            self.send_frame(FrameKind.HELLO, (0, 0, self._mesh.rank), memoryview(hello))
+        elif header.kind is FrameKind.ABORT and not self.ready.done():
+            # Refused during the handshake (a wrong secret): the dial fails with it.
+            assert self._kept is not None
+            code, _, message = decode_abort(bytes(self._kept))
+            self.ready.set_exception(error_from_code(code, f"rank {self.peer} refused this "
+                                                           f"rank's data connection: {message}"))
         elif header.kind is FrameKind.HELLO:
             assert self._kept is not None
-            self.peer = self._mesh.accept_hello(self, header.step, bytes(self._kept))
+            job, _, proof = bytes(self._kept).partition(b"\n")
+            self.peer = self._mesh.accept_hello(self, header.step, job, self._nonce,
+                                                proof.decode(errors="replace"))
             assert self.transport is not None
             self.send_frame(FrameKind.HELLO_ACK, (0, 0, 0), memoryview(b""))
             self.ready.set_result(None)
@@ -281,8 +305,15 @@ class PeerConnection(asyncio.BufferedProtocol):
 
     def _abort(self, exc: AsyncollError) -> None:
         self._mesh.protocol_failed(self, exc)
-        if self.transport is not None:
-            self.transport.abort()
+        if self.transport is None:
+            return
+        if isinstance(exc, AuthenticationError) and not self.transport.is_closing():
+            # Say why before closing, so the dialer reports a wrong secret, not a loss.
+            self.send_frame(FrameKind.ABORT, (0, 0, 0), memoryview(
+                encode_abort("authentication", str(exc))))
+            self.transport.close()
+            return
+        self.transport.abort()
 
     def _fail_drain_waiters(self) -> None:
         waiters, self._drain_waiters = self._drain_waiters, []

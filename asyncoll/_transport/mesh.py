@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from asyncoll import _auth
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._settings import HANDSHAKE_TIMEOUT_S, LINGER_S
 from asyncoll._transport.base import Tag
@@ -23,6 +24,7 @@ from asyncoll._transport.connection import PeerConnection
 from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint, FrameKind, encode_abort
 from asyncoll.errors import (
     AsyncollError,
+    AuthenticationError,
     MismatchError,
     PeerLostError,
     ProtocolError,
@@ -65,9 +67,11 @@ class TcpMesh:
     Implements the :class:`asyncoll._transport.base.Mesh` seam.
     """
 
-    def __init__(self, job: str) -> None:
+    def __init__(self, job: str, token: bytes | None = None) -> None:
         self.loop = asyncio.get_running_loop()
         self.job = job
+        #: The job's shared secret: accepted connections must prove it.
+        self.token = token
         self._rank = -1
         self._size = 0
         self._channels: dict[int, _Channel] = {}
@@ -351,8 +355,19 @@ class TcpMesh:
         channel = self._channel(peer)
         channel.leaving = True
 
-    def accept_hello(self, connection: PeerConnection, peer: int, job: bytes) -> int:
-        """Validate an incoming handshake and attach the connection to ``peer``."""
+    def accept_hello(self, connection: PeerConnection, peer: int, job: bytes, nonce: str,
+                     response: str) -> int:
+        """Validate an incoming handshake and attach the connection to ``peer``.
+
+        Raises:
+            AuthenticationError: the job has a secret and the dialer did not prove it.
+            ProtocolError: another job's peer, or a rank that should not dial here.
+        """
+        if self.token is not None and not _auth.verify(
+                self.token, "data", nonce, response, f"{job.decode(errors='replace')}|{peer}"):
+            raise AuthenticationError(f"a data connection claiming to be rank {peer} did not "
+                                      "prove the job's shared secret (ASYNCOLL_TOKEN differs "
+                                      "or is missing); closed")
         if job != self.job.encode():
             raise ProtocolError(f"a peer of job {job.decode(errors='replace')!r} connected to "
                                 f"this peer of job {self.job!r}")
@@ -486,6 +501,11 @@ class TcpMesh:
                 channel.connection = connection
                 await connection.ready
             channel.settled.set()
+        except AsyncollError as exc:  # refused by the peer during the handshake
+            log.warning("rank %d refused this rank's data connection: %s", peer, exc)
+            self._fail_channel(peer, exc)
+            if connection is not None and connection.transport is not None:
+                connection.transport.abort()
         except (OSError, TimeoutError) as exc:
             error = PeerLostError(
                 f"could not connect to rank {peer} at {host}:{port}, the address it "

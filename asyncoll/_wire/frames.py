@@ -33,7 +33,8 @@ class FrameKind(enum.IntEnum):
     """What a frame is for."""
 
     DATA = 1
-    #: Dialer -> acceptor: payload is the job id; ``step`` is the dialer's rank.
+    #: Dialer -> acceptor: payload is ``job id\nanswer to the challenge``;
+    #: ``step`` is the dialer's rank.
     HELLO = 2
     #: Acceptor -> dialer: the connection is accepted; no payload.
     HELLO_ACK = 3
@@ -43,6 +44,9 @@ class FrameKind(enum.IntEnum):
     #: The sender is leaving the job (destroy_process_group); the connection
     #: closes after it. No payload.
     GOODBYE = 5
+    #: Acceptor -> dialer, first: payload is a nonce; the dialer's HELLO answers
+    #: it (``job\nHMAC``) when the job has a shared secret.
+    CHALLENGE = 6
 
 
 class Operation(enum.IntEnum):

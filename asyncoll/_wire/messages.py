@@ -111,6 +111,27 @@ class Leave:
 
 
 @dataclass(frozen=True, slots=True)
+class Challenge:
+    """Coordinator -> peer, first on every connection: prove the shared secret.
+
+    ``required`` is 1 when the coordinator has a secret (the peer must answer
+    with Proof before anything else), 0 when it has none.
+    """
+
+    TYPE: ClassVar[str] = "challenge"
+    nonce: str
+    required: int
+
+
+@dataclass(frozen=True, slots=True)
+class Proof:
+    """Peer -> coordinator: the answer to the Challenge (an HMAC, never the secret)."""
+
+    TYPE: ClassVar[str] = "proof"
+    response: str
+
+
+@dataclass(frozen=True, slots=True)
 class MemberGone:
     """Coordinator -> every other member (a notice, id 0): rank ``rank`` is gone.
 
@@ -196,10 +217,10 @@ class StatusReply:
 
 
 Message = Union[Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave, MemberGone,
-                Ok, Error, Status, StatusReply]
+                Challenge, Proof, Ok, Error, Status, StatusReply]
 _TYPES: dict[str, type[Any]] = {cls.TYPE: cls for cls in
                                 (Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave,
-                                 MemberGone, Ok, Error, Status, StatusReply)}
+                                 MemberGone, Challenge, Proof, Ok, Error, Status, StatusReply)}
 #: Records that appear inside messages, by the name their annotations use.
 _RECORDS: dict[str, type[Any]] = {cls.__name__: cls for cls in
                                   (PeerInfo, MemberStatus, GroupStatus, JobStatus)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import os
 import signal
@@ -11,9 +12,11 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
+from asyncoll import _auth
 from asyncoll._compat import loop_factory
 from asyncoll._settings import DEFAULT_PORT
 from asyncoll.coordinator.server import Coordinator
+from asyncoll.errors import ConfigurationError
 
 log = logging.getLogger("asyncoll.coordinator")
 
@@ -29,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"port to bind (default {DEFAULT_PORT}; 0 picks a free one)")
     parser.add_argument("--port-file",
                         help="write the bound port to this file once listening (for --port 0)")
+    parser.add_argument("--token-file",
+                        help="file holding the shared secret every peer must prove "
+                             "(default: ASYNCOLL_TOKEN, if set)")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
@@ -42,8 +48,26 @@ def _write_port_file(path: str, port: int) -> None:
     os.replace(tmp.name, path)
 
 
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 async def _serve(args: argparse.Namespace) -> int:
-    coordinator = Coordinator(args.host, args.port)
+    try:
+        token = (_auth.read_token_file(args.token_file) if args.token_file
+                 else _auth.token_from_environment())
+    except ConfigurationError as exc:
+        log.error("%s", exc)
+        return 2
+    if token is None and not _is_loopback(args.host):
+        log.warning("*** listening on %s WITHOUT a shared secret: anyone who can reach port "
+                    "%d can join any job, read its addresses and disturb it. Pass "
+                    "--token-file (and give the workers ASYNCOLL_TOKEN) unless this network "
+                    "is trusted. ***", args.host, args.port)
+    coordinator = Coordinator(args.host, args.port, token)
     try:
         await coordinator.start()
     except OSError as exc:

@@ -7,12 +7,13 @@ import contextlib
 import itertools
 import logging
 
+from asyncoll import _auth
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._rendezvous.control import read_message, write_message
 from asyncoll._rendezvous.state import Reply, RendezvousState
 from asyncoll._settings import COORDINATOR_TICK_S, DEFAULT_PORT, HANDSHAKE_TIMEOUT_S
-from asyncoll._wire.messages import Error
-from asyncoll.errors import ProtocolError
+from asyncoll._wire.messages import Challenge, Error, Ok, Proof
+from asyncoll.errors import AuthenticationError, ProtocolError
 
 log = logging.getLogger("asyncoll.coordinator")
 
@@ -25,9 +26,12 @@ class Coordinator:
     embedded coordinators of asyncoll-run and of env:// rank 0 are this class.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+                 token: bytes | None = None) -> None:
+        """Serve on ``host:port``; with ``token``, every connection must prove it."""
         self.host = host
         self.port = port
+        self._token = token
         self._state = RendezvousState()
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._conn_ids = itertools.count(1)
@@ -89,7 +93,11 @@ class Coordinator:
         self._writers[conn] = writer
         peer = writer.get_extra_info("peername")
         try:
+            await self._authenticate(conn, reader, writer)
             await self._read_requests(conn, reader, peer)
+        except AuthenticationError as exc:
+            log.warning("refused the connection from %s: %s", peer, exc)
+            self._send([Reply(conn, 0, Error(code="authentication", message=str(exc)))])
         except ProtocolError as exc:
             log.warning("closing the connection from %s: %s", peer, exc)
             self._send([Reply(conn, 0, Error(code="protocol", message=str(exc)))])
@@ -104,6 +112,29 @@ class Coordinator:
             del self._writers[conn]
             self._send(self._state.disconnect(conn, asyncio.get_running_loop().time()))
             writer.close()
+
+    async def _authenticate(self, conn: int, reader: asyncio.StreamReader,
+                            writer: asyncio.StreamWriter) -> None:
+        """Challenge the connection; with a secret, nothing else is read before the proof."""
+        nonce = _auth.new_nonce()
+        write_message(writer, Challenge(nonce=nonce, required=int(self._token is not None)))
+        if self._token is None:
+            return
+        try:
+            async with timeout_after(HANDSHAKE_TIMEOUT_S):
+                item = await read_message(reader)
+        except TimeoutError:
+            raise AuthenticationError(f"no proof of the shared secret within "
+                                      f"{HANDSHAKE_TIMEOUT_S} s of connecting") from None
+        if item is None or not isinstance(item[1], Proof):
+            what = "nothing" if item is None else f"a {item[1].TYPE} message"
+            raise AuthenticationError(f"the coordinator needs the shared secret "
+                                      f"(ASYNCOLL_TOKEN) and the peer sent {what} instead of "
+                                      "its proof")
+        if not _auth.verify(self._token, "coordinator", nonce, item[1].response):
+            raise AuthenticationError("wrong shared secret: the peer's ASYNCOLL_TOKEN differs "
+                                      "from the coordinator's")
+        self._send([Reply(conn, item[0], Ok())])
 
     async def _read_requests(self, conn: int, reader: asyncio.StreamReader,
                              peer: object) -> None:

@@ -27,13 +27,13 @@ def free_port() -> int:
 class Daemon:
     """An asyncoll-coordinator subprocess on a free port of 127.0.0.1."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, *extra: str, host: str = "127.0.0.1") -> None:
         port_file = tmp_path / "coordinator.port"
         self.log_path = tmp_path / "coordinator.log"
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "asyncoll.coordinator", "--host", "127.0.0.1", "--port",
-             "0", "--port-file", str(port_file)],
+            [sys.executable, "-m", "asyncoll.coordinator", "--host", host, "--port",
+             "0", "--port-file", str(port_file), *extra],
             stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
         while not port_file.exists():

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from asyncoll._settings import MAX_CONTROL_MESSAGE_BYTES
 from asyncoll._wire.messages import (
     Barrier,
+    Challenge,
     Error,
     GroupCreated,
     GroupStatus,
@@ -28,6 +29,7 @@ from asyncoll._wire.messages import (
     NewGroup,
     Ok,
     PeerInfo,
+    Proof,
     Status,
     StatusReply,
     Welcome,
@@ -62,6 +64,8 @@ MESSAGES: st.SearchStrategy[Message] = st.one_of(
     st.just(Ok()),
     st.builds(Error, code=TEXT, message=TEXT),
     st.builds(Heartbeat, ops=INTS),
+    st.builds(Challenge, nonce=TEXT, required=INTS),
+    st.builds(Proof, response=TEXT),
     st.builds(MemberGone, rank=INTS, host=TEXT, hostname=TEXT, how=TEXT, reason=TEXT),
     st.builds(Status, job=TEXT),
 )
@@ -78,6 +82,8 @@ EXAMPLES: list[Message] = [
     Ok(),
     Error(code="mismatch", message="ranks disagree"),
     Heartbeat(ops=12),
+    Challenge(nonce="a1b2", required=1),
+    Proof(response="00ff"),
     MemberGone(rank=2, host="10.0.0.3", hostname="node-c", how="lost",
                reason="no heartbeat for 10.2 s"),
     Status(job=""),
