@@ -126,6 +126,7 @@ class Session:
     async def new_group(self, ranks: tuple[int, ...],
                         timeout: float) -> tuple[int, tuple[int, ...]]:
         """Agree with every rank on a new group; return (group id, its ranks)."""
+        self._need_coordinator("new_group")
         reply = await self.client.request(NewGroup(ranks=ranks, timeout=timeout),
                                           timeout + _GRACE_S, f"new_group({list(ranks)})")
         if not isinstance(reply, GroupCreated):
@@ -134,6 +135,7 @@ class Session:
 
     async def barrier(self, group_id: int, timeout: float) -> None:
         """Wait until every member of the group has reached the same barrier."""
+        self._need_coordinator("monitored_barrier")
         seq = self._barriers.get(group_id, 0) + 1
         self._barriers[group_id] = seq
         await self.client.request(Barrier(group_id=group_id, seq=seq, timeout=timeout),
@@ -157,6 +159,17 @@ class Session:
         self.mesh.peer_lost(message.rank, PeerLostError(
             f"rank {message.rank} on host {message.hostname} ({message.host}) was lost: "
             f"{message.reason} (the coordinator's notice)", rank=message.rank))
+
+    def _need_coordinator(self, what: str) -> None:
+        """Refuse, with the reason, what needs a coordinator this rank has lost."""
+        lost = self.client.lost
+        if lost is not None and not self._closed:
+            raise RendezvousError(
+                f"{what} needs the coordinator at {self.client.address}, and this rank lost "
+                f"its connection to it ({lost}). asyncoll does not re-register a running job "
+                "with a restarted coordinator (the new one knows none of its groups, and "
+                "ranks cannot agree on new ones without it); collectives on existing groups "
+                "keep working over the data plane. Restart the job to create groups again.")
 
     def _coordinator_lost(self, error: AsyncollError) -> None:
         if not self._closed:

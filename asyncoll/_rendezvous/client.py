@@ -126,6 +126,11 @@ class CoordinatorClient:
         return cls(reader, writer, address)
 
     @property
+    def lost(self) -> AsyncollError | None:
+        """Why the connection ended (None while it is up)."""
+        return self._closed
+
+    @property
     def local_host(self) -> str:
         """The local address of this connection: the interface that reaches the coordinator."""
         return str(self._writer.get_extra_info("sockname")[0])
