@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "netns-cluster.sh"
 PROBE = HERE.parent / "integration" / "workers" / "probe.py"
 COLLECTIVES = HERE.parent / "integration" / "workers" / "collectives.py"
+SURVIVOR = HERE.parent / "integration" / "workers" / "survivor.py"
 NET = "10.78.0"
 ENV = dict(os.environ, NC_PREFIX="acl", NC_BRIDGE="aclbr0", NC_NET=NET)
 COORDINATOR = f"{NET}.1:29500"
@@ -117,8 +118,8 @@ def test_sub_group_across_hosts(hosts):
 
 def test_worker_that_advertises_a_wrong_address_gets_a_clear_error(hosts):
     # Node 2 (host acl3) advertises acl0's address, where nobody listens for it.
-    # Ranks 0 and 1 fail at once; rank 2, which nobody reached, only at its
-    # timeout until the coordinator relays failures (the failure-detection issue).
+    # Ranks 0 and 1 fail at once; rank 2, which nobody reached, hears it from
+    # the coordinator when they leave.
     procs = [launch(node, "wrong-address", "--timeout", "8",
                     env={"ASYNCOLL_ADVERTISE_ADDR": f"{NET}.1"} if node == 2 else None)
              for node in range(3)]
@@ -128,3 +129,32 @@ def test_worker_that_advertises_a_wrong_address_gets_a_clear_error(hosts):
     assert re.search(rf"could not connect to rank 2 at {re.escape(NET)}\.1:\d+, the address "
                      r"it advertised from host acl3", text), text
     assert "set ASYNCOLL_ADVERTISE_ADDR or ASYNCOLL_SOCKET_IFNAME for that rank" in text
+
+
+def test_host_cut_off_is_declared_lost_within_the_heartbeat_deadline(hosts):
+    # One rank per host; host acl3 (rank 2) loses its cable mid-job: no reset,
+    # no FIN, just silence. Only the coordinator's heartbeat deadline can tell.
+    heartbeat = 3.0
+    procs = [on_host(rank + 1, sys.executable, str(SURVIVOR), COORDINATOR, "3", str(rank),
+                     "cut", "1000000", env={"ASYNCOLL_HEARTBEAT_TIMEOUT": str(heartbeat)})
+             for rank in range(3)]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+        time.sleep(0.3)
+        cut_at = time.time()
+        cluster("cut", "3")
+        outcomes = [finish(procs[rank], timeout=30) for rank in (0, 1)]
+    finally:
+        cluster("crash", "3")  # kill what runs on the cut host, then replug it
+        cluster("heal", "3")
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            finish(proc, timeout=10)
+    for code, out, err in outcomes:
+        match = re.search(r"FAILED (\w+) rank=(-?\d+) at=([\d.]+) (.*)", out)
+        assert code == 0 and match, out + err
+        assert match[1] == "PeerLostError" and match[2] == "2", match[0]
+        assert "on host acl3" in match[4], match[4]
+        assert float(match[3]) - cut_at < heartbeat + 2.0, float(match[3]) - cut_at
