@@ -93,8 +93,8 @@ class Coordinator:
         self._writers[conn] = writer
         peer = writer.get_extra_info("peername")
         try:
-            await self._authenticate(conn, reader, writer)
-            await self._read_requests(conn, reader, peer)
+            if await self._authenticate(conn, reader, writer):
+                await self._read_requests(conn, reader, peer)
         except AuthenticationError as exc:
             log.warning("refused the connection from %s: %s", peer, exc)
             self._send([Reply(conn, 0, Error(code="authentication", message=str(exc)))])
@@ -114,27 +114,33 @@ class Coordinator:
             writer.close()
 
     async def _authenticate(self, conn: int, reader: asyncio.StreamReader,
-                            writer: asyncio.StreamWriter) -> None:
-        """Challenge the connection; with a secret, nothing else is read before the proof."""
+                            writer: asyncio.StreamWriter) -> bool:
+        """Challenge the connection; with a secret, nothing else is read before the proof.
+
+        Returns False when the connection closed without a word (a health check's
+        probe, say), which is not worth a warning.
+        """
         nonce = _auth.new_nonce()
         write_message(writer, Challenge(nonce=nonce, required=int(self._token is not None)))
         if self._token is None:
-            return
+            return True
         try:
             async with timeout_after(HANDSHAKE_TIMEOUT_S):
                 item = await read_message(reader)
         except TimeoutError:
             raise AuthenticationError(f"no proof of the shared secret within "
                                       f"{HANDSHAKE_TIMEOUT_S} s of connecting") from None
-        if item is None or not isinstance(item[1], Proof):
-            what = "nothing" if item is None else f"a {item[1].TYPE} message"
+        if item is None:
+            return False
+        if not isinstance(item[1], Proof):
             raise AuthenticationError(f"the coordinator needs the shared secret "
-                                      f"(ASYNCOLL_TOKEN) and the peer sent {what} instead of "
-                                      "its proof")
+                                      f"(ASYNCOLL_TOKEN) and the peer sent a {item[1].TYPE} "
+                                      "message instead of its proof")
         if not _auth.verify(self._token, "coordinator", nonce, item[1].response):
             raise AuthenticationError("wrong shared secret: the peer's ASYNCOLL_TOKEN differs "
                                       "from the coordinator's")
         self._send([Reply(conn, item[0], Ok())])
+        return True
 
     async def _read_requests(self, conn: int, reader: asyncio.StreamReader,
                              peer: object) -> None:
