@@ -653,7 +653,9 @@ class AsyncProcessGroup:
                 async with timeout_after(limit):
                     mesh.begin(self.group_id, seq, fingerprint)
                     await body(team)
-                    await team.check_neighbours()
+                    pending = team.check_neighbours()
+                    if pending is not None:
+                        await pending
             except TimeoutError:
                 silent = team.waiting_for()
                 raise CollectiveTimeoutError(

@@ -66,6 +66,7 @@ class Team:
         self.fingerprint = fingerprint
         self._sends: list[Awaitable[None]] = []
         self._sent_to: set[int] = set()
+        self._received_from: set[int] = set()
         #: Receives posted so far, by member index: who has not answered, on a timeout.
         self.receives: list[tuple[int, Awaitable[None]]] = []
 
@@ -74,25 +75,34 @@ class Team:
         team = Team(self.mesh, self.ranks, self.group_id, self.seq,
                     self.first_step + index * STEPS_PER_PHASE, self.fingerprint)
         team.receives, team._sent_to = self.receives, self._sent_to
+        team._received_from = self._received_from
         return team
 
-    async def check_neighbours(self) -> None:
+    def check_neighbours(self) -> Awaitable[None] | None:
         """After the algorithm: exchange empty frames where it sent none to a neighbour.
 
         A member that sent nothing to its left neighbour sends it an empty
         frame, and one that received nothing from its right neighbour waits
         for one, so each adjacent pair compared fingerprints at least once.
+        Returns what is left to await, or None (the common case: nothing).
         """
         if self.size == 1:
-            return
+            return None
         left, right = (self.me - 1) % self.size, (self.me + 1) % self.size
         if left not in self._sent_to:
             self._start(self.mesh.send(self.ranks[left], self.tag(CHECK_STEP), _EMPTY,
                                        self.fingerprint))
-        if all(index != right for index, _ in self.receives):
+        check = None
+        if right not in self._received_from:
             check = self.mesh.recv_into(self.ranks[right], self.tag(CHECK_STEP), _EMPTY,
                                         self.fingerprint)
             self.receives.append((right, check))
+        if check is None and not self._sends:
+            return None
+        return self._finish_check(check)
+
+    async def _finish_check(self, check: Awaitable[None] | None) -> None:
+        if check is not None:
             await check
         await self.flush()
 
@@ -121,6 +131,7 @@ class Team:
         received = self.mesh.recv_into(self.ranks[index], self.tag(step), as_bytes(out),
                                        self.fingerprint)
         self.receives.append((index, received))
+        self._received_from.add(index)
         return received
 
     async def flush(self) -> None:

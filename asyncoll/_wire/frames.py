@@ -151,6 +151,9 @@ class FrameHeader:
                             self.group, self.step, self.seq, self.nbytes, *self.fingerprint)
 
 
+_KINDS = {kind.value: kind for kind in FrameKind}
+
+
 def pack_header(kind: FrameKind, group: int, seq: int, step: int, nbytes: int,
                 fingerprint: Fingerprint = NO_FINGERPRINT) -> bytes:
     """Encode a header without building a FrameHeader (the send hot path)."""
@@ -167,19 +170,20 @@ def unpack_header(data: bytes | bytearray | memoryview) -> FrameHeader:
     """
     if len(data) != HEADER_SIZE:
         raise ProtocolError(f"a frame header is {HEADER_SIZE} bytes, got {len(data)}")
-    (magic, version, kind, flags, group, step, seq, nbytes,
-     *fingerprint) = _HEADER.unpack(data)
+    fields = _HEADER.unpack(data)
+    magic, version, kind, flags, group, step, seq, nbytes = fields[:8]
     if magic != MAGIC:
         raise ProtocolError(f"data frame starts with {bytes(magic)!r}, not {MAGIC!r}: "
                             "the peer is not an asyncoll peer")
     if version != PROTOCOL_VERSION:
         raise ProtocolError(f"data frame has protocol version {version}, this peer speaks "
                             f"{PROTOCOL_VERSION}: run the same asyncoll version everywhere")
-    try:
-        frame_kind = FrameKind(kind)
-    except ValueError:
-        raise ProtocolError(f"data frame has unknown kind {kind}") from None
+    frame_kind = _KINDS.get(kind)
+    if frame_kind is None:
+        raise ProtocolError(f"data frame has unknown kind {kind}")
     if nbytes > MAX_FRAME_BYTES:
         raise ProtocolError(f"data frame announces {nbytes} bytes, over the limit of "
                             f"{MAX_FRAME_BYTES}")
-    return FrameHeader(frame_kind, group, seq, step, nbytes, flags, Fingerprint(*fingerprint))
+    # tuple.__new__ skips NamedTuple's argument parsing: this runs for every frame.
+    fingerprint: Fingerprint = tuple.__new__(Fingerprint, fields[8:])
+    return FrameHeader(frame_kind, group, seq, step, nbytes, flags, fingerprint)
