@@ -79,7 +79,8 @@ PURE_FILES = [(path, False) for path in _files("_wire")] + \
 
 @pytest.mark.parametrize("module", ["asyncoll", "asyncoll.aio", "asyncoll.errors",
                                     "asyncoll.types", "asyncoll.testing",
-                                    "asyncoll.coordinator", "asyncoll._tensors"])
+                                    "asyncoll.coordinator", "asyncoll._tensors",
+                                    "asyncoll.group"])
 def test_all_is_sorted_and_every_name_exists(module: str) -> None:
     mod = importlib.import_module(module)
     names = list(mod.__all__)
