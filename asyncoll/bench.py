@@ -1,0 +1,319 @@
+"""``asyncoll-bench``: collective benchmarks in the nccl-tests format, beside gloo's.
+
+::
+
+    asyncoll-bench --collectives all_reduce,broadcast --world-sizes 2,4 \\
+        --sizes 4,1K,64K,1M,16M,64M --compare gloo --csv out.csv --plot out.png
+
+For every world size and every system (asyncoll, then each ``--compare``
+one), it starts that many ranks on this machine (loopback TCP) and times
+float32 operations size by size, one op at a time: each op's time is the
+maximum over ranks, and the table shows the median, as nccl-tests does.
+Columns: system, ranks, size (bytes of the largest buffer: all_gather's
+output, reduce_scatter's input), count (elements per rank's input), type,
+redop, root, time (us), algbw = size / time and busbw = algbw x the
+collective's bus factor (GB/s, 1e9 bytes), and #wrong (ranks whose check
+failed; each size is checked once before it is timed).
+
+``--compare gloo`` needs torch; ``--plot`` needs matplotlib
+(``pip install asyncoll[plot]``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+#: nccl-tests' bus bandwidth factor of each collective, for n ranks.
+BUS_FACTORS: dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+}
+SYSTEMS = ("asyncoll", "gloo")
+COLUMNS = ("system", "ranks", "collective", "size", "count", "type", "redop", "root",
+           "time_us", "algbw_GBps", "busbw_GBps", "wrong")
+_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_JOB_TIMEOUT_S = 1800
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "4", "64K", "1M", "1GiB"..."""
+    value = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = value[-1:] if value[-1:] in _SUFFIXES else ""
+    try:
+        return int(float(value[:len(value) - len(unit)]) * _SUFFIXES[unit])
+    except ValueError:
+        raise SystemExit(f"asyncoll-bench: size {text!r} is not a number of bytes "
+                         "(use 4, 64K, 1M...)") from None
+
+
+# -- one rank ---------------------------------------------------------------------------
+
+
+class _Rank:
+    """This process's side of a run: the system's API on float32 buffers."""
+
+    def __init__(self, system: str) -> None:
+        if system == "gloo":
+            import torch
+            import torch.distributed as tdist
+            tdist.init_process_group("gloo", init_method="env://")
+            self.dist: Any = tdist
+            self._torch: Any = torch
+        else:
+            import asyncoll
+            asyncoll.init_process_group(init_method="env://")
+            self.dist = asyncoll
+            self._torch = None
+        self.rank: int = self.dist.get_rank()
+        self.size: int = self.dist.get_world_size()
+
+    def buffer(self, count: int) -> Any:
+        array = np.zeros(count, dtype=np.float32)
+        return self._torch.from_numpy(array) if self._torch is not None else array
+
+    def max_across(self, values: np.ndarray) -> np.ndarray:
+        out = values.astype(np.float64, copy=True)
+        self.dist.all_reduce(self._torch.from_numpy(out) if self._torch is not None else out,
+                             op=self.dist.ReduceOp.MAX)
+        return out
+
+    def prepare(self, collective: str, count: int) -> tuple[Callable[[], None],
+                                                            Callable[[], bool]]:
+        """(one op, a check that runs one op on known data and says if it was right)."""
+        n, me, dist = self.size, self.rank, self.dist
+        total = n * (n + 1) / 2
+        # torch 2.13 renamed these (the old names warn); asyncoll has torch's older names.
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        small, large, sent = self.buffer(count), self.buffer(count * n), self.buffer(count * n)
+        view_small, view_large, view_sent = np.asarray(small), np.asarray(large), np.asarray(sent)
+        ops: dict[str, tuple[Callable[[], None], Callable[[], bool]]] = {
+            "all_reduce": (lambda: dist.all_reduce(small),
+                           lambda: bool((view_small == total).all())),
+            "broadcast": (lambda: dist.broadcast(small, src=0),
+                          lambda: bool((view_small == 1).all())),
+            "reduce": (lambda: dist.reduce(small, dst=0),
+                       lambda: me != 0 or bool((view_small == total).all())),
+            "all_gather": (lambda: gather(large, small),
+                           lambda: bool((view_large == np.repeat(np.arange(1, n + 1),
+                                                                 count)).all())),
+            "reduce_scatter": (lambda: scatter(small, large),
+                               lambda: bool((view_small == total).all())),
+            "all_to_all": (lambda: dist.all_to_all_single(large, sent),
+                           lambda: bool((view_large == np.repeat(np.arange(1, n + 1),
+                                                                 count)).all())),
+        }
+        run, right = ops[collective]
+
+        def check() -> bool:
+            for view in (view_small, view_large, view_sent):
+                view.fill(me + 1)
+            run()
+            ok = right()
+            for view in (view_small, view_large, view_sent):
+                view.fill(0)  # timed sums of zeros never overflow
+            return ok
+
+        return run, check
+
+    def time(self, run: Callable[[], None], target_s: float, size: int) -> float:
+        """Median microseconds of one op (each op's time the max over ranks)."""
+        warmup = 10 if size <= (1 << 20) else 2
+        began = time.perf_counter()
+        for _ in range(warmup):
+            run()
+        estimate = float(self.max_across(np.array([(time.perf_counter() - began) / warmup]))[0])
+        iterations = int(min(2000, max(5, target_s / max(estimate, 1e-9))))
+        times = np.empty(iterations)
+        self.dist.barrier()
+        for i in range(iterations):
+            start = time.perf_counter_ns()
+            run()
+            times[i] = time.perf_counter_ns() - start
+        return float(np.median(self.max_across(times))) / 1e3
+
+
+def _rank_main(args: argparse.Namespace) -> int:
+    me = _Rank(args.worker)
+    n = me.size
+    for collective in args.collectives.split(","):
+        for size in (parse_size(s) for s in args.sizes.split(",")):
+            per_rank = size // 4 // (n if collective in
+                                     ("all_gather", "reduce_scatter", "all_to_all") else 1)
+            count = max(1, per_rank)
+            run, check = me.prepare(collective, count)
+            wrong = int(me.max_across(np.array([0.0 if check() else 1.0]))[0])
+            median_us = me.time(run, args.target_s, size)
+            nbytes = count * 4 * (n if collective in
+                                  ("all_gather", "reduce_scatter", "all_to_all") else 1)
+            if me.rank == 0:
+                algbw = nbytes / (median_us * 1e-6) / 1e9
+                row = {"system": args.worker, "ranks": n, "collective": collective,
+                       "size": nbytes, "count": count, "type": "float",
+                       "redop": "sum" if collective in ("all_reduce", "reduce",
+                                                        "reduce_scatter") else "none",
+                       "root": 0 if collective in ("broadcast", "reduce") else -1,
+                       "time_us": round(median_us, 2), "algbw_GBps": round(algbw, 4),
+                       "busbw_GBps": round(algbw * BUS_FACTORS[collective](n), 4),
+                       "wrong": wrong}
+                print(json.dumps(row), flush=True)
+    me.dist.barrier()
+    me.dist.destroy_process_group()
+    return 0
+
+
+# -- the driver ---------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _run(system: str, world_size: int, argv: Sequence[str]) -> list[dict[str, Any]]:
+    """Start ``world_size`` ranks of ``system``; return rank 0's rows as they came."""
+    port = str(_free_port())
+    procs = []
+    for rank in range(world_size):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        procs.append(subprocess.Popen([sys.executable, "-m", "asyncoll.bench", *argv,
+                                       "--worker", system], env=env,
+                                      stdout=subprocess.PIPE if rank == 0 else
+                                      subprocess.DEVNULL, text=True))
+    rows = []
+    try:
+        assert procs[0].stdout is not None
+        for line in procs[0].stdout:
+            if line.startswith("{"):
+                row = json.loads(line)
+                rows.append(row)
+                print(_format(row), flush=True)
+        for proc in procs:
+            if proc.wait(_JOB_TIMEOUT_S) != 0:
+                raise SystemExit(f"asyncoll-bench: a {system} rank exited with "
+                                 f"{proc.returncode}")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    return rows
+
+
+def _format(row: dict[str, Any]) -> str:
+    return (f"{row['system']:>9} {row['ranks']:>5} {row['collective']:>14} {row['size']:>11} "
+            f"{row['count']:>10} {row['type']:>6} {row['redop']:>5} {row['root']:>4} "
+            f"{row['time_us']:>11.2f} {row['algbw_GBps']:>8.4f} {row['busbw_GBps']:>8.4f} "
+            f"{row['wrong']:>6}")
+
+
+def _plot(rows: list[dict[str, Any]], path: str) -> None:
+    try:
+        import matplotlib  # type: ignore[import-not-found, unused-ignore]
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        raise SystemExit("asyncoll-bench: --plot needs matplotlib: pip install "
+                         "'asyncoll[plot]'") from None
+    collectives = sorted({row["collective"] for row in rows})
+    figure, axes = plt.subplots(len(collectives), 2, figsize=(11, 3.6 * len(collectives)),
+                                squeeze=False)
+    for (bandwidth, latency), collective in zip(axes, collectives):
+        lines: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for row in rows:
+            if row["collective"] == collective:
+                lines.setdefault((row["system"], row["ranks"]), []).append(row)
+        for (system, ranks), points in sorted(lines.items()):
+            sizes = [p["size"] for p in points]
+            label = f"{system}, {ranks} ranks"
+            bandwidth.plot(sizes, [p["busbw_GBps"] for p in points], marker="o", label=label)
+            latency.plot(sizes, [p["time_us"] for p in points], marker="o", label=label)
+        for ax, what in ((bandwidth, "bus bandwidth (GB/s)"), (latency, "time (us)")):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("size (bytes)")
+            ax.set_ylabel(what)
+            ax.set_title(f"{collective}: {what}")
+            ax.grid(True, which="both", alpha=0.3)
+        latency.set_yscale("log")
+        bandwidth.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``asyncoll-bench``."""
+    parser = argparse.ArgumentParser(prog="asyncoll-bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--collectives", default="all_reduce",
+                        help=f"comma list of {', '.join(BUS_FACTORS)} (default all_reduce)")
+    parser.add_argument("--world-sizes", default="2", help="comma list (default 2)")
+    parser.add_argument("--sizes", default="4,1K,64K,1M,16M,64M",
+                        help="comma list of bytes, K/M/G binary suffixes")
+    parser.add_argument("--target-s", type=float, default=1.0,
+                        help="timed seconds per size, about (default 1.0)")
+    parser.add_argument("--compare", action="append", default=[], choices=["gloo"],
+                        help="also run this system, in the same invocation")
+    parser.add_argument("--csv", help="write every row to this CSV file")
+    parser.add_argument("--plot", help="draw bandwidth and latency against size (PNG)")
+    parser.add_argument("--worker", choices=SYSTEMS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    bad = [c for c in args.collectives.split(",") if c not in BUS_FACTORS]
+    if bad:
+        raise SystemExit(f"asyncoll-bench: unknown collective(s) {', '.join(bad)}; choose "
+                         f"from {', '.join(BUS_FACTORS)}")
+    if args.worker:
+        return _rank_main(args)
+    passed = [a for a in (argv if argv is not None else sys.argv[1:])]
+    forwarded = _without(passed, ("--compare", "--csv", "--plot", "--world-sizes"))
+    print(f"# asyncoll-bench: float32, loopback TCP, {os.cpu_count()} CPUs; time is the "
+          "median over ops of the max over ranks")
+    print(f"#{'system':>8} {'ranks':>5} {'collective':>14} {'size':>11} {'count':>10} "
+          f"{'type':>6} {'redop':>5} {'root':>4} {'time(us)':>11} {'algbw':>8} "
+          f"{'busbw':>8} {'#wrong':>6}")
+    rows = []
+    for world_size in (int(w) for w in args.world_sizes.split(",")):
+        for system in ("asyncoll", *args.compare):
+            rows += _run(system, world_size, forwarded)
+    if args.csv:
+        with open(args.csv, "w", newline="") as out:
+            writer = csv.DictWriter(out, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+    if args.plot:
+        _plot(rows, args.plot)
+    return 1 if any(row["wrong"] for row in rows) else 0
+
+
+def _without(argv: Sequence[str], options: Sequence[str]) -> list[str]:
+    """``argv`` less the driver-only options (and their values)."""
+    kept, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+            continue
+        name = item.split("=", 1)[0]
+        if name in options:
+            skip = "=" not in item
+            continue
+        kept.append(item)
+    return kept
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""asyncoll-bench: every collective timed and checked, in the nccl-tests columns."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+COLLECTIVES = "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,reduce"
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "asyncoll.bench", "--sizes", "4,64K",
+                           "--target-s", "0.02", *args], capture_output=True, text=True,
+                          timeout=240)
+
+
+def test_bench_prints_a_checked_row_per_collective_and_size_and_writes_csv(tmp_path):
+    out = tmp_path / "rows.csv"
+    result = bench("--collectives", COLLECTIVES, "--world-sizes", "2,3", "--csv", str(out))
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line.split() for line in result.stdout.splitlines() if line.startswith(" ")]
+    assert len(lines) == 6 * 2 * 2
+    assert {(line[0], line[1]) for line in lines} == {("asyncoll", "2"), ("asyncoll", "3")}
+    assert all(line[-1] == "0" for line in lines), "a check failed"
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == len(lines)
+    assert {row["collective"] for row in rows} == set(COLLECTIVES.split(","))
+    assert all(float(row["time_us"]) > 0 and float(row["busbw_GBps"]) >= 0 for row in rows)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="--compare gloo needs torch (CI installs it)")
+def test_bench_runs_gloo_beside_asyncoll_in_one_invocation():
+    result = bench("--collectives", "all_reduce,broadcast", "--compare", "gloo")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    systems = [line.split()[0] for line in result.stdout.splitlines() if line.startswith(" ")]
+    assert systems.count("asyncoll") == 4 and systems.count("gloo") == 4
+
+
+def test_bench_refuses_an_unknown_collective():
+    result = bench("--collectives", "all_reduce,allreduce")
+
+    assert result.returncode != 0 and "unknown collective(s) allreduce" in result.stderr
