@@ -45,6 +45,15 @@ def test_bench_runs_gloo_beside_asyncoll_in_one_invocation():
     assert systems.count("asyncoll") == 4 and systems.count("gloo") == 4
 
 
+def test_bench_plots_bandwidth_and_time_against_size(tmp_path):
+    pytest.importorskip("matplotlib", reason="--plot needs the plot extra (in [test] too)")
+    chart = tmp_path / "chart.png"
+    result = bench("--collectives", "all_reduce,broadcast", "--plot", str(chart))
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 10_000
+
+
 def test_bench_refuses_an_unknown_collective():
     result = bench("--collectives", "all_reduce,allreduce")
 
