@@ -3,9 +3,11 @@
 Every coordinator and data connection starts with the accepting side sending
 a fresh random nonce; the connecting side answers with
 HMAC-SHA256(secret, purpose | nonce | context), which the acceptor checks in
-constant time. The secret itself never crosses the wire, and a recorded
-answer is useless for another connection (another nonce). Without a secret
-configured, the acceptor asks for nothing.
+constant time, and sends a nonce of its own, which the acceptor answers the
+same way (another purpose), so each side knows the other holds the secret.
+The secret itself never crosses the wire, and a recorded answer is useless
+for another connection (other nonces). Without a secret configured, the
+acceptor asks for nothing, and a connecting side that has one refuses it.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from asyncoll import _auth
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._rendezvous.control import read_message, write_message
 from asyncoll._settings import CONNECT_RETRY_INTERVAL_S, HANDSHAKE_TIMEOUT_S
-from asyncoll._wire.messages import Challenge, Error, MemberGone, Message, Ok, Proof
+from asyncoll._wire.messages import Challenge, Error, MemberGone, Message, Proof
 from asyncoll.errors import (
     AsyncollError,
     AuthenticationError,
@@ -62,14 +62,21 @@ async def _answer_challenge(reader: asyncio.StreamReader, writer: asyncio.Stream
             if item is None or not isinstance(item[1], Challenge):
                 raise ProtocolError(f"{address} did not greet like an asyncoll coordinator")
             challenge = item[1]
-            if not challenge.required:
+            if not challenge.required and token is None:
                 return
+            if not challenge.required:
+                raise AuthenticationError(
+                    f"the coordinator at {address} asks for no shared secret, but this peer "
+                    "has ASYNCOLL_TOKEN set: it cannot prove it is the job's coordinator. "
+                    "Start it with --token-file (or the same ASYNCOLL_TOKEN), or unset "
+                    "ASYNCOLL_TOKEN here")
             if token is None:
                 raise AuthenticationError(
                     f"the coordinator at {address} requires the job's shared secret: set "
                     "ASYNCOLL_TOKEN (or pass --token-file to asyncoll-run)")
+            mine = _auth.new_nonce()
             write_message(writer, Proof(response=_auth.answer(token, "coordinator",
-                                                              challenge.nonce)), 1)
+                                                              challenge.nonce), nonce=mine), 1)
             reply = await read_message(reader)
     except TimeoutError:
         raise RendezvousTimeoutError(f"the coordinator at {address} did not finish the "
@@ -80,9 +87,13 @@ async def _answer_challenge(reader: asyncio.StreamReader, writer: asyncio.Stream
     if reply is not None and isinstance(reply[1], Error):
         raise error_from_code(reply[1].code, f"the coordinator at {address} refused this "
                                              f"peer: {reply[1].message}")
-    if reply is None or not isinstance(reply[1], Ok):
+    if reply is None or not isinstance(reply[1], Proof):
         raise AuthenticationError(f"the coordinator at {address} closed the connection after "
                                   "this peer's proof of the shared secret")
+    if not _auth.verify(token, "coordinator/server", mine, reply[1].response):
+        raise AuthenticationError(f"the coordinator at {address} accepted this peer but did "
+                                  "not prove the shared secret in return: it is not the "
+                                  "job's coordinator")
 
 
 class CoordinatorClient:

@@ -205,8 +205,9 @@ class PeerConnection(asyncio.BufferedProtocol):
         self._frame = header
         self._remaining = header.nbytes
         if header.kind is FrameKind.HELLO_ACK:
-            if self.peer is None or header.nbytes:
+            if self.peer is None or self.ready.done() or header.nbytes > 128:
                 raise ProtocolError("unexpected HELLO_ACK frame")
+            self._keep(header.nbytes)
         elif header.kind is FrameKind.HELLO:
             if self.peer is not None or header.nbytes > MAX_CONTROL_PAYLOAD:
                 raise ProtocolError("unexpected HELLO frame")
@@ -250,7 +251,17 @@ class PeerConnection(asyncio.BufferedProtocol):
         header = self._frame
         assert header is not None
         if header.kind is FrameKind.HELLO_ACK:
-            if not self.ready.done():
+            assert self._kept is not None and self.peer is not None
+            token = self._mesh.token
+            # The acceptor proves the secret too: a stranger listening on a
+            # peer's advertised address learns nothing and gets nothing.
+            if token is not None and not _auth.verify(
+                    token, "data/acceptor", self._nonce, self._kept.decode(errors="replace"),
+                    f"{self._mesh.job}|{self.peer}"):
+                self.ready.set_exception(AuthenticationError(
+                    f"rank {self.peer}'s data port did not prove the job's shared secret "
+                    "(its ASYNCOLL_TOKEN differs or is missing)"))
+            elif not self.ready.done():
                 self.ready.set_result(None)
         elif header.kind is FrameKind.CHALLENGE:
             assert self._kept is not None and self.peer is not None
@@ -258,7 +269,8 @@ class PeerConnection(asyncio.BufferedProtocol):
             token = self._mesh.token
             response = ("" if token is None else
                         _auth.answer(token, "data", nonce, f"{self._mesh.job}|{self._mesh.rank}"))
-            hello = f"{self._mesh.job}\n{response}".encode()
+            self._nonce = _auth.new_nonce()  # this rank's challenge to the acceptor
+            hello = f"{self._mesh.job}\n{response}\n{self._nonce}".encode()
             self.send_frame(FrameKind.HELLO, (0, 0, self._mesh.rank), memoryview(hello))
         elif header.kind is FrameKind.ABORT and not self.ready.done():
             # Refused during the handshake (a wrong secret): the dial fails with it.
@@ -268,11 +280,14 @@ class PeerConnection(asyncio.BufferedProtocol):
                                                            f"rank's data connection: {message}"))
         elif header.kind is FrameKind.HELLO:
             assert self._kept is not None
-            job, _, proof = bytes(self._kept).partition(b"\n")
-            self.peer = self._mesh.accept_hello(self, header.step, job, self._nonce,
-                                                proof.decode(errors="replace"))
+            job, _, rest = bytes(self._kept).partition(b"\n")
+            proof, _, their_nonce = rest.decode(errors="replace").partition("\n")
+            self.peer = self._mesh.accept_hello(self, header.step, job, self._nonce, proof)
+            token = self._mesh.token
+            ack = ("" if token is None else _auth.answer(
+                token, "data/acceptor", their_nonce, f"{self._mesh.job}|{self._mesh.rank}"))
             assert self.transport is not None
-            self.send_frame(FrameKind.HELLO_ACK, (0, 0, 0), memoryview(b""))
+            self.send_frame(FrameKind.HELLO_ACK, (0, 0, 0), memoryview(ack.encode()))
             self.ready.set_result(None)
         elif header.kind is FrameKind.ABORT:
             assert self._kept is not None and self.peer is not None

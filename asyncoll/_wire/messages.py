@@ -125,10 +125,15 @@ class Challenge:
 
 @dataclass(frozen=True, slots=True)
 class Proof:
-    """Peer -> coordinator: the answer to the Challenge (an HMAC, never the secret)."""
+    """The answer to a challenge: an HMAC, never the secret.
+
+    Peer -> coordinator: answers the Challenge, and ``nonce`` challenges the
+    coordinator back. Coordinator -> peer: answers that nonce (``nonce`` "").
+    """
 
     TYPE: ClassVar[str] = "proof"
     response: str
+    nonce: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from asyncoll._compat import timeout as timeout_after
 from asyncoll._rendezvous.control import read_message, write_message
 from asyncoll._rendezvous.state import Reply, RendezvousState
 from asyncoll._settings import COORDINATOR_TICK_S, DEFAULT_PORT, HANDSHAKE_TIMEOUT_S
-from asyncoll._wire.messages import Challenge, Error, Ok, Proof
+from asyncoll._wire.messages import Challenge, Error, Proof
 from asyncoll.errors import AuthenticationError, ProtocolError
 
 log = logging.getLogger("asyncoll.coordinator")
@@ -136,10 +136,13 @@ class Coordinator:
             raise AuthenticationError(f"the coordinator needs the shared secret "
                                       f"(ASYNCOLL_TOKEN) and the peer sent a {item[1].TYPE} "
                                       "message instead of its proof")
-        if not _auth.verify(self._token, "coordinator", nonce, item[1].response):
+        proof = item[1]
+        if not _auth.verify(self._token, "coordinator", nonce, proof.response):
             raise AuthenticationError("wrong shared secret: the peer's ASYNCOLL_TOKEN differs "
                                       "from the coordinator's")
-        self._send([Reply(conn, item[0], Ok())])
+        # Prove it back, so a peer cannot be fooled by an impostor coordinator.
+        self._send([Reply(conn, item[0], Proof(
+            response=_auth.answer(self._token, "coordinator/server", proof.nonce), nonce=""))])
         return True
 
     async def _read_requests(self, conn: int, reader: asyncio.StreamReader,

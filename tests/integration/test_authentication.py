@@ -74,6 +74,12 @@ def test_nothing_is_accepted_before_the_proof(guarded, first):
     assert "j" not in [line for line in guarded.log().splitlines() if "joined" in line]
 
 
+def test_peer_with_a_secret_refuses_a_coordinator_that_cannot_prove_it(daemon):
+    (code, out, _), = probes(daemon, SECRET, n=1)
+    assert code == 2
+    assert "asks for no shared secret, but this peer has ASYNCOLL_TOKEN set" in out, out
+
+
 def test_daemon_bound_beyond_loopback_without_a_secret_warns_loudly(tmp_path):
     daemon = Daemon(tmp_path, host="0.0.0.0")
     try:
@@ -83,10 +89,24 @@ def test_daemon_bound_beyond_loopback_without_a_secret_warns_loudly(tmp_path):
 
 
 async def test_data_port_refuses_a_dialer_without_the_secret():
-    server = TcpMesh("job", token=b"right")
+    results = await dial_with_tokens(b"right", [("wrong", b"wrong"), ("missing", None),
+                                                ("right", b"right")])
+    assert "did not prove the job's shared secret" in results["wrong"]
+    assert "did not prove the job's shared secret" in results["missing"]
+    assert results["right"] == "sent"
+
+
+async def test_dialer_refuses_a_data_port_that_cannot_prove_the_secret():
+    results = await dial_with_tokens(None, [("stranger", b"right")])
+    assert "rank 1's data port did not prove the job's shared secret" in results["stranger"]
+
+
+async def dial_with_tokens(server_token, clients):
+    """Rank 0 dials rank 1 (``server_token``) once per (name, token); how each went."""
+    server = TcpMesh("job", token=server_token)
     port = await server.listen("127.0.0.1")
     results = {}
-    for name, token in [("wrong", b"wrong"), ("missing", None), ("right", b"right")]:
+    for name, token in clients:
         client = TcpMesh("job", token=token)
         client_port = await client.listen("127.0.0.1")
         directory = {0: ("127.0.0.1", client_port, "a"), 1: ("127.0.0.1", port, "b")}
@@ -100,6 +120,4 @@ async def test_data_port_refuses_a_dialer_without_the_secret():
             results[name] = str(exc)
         await client.close()
     await server.close()
-    assert "did not prove the job's shared secret" in results["wrong"]
-    assert "did not prove the job's shared secret" in results["missing"]
-    assert results["right"] == "sent"
+    return results

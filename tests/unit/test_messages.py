@@ -65,7 +65,7 @@ MESSAGES: st.SearchStrategy[Message] = st.one_of(
     st.builds(Error, code=TEXT, message=TEXT),
     st.builds(Heartbeat, ops=INTS),
     st.builds(Challenge, nonce=TEXT, required=INTS),
-    st.builds(Proof, response=TEXT),
+    st.builds(Proof, response=TEXT, nonce=TEXT),
     st.builds(MemberGone, rank=INTS, host=TEXT, hostname=TEXT, how=TEXT, reason=TEXT),
     st.builds(Status, job=TEXT),
 )
@@ -83,7 +83,7 @@ EXAMPLES: list[Message] = [
     Error(code="mismatch", message="ranks disagree"),
     Heartbeat(ops=12),
     Challenge(nonce="a1b2", required=1),
-    Proof(response="00ff"),
+    Proof(response="00ff", nonce="c3d4"),
     MemberGone(rank=2, host="10.0.0.3", hostname="node-c", how="lost",
                reason="no heartbeat for 10.2 s"),
     Status(job=""),
