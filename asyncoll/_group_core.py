@@ -11,6 +11,7 @@ calls raise GroupBrokenError from it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import os
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -59,9 +60,18 @@ def seconds(timeout: float | timedelta | None, default: float) -> float:
 
 
 def _forced(collective: str) -> str | None:
-    """The algorithm ASYNCOLL_ALGORITHM forces for ``collective``, if any."""
+    """The algorithm ASYNCOLL_ALGORITHM forces for ``collective``, if any.
+
+    The variable is read at every call (tests and benchmarks change it), its
+    parse only when it changes.
+    """
     spec = os.environ.get("ASYNCOLL_ALGORITHM", "")
-    return selection.parse_forced(spec).get(collective) if spec else None
+    return _parsed(spec).get(collective) if spec else None
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(spec: str) -> dict[str, str]:
+    return selection.parse_forced(spec)
 
 
 class GroupCore:

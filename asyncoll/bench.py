@@ -279,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          f"from {', '.join(BUS_FACTORS)}")
     if args.worker:
         return _rank_main(args)
-    passed = [a for a in (argv if argv is not None else sys.argv[1:])]
+    passed = list(argv) if argv is not None else sys.argv[1:]
     forwarded = _without(passed, ("--compare", "--csv", "--plot", "--world-sizes"))
     print(f"# asyncoll-bench: float32, loopback TCP, {os.cpu_count()} CPUs; time is the "
           "median over ops of the max over ranks")

@@ -257,7 +257,7 @@ class PeerConnection(asyncio.BufferedProtocol):
             # peer's advertised address learns nothing and gets nothing.
             if token is not None and not _auth.verify(
                     token, "data/acceptor", self._nonce, self._kept.decode(errors="replace"),
-                    f"{self._mesh.job}|{self.peer}"):
+                    f"{self._mesh.job}|{self._mesh.rank}"):
                 self.ready.set_exception(AuthenticationError(
                     f"rank {self.peer}'s data port did not prove the job's shared secret "
                     "(its ASYNCOLL_TOKEN differs or is missing)"))
@@ -284,8 +284,10 @@ class PeerConnection(asyncio.BufferedProtocol):
             proof, _, their_nonce = rest.decode(errors="replace").partition("\n")
             self.peer = self._mesh.accept_hello(self, header.step, job, self._nonce, proof)
             token = self._mesh.token
+            # Bound to the dialer's rank: this rank may not know its own yet (a peer
+            # can read the rendezvous reply and dial before this one has).
             ack = ("" if token is None else _auth.answer(
-                token, "data/acceptor", their_nonce, f"{self._mesh.job}|{self._mesh.rank}"))
+                token, "data/acceptor", their_nonce, f"{self._mesh.job}|{self.peer}"))
             assert self.transport is not None
             self.send_frame(FrameKind.HELLO_ACK, (0, 0, 0), memoryview(ack.encode()))
             self.ready.set_result(None)

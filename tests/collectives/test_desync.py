@@ -20,10 +20,6 @@ from asyncoll.testing import run_ranks
 pytestmark = pytest.mark.timeout(60)
 
 
-def _same(world, odd):
-    return odd if world.rank == world.size - 1 else None
-
-
 CASES = {
     "different operation": (
         lambda w, odd: w.broadcast(np.ones(4, np.float32), 0) if odd else
