@@ -412,7 +412,13 @@ class TcpMesh:
         channel = self._channels.get(peer) if peer is not None else None
         if channel is not None and channel.error is not None:
             return channel.error
-        return PeerLostError(f"no usable connection to rank {peer}", rank=peer or -1)
+        if peer is None:
+            return PeerLostError("a data connection closed before its peer was known")
+        host = channel.hostname if channel is not None else "?"
+        # Its connection is closing, and why is not known yet (the close is being
+        # processed): a peer whose connection ends without a goodbye is lost.
+        return PeerLostError(f"rank {peer} on host {host} was lost: its data connection is "
+                             "closed", rank=peer)
 
     def failed(self, peer: int | None) -> asyncio.Future[None]:
         """An already-failed future carrying ``peer``'s error."""

@@ -173,3 +173,11 @@ async def test_receive_whose_payload_is_arriving_fails_when_its_group_breaks(set
     with pytest.raises(MismatchError, match="broken elsewhere"):
         await asyncio.wait_for(received, 1)
     assert not out[50_000 - HEADER_SIZE:].any(), "bytes after the failure reached the array"
+
+
+async def test_error_for_a_peer_without_a_recorded_failure_names_rank_0_too(setup):
+    mesh, _ = setup
+    error = mesh.error_for(0)
+
+    assert isinstance(error, PeerLostError)
+    assert error.rank == 0 and "rank 0 on host a" in str(error)
