@@ -18,10 +18,13 @@ from typing import TYPE_CHECKING, cast
 
 from asyncoll import _auth
 from asyncoll._transport.base import Tag
+from asyncoll._transport.shm_link import ShmLink
 from asyncoll._wire.frames import (
     HEADER_SIZE,
     MAX_CONTROL_PAYLOAD,
     NO_FINGERPRINT,
+    SHM_FREED,
+    SHM_PIECE,
     Fingerprint,
     FrameHeader,
     FrameKind,
@@ -39,6 +42,9 @@ _DISCARD = memoryview(bytearray(1 << 16))
 _NOWHERE = memoryview(b"")
 _STAGE_BYTES = 1 << 16
 _GATHER_LIMIT = 1 << 16
+#: The largest payload of each shared-memory frame kind.
+_SHM_SIZES = {FrameKind.SHM_OPEN: 256, FrameKind.SHM_OPENED: 256,
+              FrameKind.SHM_DATA: SHM_PIECE.size, FrameKind.SHM_FREE: SHM_FREED.size}
 
 
 class PeerConnection(asyncio.BufferedProtocol):
@@ -69,6 +75,8 @@ class PeerConnection(asyncio.BufferedProtocol):
         self._drained = mesh.loop.create_future()
         self._drained.set_result(None)
         self._drain_waiters: list[asyncio.Future[None]] = []
+        #: Payloads through shared memory, when the peer is on this host.
+        self.shm = ShmLink(self, mesh)
 
     # -- sending ------------------------------------------------------------------
 
@@ -193,6 +201,7 @@ class PeerConnection(asyncio.BufferedProtocol):
         Its tag has left the mesh's posted receives when its header arrived,
         so failing the channel or the group would not reach it otherwise.
         """
+        self.shm.fail(error, group)
         receive, frame = self._receive, self._frame
         if receive is None or receive.done() or frame is None:
             return
@@ -225,6 +234,10 @@ class PeerConnection(asyncio.BufferedProtocol):
         elif header.kind is FrameKind.GOODBYE:
             if header.nbytes:
                 raise ProtocolError(f"GOODBYE frame of {header.nbytes} bytes")
+        elif header.kind in _SHM_SIZES:
+            if header.nbytes > _SHM_SIZES[header.kind]:
+                raise ProtocolError(f"{header.kind.name} frame of {header.nbytes} bytes")
+            self._keep(header.nbytes)
         elif header.kind is not FrameKind.DATA:
             raise ProtocolError(f"unexpected {header.kind.name} frame after the handshake")
         else:
@@ -298,6 +311,9 @@ class PeerConnection(asyncio.BufferedProtocol):
         elif header.kind is FrameKind.GOODBYE:
             assert self.peer is not None
             self._mesh.goodbye_received(self.peer)
+        elif header.kind in _SHM_SIZES:
+            assert self._kept is not None
+            self._shm_frame(header, bytes(self._kept))
         elif self._receive is not None:
             if not self._receive.done():
                 self._receive.set_result(None)
@@ -305,6 +321,16 @@ class PeerConnection(asyncio.BufferedProtocol):
             self._mesh.keep_unexpected(self.peer, (header.group, header.seq, header.step),
                                        self._kept, header.fingerprint)
         self._reset()
+
+    def _shm_frame(self, header: FrameHeader, payload: bytes) -> None:
+        if header.kind is FrameKind.SHM_DATA:
+            self.shm.on_data(header, payload)
+        elif header.kind is FrameKind.SHM_FREE:
+            self.shm.on_free(payload)
+        elif header.kind is FrameKind.SHM_OPEN:
+            self.shm.on_open(payload)
+        else:
+            self.shm.on_opened(payload)
 
     def _keep(self, nbytes: int) -> None:
         self._kept = bytearray(nbytes)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from asyncoll import _auth
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._settings import HANDSHAKE_TIMEOUT_S, LINGER_S
+from asyncoll._transport import shm
 from asyncoll._transport.base import Tag
 from asyncoll._transport.connection import PeerConnection
 from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint, FrameKind, encode_abort
@@ -57,6 +58,8 @@ class _Channel:
     error: AsyncollError | None = None
     #: The peer sent GOODBYE: its connection closing is a departure, not a loss.
     leaving: bool = False
+    #: The peer runs on this host: large payloads may go through shared memory.
+    same_host: bool = False
     #: Set once the connection is usable, or once the channel has failed.
     settled: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -84,6 +87,8 @@ class TcpMesh:
         self._completed: dict[int, int] = {}
         self._unexpected_count = 0
         self._closed = False
+        #: Payloads this large go through shared memory to same-host peers (0: never).
+        self._shm_min = shm.min_bytes() if shm.enabled() else 0
 
     @property
     def rank(self) -> int:
@@ -127,10 +132,12 @@ class TcpMesh:
         """Record this process's rank and every peer's (host, port, hostname)."""
         self._rank = rank
         self._size = len(peers)
+        own_hostname = peers[rank][2] if rank in peers else None
         for peer, (host, port, hostname) in peers.items():
             channel = self._channel(peer)
             channel.address = (host, port)
             channel.hostname = hostname
+            channel.same_host = hostname == own_hostname and peer != rank
         for peer, channel in self._channels.items():
             if (peer >= rank or peer not in peers) and channel.connection is not None:
                 self._fail_channel(peer, ProtocolError(
@@ -150,8 +157,14 @@ class TcpMesh:
             return self.failed(peer)
         connection = channel.connection
         if connection is not None and connection.ready.done():
+            if self._shm_min and channel.same_host and payload.nbytes >= self._shm_min:
+                sending = self.loop.create_task(connection.shm.send(tag, payload, fingerprint))
+                sending.add_done_callback(_retrieve)
+                return sending
             return connection.send_frame(FrameKind.DATA, tag, payload, fingerprint)
-        return self.loop.create_task(self._send_when_ready(peer, tag, payload, fingerprint))
+        sending = self.loop.create_task(self._send_when_ready(peer, tag, payload, fingerprint))
+        sending.add_done_callback(_retrieve)
+        return sending
 
     def recv_into(self, peer: int, tag: Tag, out: memoryview,
                   fingerprint: Fingerprint = NO_FINGERPRINT) -> Awaitable[None]:
@@ -530,7 +543,10 @@ class TcpMesh:
         if channel.error is not None:
             raise channel.error
         assert channel.connection is not None  # settled without error: connected
-        await channel.connection.send_frame(FrameKind.DATA, tag, payload, fingerprint)
+        if self._shm_min and channel.same_host and payload.nbytes >= self._shm_min:
+            await channel.connection.shm.send(tag, payload, fingerprint)
+        else:
+            await channel.connection.send_frame(FrameKind.DATA, tag, payload, fingerprint)
 
     def _fail_channel(self, peer: int, error: AsyncollError) -> None:
         channel = self._channel(peer)

@@ -47,6 +47,17 @@ class FrameKind(enum.IntEnum):
     #: Acceptor -> dialer, first: payload is a nonce; the dialer's HELLO answers
     #: it (``job\nHMAC``) when the job has a shared secret.
     CHALLENGE = 6
+    #: Sender -> receiver on the same host: payload is ``name\ncapacity`` of a
+    #: shared-memory ring the sender made for its payloads to this peer.
+    SHM_OPEN = 7
+    #: Receiver -> sender: payload ``b"ok"`` once the ring is mapped (and
+    #: unlinked), else the reason it could not be, and the sender keeps to TCP.
+    SHM_OPENED = 8
+    #: A piece of a DATA payload lies in the sender's ring; payload is a
+    #: SHM_PIECE descriptor; group, seq, step and fingerprint are the payload's.
+    SHM_DATA = 9
+    #: Receiver -> sender: the ring is free up to the position in the payload.
+    SHM_FREE = 10
 
 
 class Operation(enum.IntEnum):
@@ -131,6 +142,13 @@ def decode_abort(payload: bytes) -> tuple[str, int, str]:
     except ValueError:
         rank, message = -1, rest
     return code, rank, message
+
+
+#: A SHM_DATA descriptor: the payload's total size, this piece's offset in
+#: it, the piece's place in the ring, its size, and the ring position after it.
+SHM_PIECE = struct.Struct("<QQQQQ")
+#: A SHM_FREE payload: the ring position up to which the receiver is done.
+SHM_FREED = struct.Struct("<Q")
 
 
 @dataclass(frozen=True, slots=True)
