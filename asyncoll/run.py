@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 from asyncoll import _auth
 from asyncoll._loop_thread import LoopThread
+from asyncoll._transport import shm
 from asyncoll._settings import DEFAULT_JOB_ID, DEFAULT_PORT, EMBEDDED_DRAIN_TIMEOUT_S
 from asyncoll.coordinator import Coordinator
 from asyncoll.errors import ConfigurationError
@@ -220,6 +221,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     finally:
         _stop(procs)
+        # A worker killed between making a shared-memory ring and its peer
+        # mapping it leaves the segment behind; no one else would remove it.
+        for name in shm.sweep([proc.pid for proc in procs]):
+            print(f"asyncoll-run: removed /dev/shm/{name}, left by a worker that died",
+                  file=sys.stderr, flush=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if embedded is not None:

@@ -75,6 +75,8 @@ class PeerConnection(asyncio.BufferedProtocol):
         self._drained = mesh.loop.create_future()
         self._drained.set_result(None)
         self._drain_waiters: list[asyncio.Future[None]] = []
+        #: This rank said goodbye and shut its writing side down.
+        self.half_closed = False
         #: Payloads through shared memory, when the peer is on this host.
         self.shm = ShmLink(self, mesh)
 
@@ -84,7 +86,7 @@ class PeerConnection(asyncio.BufferedProtocol):
                    fingerprint: Fingerprint = NO_FINGERPRINT) -> Awaitable[None]:
         """Write one frame; the returned awaitable is done when ``payload`` may be reused."""
         transport = self.transport
-        if transport is None or transport.is_closing():
+        if transport is None or not self.writable:
             return self._mesh.failed(self.peer)
         group, seq, step = tag
         header = pack_header(kind, group, seq, step, payload.nbytes, fingerprint)
@@ -101,6 +103,12 @@ class PeerConnection(asyncio.BufferedProtocol):
         waiter = self._mesh.loop.create_future()
         self._drain_waiters.append(waiter)
         return waiter
+
+    @property
+    def writable(self) -> bool:
+        """Whether frames can still be written (not closed, not half-closed by a goodbye)."""
+        return (self.transport is not None and not self.transport.is_closing()
+                and not self.half_closed)
 
     def pause_writing(self) -> None:
         self._paused = True

@@ -462,6 +462,7 @@ class TcpMesh:
                 asyncio.ensure_future(connection.send_frame(
                     FrameKind.GOODBYE, (0, 0, 0), memoryview(b""))).add_done_callback(_retrieve)
                 transport.write_eof()
+                connection.half_closed = True
                 lingering.append(connection.closed)
             else:
                 transport.close()

@@ -122,7 +122,7 @@ class ShmLink:
             answer = b"ok"
         except (OSError, ValueError) as exc:
             answer = str(exc).encode()[:200] or b"refused"
-        self._connection.send_frame(FrameKind.SHM_OPENED, (0, 0, 0), memoryview(answer))
+        self._notify(FrameKind.SHM_OPENED, answer)
 
     def on_data(self, header: FrameHeader, descriptor: bytes) -> None:
         """Copy one piece out of the peer's ring, free it, and finish its payload."""
@@ -135,15 +135,16 @@ class ShmLink:
         if (total > MAX_FRAME_BYTES or not 0 < nbytes <= total - offset
                 or place + nbytes > inbox.nbytes
                 or offset != (0 if partial is None else partial.filled)):
-            raise ProtocolError(f"a SHM_DATA descriptor out of bounds for frame {tag}")
+            raise ProtocolError(f"a SHM_DATA descriptor out of bounds for frame {tag}: piece "
+                                f"of {nbytes} bytes at {offset} of {total}, ring offset "
+                                f"{place} of {inbox.nbytes}")
         if partial is None:
             partial = self._partials[tag] = self._start(tag, total, header.fingerprint)
         receive = partial.receive
         if partial.out is not None and not (receive is not None and receive.done()):
             partial.out[offset:offset + nbytes] = inbox[place:place + nbytes]
         partial.filled += nbytes
-        self._connection.send_frame(FrameKind.SHM_FREE, (0, 0, 0),
-                                    memoryview(SHM_FREED.pack(end)))
+        self._notify(FrameKind.SHM_FREE, SHM_FREED.pack(end))
         if partial.filled < total:
             return
         del self._partials[tag]
@@ -154,6 +155,11 @@ class ShmLink:
             assert self._connection.peer is not None
             self._mesh.keep_unexpected(self._connection.peer, tag, partial.kept,
                                        partial.fingerprint)
+
+    def _notify(self, kind: FrameKind, payload: bytes) -> None:
+        # Nothing to tell a peer this rank has said goodbye to, or lost.
+        if self._connection.writable:
+            self._connection.send_frame(kind, (0, 0, 0), memoryview(payload))
 
     def _start(self, tag: Tag, total: int, fingerprint: Fingerprint) -> _Partial:
         peer = self._connection.peer
@@ -180,15 +186,14 @@ class ShmLink:
         or for the peer to map the ring fail too, and an offered ring the peer
         never mapped is unlinked here.
         """
-        for tag, partial in list(self._partials.items()):
+        for tag, partial in self._partials.items():
             if group is not None and tag[0] != group:
                 continue
             if partial.receive is not None and not partial.receive.done():
                 partial.receive.set_exception(error)
+            # Its remaining pieces, if any come, are freed and dropped.
             partial.out = None
             partial.kept = None
-            if group is None:
-                del self._partials[tag]
         if group is not None:
             return
         if self._outbox is not None:

@@ -58,6 +58,10 @@ def run_kill(tmp_path: Path, world_size: int, victim: int, job: str) -> float:
     try:
         procs = start_job(daemon, world_size, job, 4_000_000 if world_size < 8 else 1_000_000)
         time.sleep(0.3)  # well inside the next all_reduces
+        # Same-host ranks pass these payloads through shared memory: the rings
+        # are mapped (and already unlinked) when the victim dies.
+        with open(f"/proc/{procs[victim].pid}/maps") as maps:
+            assert "/dev/shm/asyncoll-" in maps.read(), "the victim maps no shared-memory ring"
         killed_at = time.time()
         procs[victim].send_signal(signal.SIGKILL)
         got = outcomes(procs, victim)
@@ -73,6 +77,9 @@ def run_kill(tmp_path: Path, world_size: int, victim: int, job: str) -> float:
     slowest = max(failed_at for _, _, failed_at, _ in got.values()) - killed_at
     assert slowest < 5.0, f"a survivor took {slowest:.2f} s to fail"
     assert all(proc.poll() is not None for proc in procs), "a process is left running"
+    pids = tuple(f"asyncoll-{proc.pid}-" for proc in procs)
+    left = [name for name in os.listdir("/dev/shm") if name.startswith(pids)]
+    assert not left, f"shared-memory segments left in /dev/shm after kill -9: {left}"
     return slowest
 
 
