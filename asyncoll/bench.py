@@ -6,7 +6,7 @@
         --sizes 4,1K,64K,1M,16M,64M --compare gloo --csv out.csv --plot out.png
 
 For every world size and every system (asyncoll, then each ``--compare``
-one), it starts that many ranks on this machine (loopback TCP) and times
+one), it starts that many ranks on this machine and times
 float32 operations size by size, one op at a time: each op's time is the
 maximum over ranks, and the table shows the median, as nccl-tests does.
 Columns: system, ranks, size (bytes of the largest buffer: all_gather's
@@ -15,8 +15,12 @@ redop, root, time (us), algbw = size / time and busbw = algbw x the
 collective's bus factor (GB/s, 1e9 bytes), and #wrong (ranks whose check
 failed; each size is checked once before it is timed).
 
-``--compare gloo`` needs torch; ``--plot`` needs matplotlib
-(``pip install asyncoll[plot]``).
+Systems: ``asyncoll`` with its default transports (shared memory between
+ranks on one host, unless ASYNCOLL_SHM=0), ``asyncoll-tcp`` (loopback TCP
+only), ``gloo`` (torch.distributed over loopback TCP; needs torch) and
+``mpi`` (Open MPI through mpi4py, started with mpirun; it uses shared
+memory on one host). ``--plot`` needs matplotlib (``pip install
+asyncoll[plot]``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -43,7 +48,9 @@ BUS_FACTORS: dict[str, Callable[[int], float]] = {
     "broadcast": lambda n: 1.0,
     "reduce": lambda n: 1.0,
 }
-SYSTEMS = ("asyncoll", "gloo")
+#: asyncoll with its default transports (shared memory between same-host
+#: ranks), asyncoll over TCP only, and the systems to compare with.
+SYSTEMS = ("asyncoll", "asyncoll-tcp", "gloo", "mpi")
 COLUMNS = ("system", "ranks", "collective", "size", "count", "type", "redop", "root",
            "time_us", "algbw_GBps", "busbw_GBps", "wrong")
 _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -68,7 +75,10 @@ class _Rank:
     """This process's side of a run: the system's API on float32 buffers."""
 
     def __init__(self, system: str) -> None:
-        if system == "gloo":
+        if system == "mpi":
+            self.dist = _MpiDist()
+            self._torch = None
+        elif system == "gloo":
             import torch
             import torch.distributed as tdist
             tdist.init_process_group("gloo", init_method="env://")
@@ -76,6 +86,8 @@ class _Rank:
             self._torch: Any = torch
         else:
             import asyncoll
+            if system == "asyncoll-tcp":
+                os.environ["ASYNCOLL_SHM"] = "0"
             asyncoll.init_process_group(init_method="env://")
             self.dist = asyncoll
             self._torch = None
@@ -148,6 +160,49 @@ class _Rank:
         return float(np.median(self.max_across(times))) / 1e3
 
 
+class _MpiDist:
+    """The few torch.distributed calls the benchmark makes, over mpi4py (Open MPI)."""
+
+    def __init__(self) -> None:
+        from mpi4py import MPI
+        self._mpi: Any = MPI
+        self._comm: Any = MPI.COMM_WORLD
+        self.ReduceOp = type("ReduceOp", (), {"SUM": MPI.SUM, "MAX": MPI.MAX})
+
+    def get_rank(self) -> int:
+        return int(self._comm.Get_rank())
+
+    def get_world_size(self) -> int:
+        return int(self._comm.Get_size())
+
+    def all_reduce(self, x: np.ndarray, op: Any = None) -> None:
+        self._comm.Allreduce(self._mpi.IN_PLACE, x, op=op or self._mpi.SUM)
+
+    def broadcast(self, x: np.ndarray, src: int) -> None:
+        self._comm.Bcast(x, root=src)
+
+    def reduce(self, x: np.ndarray, dst: int) -> None:
+        if self.get_rank() == dst:
+            self._comm.Reduce(self._mpi.IN_PLACE, x, op=self._mpi.SUM, root=dst)
+        else:
+            self._comm.Reduce(x, None, op=self._mpi.SUM, root=dst)
+
+    def all_gather_into_tensor(self, out: np.ndarray, x: np.ndarray) -> None:
+        self._comm.Allgather(x, out)
+
+    def reduce_scatter_tensor(self, out: np.ndarray, x: np.ndarray) -> None:
+        self._comm.Reduce_scatter_block(x, out, op=self._mpi.SUM)
+
+    def all_to_all_single(self, out: np.ndarray, x: np.ndarray) -> None:
+        self._comm.Alltoall(x, out)
+
+    def barrier(self) -> None:
+        self._comm.Barrier()
+
+    def destroy_process_group(self) -> None:
+        pass  # MPI finalizes at exit
+
+
 def _rank_main(args: argparse.Namespace) -> int:
     me = _Rank(args.worker)
     n = me.size
@@ -188,6 +243,8 @@ def _free_port() -> int:
 
 def _run(system: str, world_size: int, argv: Sequence[str]) -> list[dict[str, Any]]:
     """Start ``world_size`` ranks of ``system``; return rank 0's rows as they came."""
+    if system == "mpi":
+        return _run_mpi(world_size, argv)
     port = str(_free_port())
     procs = []
     for rank in range(world_size):
@@ -197,6 +254,26 @@ def _run(system: str, world_size: int, argv: Sequence[str]) -> list[dict[str, An
                                        "--worker", system], env=env,
                                       stdout=subprocess.PIPE if rank == 0 else
                                       subprocess.DEVNULL, text=True))
+    return _collect(system, procs)
+
+
+def _run_mpi(world_size: int, argv: Sequence[str]) -> list[dict[str, Any]]:
+    """Start ``world_size`` mpi4py ranks under mpirun (Open MPI picks shared memory)."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        raise SystemExit("asyncoll-bench: --compare mpi needs mpirun on PATH (Open MPI) "
+                         "and mpi4py installed")
+    command = [mpirun, "-n", str(world_size)]
+    if os.geteuid() == 0:
+        command.append("--allow-run-as-root")
+    if world_size > (os.cpu_count() or 1):
+        command += ["--oversubscribe", "--bind-to", "none"]
+    command += [sys.executable, "-m", "asyncoll.bench", *argv, "--worker", "mpi"]
+    return _collect("mpi", [subprocess.Popen(command, stdout=subprocess.PIPE, text=True)])
+
+
+def _collect(system: str, procs: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
+    """Print and return the rows rank 0 (``procs[0]``) writes; wait for every rank."""
     rows = []
     try:
         assert procs[0].stdout is not None
@@ -217,7 +294,7 @@ def _run(system: str, world_size: int, argv: Sequence[str]) -> list[dict[str, An
 
 
 def _format(row: dict[str, Any]) -> str:
-    return (f"{row['system']:>9} {row['ranks']:>5} {row['collective']:>14} {row['size']:>11} "
+    return (f"{row['system']:>12} {row['ranks']:>5} {row['collective']:>14} {row['size']:>11} "
             f"{row['count']:>10} {row['type']:>6} {row['redop']:>5} {row['root']:>4} "
             f"{row['time_us']:>11.2f} {row['algbw_GBps']:>8.4f} {row['busbw_GBps']:>8.4f} "
             f"{row['wrong']:>6}")
@@ -267,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="comma list of bytes, K/M/G binary suffixes")
     parser.add_argument("--target-s", type=float, default=1.0,
                         help="timed seconds per size, about (default 1.0)")
-    parser.add_argument("--compare", action="append", default=[], choices=["gloo"],
+    parser.add_argument("--compare", action="append", default=[], choices=SYSTEMS[1:],
                         help="also run this system, in the same invocation")
     parser.add_argument("--csv", help="write every row to this CSV file")
     parser.add_argument("--plot", help="draw bandwidth and latency against size (PNG)")
@@ -281,9 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _rank_main(args)
     passed = list(argv) if argv is not None else sys.argv[1:]
     forwarded = _without(passed, ("--compare", "--csv", "--plot", "--world-sizes"))
-    print(f"# asyncoll-bench: float32, loopback TCP, {os.cpu_count()} CPUs; time is the "
+    print(f"# asyncoll-bench: float32, one host, {os.cpu_count()} CPUs; time is the "
           "median over ops of the max over ranks")
-    print(f"#{'system':>8} {'ranks':>5} {'collective':>14} {'size':>11} {'count':>10} "
+    print(f"#{'system':>11} {'ranks':>5} {'collective':>14} {'size':>11} {'count':>10} "
           f"{'type':>6} {'redop':>5} {'root':>4} {'time(us)':>11} {'algbw':>8} "
           f"{'busbw':>8} {'#wrong':>6}")
     rows = []
