@@ -75,22 +75,22 @@ class _Rank:
     """This process's side of a run: the system's API on float32 buffers."""
 
     def __init__(self, system: str) -> None:
+        self.dist: Any
+        self._torch: Any = None
         if system == "mpi":
             self.dist = _MpiDist()
-            self._torch = None
         elif system == "gloo":
             import torch
             import torch.distributed as tdist
             tdist.init_process_group("gloo", init_method="env://")
-            self.dist: Any = tdist
-            self._torch: Any = torch
+            self.dist = tdist
+            self._torch = torch
         else:
             import asyncoll
             if system == "asyncoll-tcp":
                 os.environ["ASYNCOLL_SHM"] = "0"
             asyncoll.init_process_group(init_method="env://")
             self.dist = asyncoll
-            self._torch = None
         self.rank: int = self.dist.get_rank()
         self.size: int = self.dist.get_world_size()
 
@@ -167,7 +167,7 @@ class _MpiDist:
         from mpi4py import MPI
         self._mpi: Any = MPI
         self._comm: Any = MPI.COMM_WORLD
-        self.ReduceOp = type("ReduceOp", (), {"SUM": MPI.SUM, "MAX": MPI.MAX})
+        self.ReduceOp: Any = type("ReduceOp", (), {"SUM": MPI.SUM, "MAX": MPI.MAX})
 
     def get_rank(self) -> int:
         return int(self._comm.Get_rank())
