@@ -19,6 +19,13 @@ on (in the next step) as soon as it has been reduced or received, so the
 reduction of one segment overlaps the transfer of the next. Receives are
 posted two steps ahead into two halves of the scratch space, so data
 arriving early lands in place instead of in a temporary buffer.
+
+The reduce-scatter hands each receive a consumer that combines the payload
+into the accumulator: over TCP it runs once the payload is in the scratch
+space, over shared memory it reads the sender's ring directly, which saves a
+copy of every received byte. Combining a block two steps early is safe: no
+earlier step sends or reads that block (the block received at step s + 2 is
+sent from at step s + 3 at the soonest).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from asyncoll._algorithms.chunking import chunk_bounds
 from asyncoll._algorithms.ops import combine, finish
 from asyncoll._algorithms.segments import segment_bounds
 from asyncoll._algorithms.team import Team
+from asyncoll._transport.base import Consumer
 from asyncoll.types import ReduceOp
 
 
@@ -73,7 +81,8 @@ async def ring_reduce_scatter(team: Team, sources: Sequence[np.ndarray],
     def post(step: int) -> list[Awaitable[None]]:
         block = (me - step - 2) % n
         into = halves[step % 2]
-        return [team.recv(left, step * width + j, into[lo:hi])
+        return [team.recv(left, step * width + j, into[lo:hi],
+                          _combiner(op, sources[block][lo:hi], accumulators[block][lo:hi]))
                 for j, (lo, hi) in enumerate(segments[block])]
 
     first = (me - 1) % n
@@ -82,16 +91,26 @@ async def ring_reduce_scatter(team: Team, sources: Sequence[np.ndarray],
     posted = [post(0), post(1) if n > 2 else []]
     for step in range(n - 1):
         block = (me - step - 2) % n
-        into = halves[step % 2]
         for j, (lo, hi) in enumerate(segments[block]):
-            await posted[step % 2][j]
-            acc = accumulators[block][lo:hi]
-            combine(op, sources[block][lo:hi], into[lo:hi], acc)
+            await posted[step % 2][j]  # combined into the accumulator on arrival
             if step < n - 2:
-                team.send(right, (step + 1) * width + j, acc)
+                team.send(right, (step + 1) * width + j, accumulators[block][lo:hi])
         if step + 2 < n - 1:
             posted[step % 2] = post(step + 2)
     await team.flush()
+
+
+def _combiner(op: ReduceOp, source: np.ndarray, acc: np.ndarray) -> Consumer:
+    """A consumer that sets ``acc = source (op) payload``, part by part."""
+    itemsize = acc.itemsize
+
+    def consume(offset: int, data: memoryview) -> None:
+        first = offset // itemsize
+        incoming = np.frombuffer(data, dtype=acc.dtype)
+        last = first + incoming.size
+        combine(op, source[first:last], incoming, acc[first:last])
+
+    return consume
 
 
 async def ring_all_gather(team: Team, blocks: Sequence[np.ndarray], segment_bytes: int) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Sequence
 
 import numpy as np
 
-from asyncoll._transport.base import Mesh, Tag
+from asyncoll._transport.base import Consumer, Mesh, Tag
 from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint
 
 #: Steps one algorithm may use; a shifted team starts past them.
@@ -126,10 +126,15 @@ class Team:
             sent.add_done_callback(_retrieve)
         self._sends.append(sent)
 
-    def recv(self, index: int, step: int, out: np.ndarray) -> Awaitable[None]:
-        """Post a receive of step ``step`` from member ``index`` into ``out``."""
+    def recv(self, index: int, step: int, out: np.ndarray,
+             consume: Consumer | None = None) -> Awaitable[None]:
+        """Post a receive of step ``step`` from member ``index`` into ``out``.
+
+        With ``consume``, the payload goes to it instead (see Mesh.recv_into),
+        and ``out`` is room of the payload's size the transport may use.
+        """
         received = self.mesh.recv_into(self.ranks[index], self.tag(step), as_bytes(out),
-                                       self.fingerprint)
+                                       self.fingerprint, consume)
         self.receives.append((index, received))
         self._received_from.add(index)
         return received

@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from asyncoll._wire.frames import Fingerprint
 
 #: (group id, sequence number, step): what a frame belongs to.
 Tag = tuple[int, int, int]
+#: Takes a received payload part by part: (byte offset in the payload, bytes).
+Consumer = Callable[[int, memoryview], None]
+
+
+def consume_into(consume: Consumer, offset: int, data: memoryview,
+                 receive: asyncio.Future[None] | None) -> bool:
+    """Hand ``data`` to ``consume``; if it raises, fail ``receive`` with the error.
+
+    Consumers run inside the transport's callbacks, where an exception would
+    break the connection instead of reaching the operation that posted them.
+    """
+    try:
+        consume(offset, data)
+    except Exception as exc:
+        if receive is not None and not receive.done():
+            receive.set_exception(exc)
+        return False
+    return True
 
 
 class Mesh(Protocol):
@@ -35,8 +54,14 @@ class Mesh(Protocol):
         """
 
     def recv_into(self, peer: int, tag: Tag, out: memoryview,
-                  fingerprint: Fingerprint = ...) -> Awaitable[None]:
+                  fingerprint: Fingerprint = ..., consume: Consumer | None = None
+                  ) -> Awaitable[None]:
         """Receive the frame ``tag`` from ``peer`` into ``out``, which it must fill exactly.
 
+        With ``consume``, every byte of the payload is handed to it instead,
+        exactly once and in order, as parts (offsets are multiples of 64), and
+        ``out`` is only room the transport may use on the way: a transport
+        that holds the payload in memory the receiver can read (shared memory)
+        lets an algorithm reduce straight out of it, without copying it first.
         A frame whose fingerprint differs fails the receive with MismatchError.
         """

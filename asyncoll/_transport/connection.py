@@ -17,7 +17,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, cast
 
 from asyncoll import _auth
-from asyncoll._transport.base import Tag
+from asyncoll._transport.base import Consumer, Tag, consume_into
 from asyncoll._transport.shm_link import ShmLink
 from asyncoll._wire.frames import (
     HEADER_SIZE,
@@ -69,6 +69,8 @@ class PeerConnection(asyncio.BufferedProtocol):
         self._target = _NOWHERE
         self._remaining = 0
         self._receive: asyncio.Future[None] | None = None
+        #: What takes the payload once it is in the destination, if not the destination.
+        self._consume: tuple[Consumer, int, memoryview] | None = None
         self._kept: bytearray | None = None
         self._nonce = ""
         self._paused = False
@@ -254,13 +256,15 @@ class PeerConnection(asyncio.BufferedProtocol):
             if posted is None:
                 self._keep(header.nbytes)
             else:
-                out, receive, expected = posted
+                out, receive, expected, consume = posted
                 if expected != header.fingerprint:
                     receive.set_exception(self._mesh.desync(self.peer, tag, expected,
                                                             header.fingerprint))
                     self._discard()
                 elif out.nbytes == header.nbytes:
                     self._target, self._receive = out, receive
+                    if consume is not None:
+                        self._consume = (consume, 0, out)
                 else:
                     receive.set_exception(self._mesh.size_mismatch(self.peer, tag,
                                                                    header.nbytes, out.nbytes))
@@ -323,7 +327,8 @@ class PeerConnection(asyncio.BufferedProtocol):
             assert self._kept is not None
             self._shm_frame(header, bytes(self._kept))
         elif self._receive is not None:
-            if not self._receive.done():
+            if not self._receive.done() and (
+                    self._consume is None or consume_into(*self._consume, self._receive)):
                 self._receive.set_result(None)
         elif self._kept is not None and self.peer is not None:
             self._mesh.keep_unexpected(self.peer, (header.group, header.seq, header.step),
@@ -350,6 +355,7 @@ class PeerConnection(asyncio.BufferedProtocol):
     def _reset(self) -> None:
         self._frame = None
         self._receive = None
+        self._consume = None
         self._kept = None
         self._target = _NOWHERE
         self._remaining = 0

@@ -20,7 +20,7 @@ from asyncoll import _auth
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._settings import HANDSHAKE_TIMEOUT_S, LINGER_S
 from asyncoll._transport import shm
-from asyncoll._transport.base import Tag
+from asyncoll._transport.base import Consumer, Tag, consume_into
 from asyncoll._transport.connection import PeerConnection
 from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint, FrameKind, encode_abort
 from asyncoll.errors import (
@@ -41,8 +41,9 @@ def _retrieve(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
-#: A posted receive: where the payload goes, its future, and the fingerprint expected.
-Posted = tuple[memoryview, asyncio.Future[None], Fingerprint]
+#: A posted receive: where the payload goes, its future, the fingerprint
+#: expected, and what consumes the payload (None: it stays in the destination).
+Posted = tuple[memoryview, asyncio.Future[None], Fingerprint, Consumer | None]
 
 
 @dataclass(slots=True)
@@ -167,8 +168,9 @@ class TcpMesh:
         return sending
 
     def recv_into(self, peer: int, tag: Tag, out: memoryview,
-                  fingerprint: Fingerprint = NO_FINGERPRINT) -> Awaitable[None]:
-        """Receive frame ``tag`` from ``peer`` into ``out``; its fingerprint must match."""
+                  fingerprint: Fingerprint = NO_FINGERPRINT, consume: Consumer | None = None
+                  ) -> Awaitable[None]:
+        """Receive frame ``tag`` from ``peer`` into ``out`` (or to ``consume``)."""
         if self._broken_groups and tag[0] in self._broken_groups:
             return self._failed_future(self._broken_groups[tag[0]])
         channel = self._connected_channel(peer)
@@ -181,12 +183,17 @@ class TcpMesh:
             if len(payload) != out.nbytes:
                 return self._failed_future(self.size_mismatch(peer, tag, len(payload),
                                                                out.nbytes))
-            out[:] = payload
-            return self._done_future()
+            received: asyncio.Future[None] = self.loop.create_future()
+            if consume is None:
+                out[:] = payload
+            elif not consume_into(consume, 0, memoryview(payload), received):
+                return received
+            received.set_result(None)
+            return received
         if channel.error is not None:
             return self.failed(peer)
         receive: asyncio.Future[None] = self.loop.create_future()
-        channel.posted[tag] = (out, receive, fingerprint)
+        channel.posted[tag] = (out, receive, fingerprint, consume)
         receive.add_done_callback(lambda f: self._forget_posted(peer, tag, f))
         return receive
 
@@ -305,7 +312,7 @@ class TcpMesh:
             return False
         self._broken_groups[group_id] = error
         for channel in self._channels.values():
-            for tag, (_, receive, _) in list(channel.posted.items()):
+            for tag, (_, receive, _, _) in list(channel.posted.items()):
                 if tag[0] == group_id and not receive.done():
                     receive.set_exception(error)
             if channel.connection is not None:
@@ -333,11 +340,14 @@ class TcpMesh:
         """
         posted = self.take_posted(peer, tag)
         if posted is not None:
-            out, receive, expected = posted
+            out, receive, expected, consume = posted
             if expected != fingerprint:
                 receive.set_exception(self.desync(peer, tag, expected, fingerprint))
             elif out.nbytes == len(payload):
-                out[:] = payload
+                if consume is None:
+                    out[:] = payload
+                elif not consume_into(consume, 0, memoryview(payload), receive):
+                    return
                 receive.set_result(None)
             else:
                 receive.set_exception(self.size_mismatch(peer, tag, len(payload), out.nbytes))
@@ -555,7 +565,7 @@ class TcpMesh:
             channel.error = error
         channel.settled.set()
         posted, channel.posted = channel.posted, {}
-        for _, receive, _ in posted.values():
+        for _, receive, _, _ in posted.values():
             if not receive.done():
                 receive.set_exception(channel.error)
         if channel.connection is not None:

@@ -43,6 +43,8 @@ _NAME = re.compile(r"asyncoll-[0-9]+-[0-9a-f]{12}\Z")
 MIN_BYTES = 64 << 10
 #: Ring size per direction of a same-host pair (ASYNCOLL_SHM_BYTES).
 RING_BYTES = 8 << 20
+#: The smallest ring: two pieces of 64-byte multiples.
+MIN_RING_BYTES = 4096
 #: The largest ring a receiver agrees to map.
 MAX_RING_BYTES = 1 << 30
 
@@ -54,7 +56,12 @@ def enabled() -> bool:
 
 def ring_bytes() -> int:
     """The ring size a sender makes, from ASYNCOLL_SHM_BYTES or the default."""
-    return _positive_env("ASYNCOLL_SHM_BYTES", RING_BYTES)
+    size = _positive_env("ASYNCOLL_SHM_BYTES", RING_BYTES)
+    if size < MIN_RING_BYTES:
+        from asyncoll.errors import ConfigurationError
+        raise ConfigurationError(f"ASYNCOLL_SHM_BYTES must be at least {MIN_RING_BYTES}, got "
+                                 f"{size}")
+    return size
 
 
 def min_bytes() -> int:
@@ -167,8 +174,12 @@ class RingSpace:
 
     @property
     def largest_piece(self) -> int:
-        """The biggest piece worth asking for: half the ring, so two can be in flight."""
-        return max(1, self.capacity // 2)
+        """The biggest piece worth asking for: half the ring, so two can be in flight.
+
+        A multiple of 64 bytes, so pieces never split an element (the receiver
+        may reduce straight out of the ring).
+        """
+        return max(64, self.capacity // 2 // 64 * 64)
 
     def reserve(self, nbytes: int) -> tuple[int, int] | None:
         """Reserve ``nbytes`` contiguous bytes: (ring offset, position after), or None if full."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from asyncoll._transport import shm
-from asyncoll._transport.base import Tag
+from asyncoll._transport.base import Consumer, Tag, consume_into
 from asyncoll._wire.frames import (
     MAX_FRAME_BYTES,
     SHM_FREED,
@@ -41,6 +41,7 @@ class _Partial:
     receive: asyncio.Future[None] | None  # None: kept for a receive not posted yet
     kept: bytearray | None
     fingerprint: Fingerprint
+    consume: Consumer | None = None  # takes the pieces instead of ``out``
     filled: int = 0
 
 
@@ -142,7 +143,12 @@ class ShmLink:
             partial = self._partials[tag] = self._start(tag, total, header.fingerprint)
         receive = partial.receive
         if partial.out is not None and not (receive is not None and receive.done()):
-            partial.out[offset:offset + nbytes] = inbox[place:place + nbytes]
+            if partial.consume is not None:
+                if not consume_into(partial.consume, offset, inbox[place:place + nbytes],
+                                    receive):
+                    partial.out = None  # failed: the rest is only freed
+            else:
+                partial.out[offset:offset + nbytes] = inbox[place:place + nbytes]
         partial.filled += nbytes
         self._notify(FrameKind.SHM_FREE, SHM_FREED.pack(end))
         if partial.filled < total:
@@ -168,14 +174,14 @@ class ShmLink:
         if posted is None:
             kept = bytearray(total)
             return _Partial(memoryview(kept), None, kept, fingerprint)
-        out, receive, expected = posted
+        out, receive, expected, consume = posted
         if expected != fingerprint:
             receive.set_exception(self._mesh.desync(peer, tag, expected, fingerprint))
             return _Partial(None, receive, None, fingerprint)
         if out.nbytes != total:
             receive.set_exception(self._mesh.size_mismatch(peer, tag, total, out.nbytes))
             return _Partial(None, receive, None, fingerprint)
-        return _Partial(out, receive, None, fingerprint)
+        return _Partial(out, receive, None, fingerprint, consume)
 
     # -- failure ------------------------------------------------------------------
 

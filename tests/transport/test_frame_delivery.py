@@ -181,3 +181,41 @@ async def test_error_for_a_peer_without_a_recorded_failure_names_rank_0_too(setu
 
     assert isinstance(error, PeerLostError)
     assert error.rank == 0 and "rank 0 on host a" in str(error)
+
+
+@pytest.mark.parametrize("posted_first", [True, False])
+async def test_a_consumer_gets_the_whole_payload_whether_it_came_before_or_after(
+        setup, posted_first):
+    mesh, connection = setup
+    parts = []
+    staging = np.zeros(100, dtype=np.int16)
+
+    def consume(offset, data):
+        parts.append((offset, bytes(data)))
+
+    payload = np.arange(100, dtype=np.int16)
+    if posted_first:
+        received = mesh.recv_into(0, TAG, as_bytes(staging), consume=consume)
+        feed(connection, frame(TAG, payload), 7)
+    else:
+        feed(connection, frame(TAG, payload), 7)
+        received = mesh.recv_into(0, TAG, as_bytes(staging), consume=consume)
+    await asyncio.wait_for(received, 1)
+    assert parts == [(0, payload.tobytes())]
+
+
+async def test_a_consumer_that_raises_fails_its_receive_and_the_connection_goes_on(setup):
+    mesh, connection = setup
+
+    def consume(offset, data):
+        raise FloatingPointError("overflow encountered in add")
+
+    received = mesh.recv_into(0, TAG, as_bytes(np.zeros(4, np.float32)), consume=consume)
+    feed(connection, frame(TAG, np.ones(4, np.float32)))
+    with pytest.raises(FloatingPointError):
+        await asyncio.wait_for(received, 1)
+    out = np.zeros(4, np.float32)
+    later = mesh.recv_into(0, (0, 2, 0), as_bytes(out))
+    feed(connection, frame((0, 2, 0), np.full(4, 7, np.float32)))
+    await asyncio.wait_for(later, 1)
+    assert (out == 7).all()
