@@ -308,24 +308,26 @@ def _plot(rows: list[dict[str, Any]], path: str) -> None:
     except ImportError:
         raise SystemExit("asyncoll-bench: --plot needs matplotlib: pip install "
                          "'asyncoll[plot]'") from None
-    collectives = sorted({row["collective"] for row in rows})
-    figure, axes = plt.subplots(len(collectives), 2, figsize=(11, 3.6 * len(collectives)),
+    panels = sorted({(row["collective"], row["ranks"]) for row in rows})
+    systems = list(dict.fromkeys(row["system"] for row in rows))
+    colours = {system: f"C{i}" for i, system in enumerate(systems)}
+    figure, axes = plt.subplots(len(panels), 2, figsize=(11, 3.6 * len(panels)),
                                 squeeze=False)
-    for (bandwidth, latency), collective in zip(axes, collectives):
-        lines: dict[tuple[str, int], list[dict[str, Any]]] = {}
-        for row in rows:
-            if row["collective"] == collective:
-                lines.setdefault((row["system"], row["ranks"]), []).append(row)
-        for (system, ranks), points in sorted(lines.items()):
+    for (bandwidth, latency), (collective, ranks) in zip(axes, panels):
+        for system in systems:
+            points = [row for row in rows if row["system"] == system
+                      and row["collective"] == collective and row["ranks"] == ranks]
+            if not points:
+                continue
             sizes = [p["size"] for p in points]
-            label = f"{system}, {ranks} ranks"
-            bandwidth.plot(sizes, [p["busbw_GBps"] for p in points], marker="o", label=label)
-            latency.plot(sizes, [p["time_us"] for p in points], marker="o", label=label)
+            style = {"marker": "o", "label": system, "color": colours[system]}
+            bandwidth.plot(sizes, [p["busbw_GBps"] for p in points], **style)
+            latency.plot(sizes, [p["time_us"] for p in points], **style)
         for ax, what in ((bandwidth, "bus bandwidth (GB/s)"), (latency, "time (us)")):
             ax.set_xscale("log", base=2)
             ax.set_xlabel("size (bytes)")
             ax.set_ylabel(what)
-            ax.set_title(f"{collective}: {what}")
+            ax.set_title(f"{collective}, {ranks} ranks: {what}")
             ax.grid(True, which="both", alpha=0.3)
         latency.set_yscale("log")
         bandwidth.legend(fontsize="small")
