@@ -269,7 +269,9 @@ def _run_mpi(world_size: int, argv: Sequence[str]) -> list[dict[str, Any]]:
     if world_size > (os.cpu_count() or 1):
         command += ["--oversubscribe", "--bind-to", "none"]
     command += [sys.executable, "-m", "asyncoll.bench", *argv, "--worker", "mpi"]
-    return _collect("mpi", [subprocess.Popen(command, stdout=subprocess.PIPE, text=True)])
+    # mpirun forwards its stdin to rank 0 and fails when it cannot (under pytest).
+    return _collect("mpi", [subprocess.Popen(command, stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.PIPE, text=True)])
 
 
 def _collect(system: str, procs: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
@@ -294,7 +296,7 @@ def _collect(system: str, procs: list[subprocess.Popen[str]]) -> list[dict[str, 
 
 
 def _format(row: dict[str, Any]) -> str:
-    return (f"{row['system']:>12} {row['ranks']:>5} {row['collective']:>14} {row['size']:>11} "
+    return (f"{row['system']:>13} {row['ranks']:>5} {row['collective']:>14} {row['size']:>11} "
             f"{row['count']:>10} {row['type']:>6} {row['redop']:>5} {row['root']:>4} "
             f"{row['time_us']:>11.2f} {row['algbw_GBps']:>8.4f} {row['busbw_GBps']:>8.4f} "
             f"{row['wrong']:>6}")
@@ -362,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     forwarded = _without(passed, ("--compare", "--csv", "--plot", "--world-sizes"))
     print(f"# asyncoll-bench: float32, one host, {os.cpu_count()} CPUs; time is the "
           "median over ops of the max over ranks")
-    print(f"#{'system':>11} {'ranks':>5} {'collective':>14} {'size':>11} {'count':>10} "
+    print(f"#{'system':>12} {'ranks':>5} {'collective':>14} {'size':>11} {'count':>10} "
           f"{'type':>6} {'redop':>5} {'root':>4} {'time(us)':>11} {'algbw':>8} "
           f"{'busbw':>8} {'#wrong':>6}")
     rows = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import shutil
 import subprocess
 import sys
 
@@ -43,6 +44,27 @@ def test_bench_runs_gloo_beside_asyncoll_in_one_invocation():
     assert result.returncode == 0, result.stdout + result.stderr
     systems = [line.split()[0] for line in result.stdout.splitlines() if line.startswith(" ")]
     assert systems.count("asyncoll") == 4 and systems.count("gloo") == 4
+
+
+def test_bench_runs_asyncoll_over_tcp_only_beside_its_default_transports():
+    result = bench("--collectives", "all_reduce", "--compare", "asyncoll-tcp")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    systems = [line.split()[0] for line in result.stdout.splitlines() if line.startswith(" ")]
+    assert systems.count("asyncoll") == 2 and systems.count("asyncoll-tcp") == 2
+
+
+# Not imported here: importing mpi4py.MPI initializes MPI in this process, and
+# an mpirun started from it then fails.
+@pytest.mark.skipif(shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None,
+                    reason="--compare mpi needs Open MPI's mpirun and mpi4py (CI installs both)")
+def test_bench_runs_open_mpi_beside_asyncoll_in_one_invocation():
+    result = bench("--collectives", "all_reduce,all_gather", "--compare", "mpi")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line.split() for line in result.stdout.splitlines() if line.startswith(" ")]
+    assert [line[0] for line in lines].count("mpi") == 4
+    assert all(line[-1] == "0" for line in lines), "a check failed"
 
 
 def test_bench_plots_bandwidth_and_time_against_size(tmp_path):
