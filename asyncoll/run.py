@@ -11,7 +11,10 @@
 
 Without ``--coordinator`` an embedded coordinator is started on a free port
 of this machine. Each worker gets RANK, LOCAL_RANK, WORLD_SIZE,
-LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and ASYNCOLL_JOB_ID; its output
+LOCAL_WORLD_SIZE, ASYNCOLL_COORDINATOR (the coordinator's HOST:PORT),
+ASYNCOLL_JOB_ID, MASTER_ADDR and MASTER_PORT; MASTER_PORT is a different,
+free port (the coordinator's + 1 with several nodes), so a torch.distributed
+program, whose rank 0 binds its store there, runs unchanged too. Its output
 passes through unchanged. When a worker fails, the others are stopped and
 asyncoll-run exits non-zero, saying which rank failed and how.
 """
@@ -78,6 +81,14 @@ def _split_address(text: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise SystemExit(f"asyncoll-run: --coordinator must be HOST:PORT, got {text!r}")
     return host.strip("[]"), int(port)
+
+
+def _free_port(host: str) -> int:
+    """A port of ``host`` that nothing listens on now (torch's store binds it later)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 def _describe(code: int) -> str:
@@ -190,6 +201,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     default_job = (DEFAULT_JOB_ID if args.nnodes > 1 else
                    f"run-{socket.gethostname()}-{os.getpid()}-{time.time_ns()}")
     job = args.job_id or default_job
+    # MASTER_PORT is for a torch program's store (torch.distributed with any
+    # backend), which rank 0 binds: not the coordinator's port. Every node
+    # must agree on it, so with several nodes it is the coordinator's + 1.
+    store_port = _free_port(host) if args.nnodes == 1 else port + 1
     target = ["-m", args.script] if args.module else [args.script]
     n = args.nproc_per_node
     world_size = n * args.nnodes
@@ -210,7 +225,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             env = dict(os.environ, RANK=str(args.node_rank * n + local), LOCAL_RANK=str(local),
                        WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(n),
                        GROUP_RANK=str(args.node_rank), MASTER_ADDR=host,
-                       MASTER_PORT=str(port), ASYNCOLL_JOB_ID=job)
+                       MASTER_PORT=str(store_port), ASYNCOLL_JOB_ID=job,
+                       ASYNCOLL_COORDINATOR=f"[{host}]:{port}" if ":" in host else
+                       f"{host}:{port}")
             procs.append(subprocess.Popen([sys.executable, *target, *args.script_args],
                                           env=env))
         code = _supervise(procs)
