@@ -50,6 +50,8 @@ class AsyncollWork(_WorkBase):  # type: ignore[misc]
         try:
             self._future.result(limit if limit else None)
         except concurrent.futures.TimeoutError:
+            if self._future.done():
+                raise  # the operation's own CollectiveTimeoutError (a TimeoutError too)
             raise CollectiveTimeoutError(f"{self._what} did not complete within {limit} s of "
                                          "wait(); it is still running") from None
         return True
