@@ -99,3 +99,18 @@ def test_timeout_surfaces_from_wait_and_future_and_breaks_the_group(reports):
             r[key]["message"]
     assert r["broken_after"]["type"] == "asyncoll.errors.GroupBrokenError"
     assert "failed earlier" in r["broken_after"]["message"]
+
+
+def test_batch_isend_irecv_passes_around_the_ring(reports):
+    assert [r["ring_received"] for r in reports] == [[2.0, 2.0], [0.0, 0.0], [1.0, 1.0]]
+
+
+@pytest.mark.timeout(JOB_TIMEOUT_S + 30)
+def test_asyncoll_group_under_a_gloo_default_group_runs_a_job_of_its_own(
+        entry_point_dir: Path) -> None:
+    script = conftest.WORKERS / "gloo_default.py"
+    result = conftest.run(conftest.asyncoll_run(2, [str(script)]),
+                          conftest.environment(entry_point_dir), JOB_TIMEOUT_S)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(result.stdout.split()) == ["rank-0:[3.0]", "rank-1:[3.0]"], result.stdout

@@ -79,6 +79,14 @@ def main() -> None:
     results["async"] = [work.wait(), work.is_completed(), work.is_success(),
                         value[0].tolist(), a.tolist()]
 
+    # batch_isend_irecv around the ring.
+    n = dist.get_world_size()
+    outgoing, incoming = torch.full((2,), float(rank)), torch.zeros(2)
+    for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, outgoing, (rank + 1) % n),
+                                        dist.P2POp(dist.irecv, incoming, (rank - 1) % n)]):
+        work.wait()
+    results["ring_received"] = incoming.tolist()
+
     # A refused call raises asyncoll's error, message intact, from the torch call.
     results["recv_any_source"] = error_of(lambda: dist.recv(torch.zeros(1)))
 
