@@ -13,7 +13,7 @@ are defined.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 import torch.distributed as dist
@@ -72,8 +72,8 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
     def allreduce(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
         """Reduce each tensor across the group, in place (torch's allreduce)."""
         op, limit = _op(opts), _timeout(opts)
-        return self._start("allreduce", list(tensors), [
-            _reducing(t, lambda s: self._group.all_reduce(s, op, limit)) for t in tensors])
+        return self._start("allreduce", list(tensors), (
+            _reducing(t, lambda s: self._group.all_reduce(s, op, limit)) for t in tensors))
 
     def allreduce_coalesced(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
         """allreduce of several tensors, one after another."""
@@ -82,15 +82,15 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
     def reduce(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
         """Reduce each tensor into group rank ``opts.rootRank``'s."""
         op, limit, root = _op(opts), _timeout(opts), self._global(opts.rootRank, "rootRank")
-        return self._start("reduce", list(tensors), [
-            _reducing(t, lambda s: self._group.reduce(s, root, op, limit)) for t in tensors])
+        return self._start("reduce", list(tensors), (
+            _reducing(t, lambda s: self._group.reduce(s, root, op, limit)) for t in tensors))
 
     def reduce_scatter(self, output_tensors: Sequence[Any],
                        input_tensors: Sequence[Sequence[Any]], opts: Any = None) -> AsyncollWork:
         """Reduce ``input_tensors[k][i]`` across the group into member i's output k."""
         op, limit = _op(opts), _timeout(opts)
-        steps = [_reducing_all([out, *ins], lambda s: self._group.reduce_scatter(
-            s[0], s[1:], op, limit)) for out, ins in zip(output_tensors, input_tensors)]
+        steps = (_reducing_all([out, *ins], lambda s: self._group.reduce_scatter(
+            s[0], s[1:], op, limit)) for out, ins in zip(output_tensors, input_tensors))
         return self._start("reduce_scatter", list(output_tensors), steps)
 
     def reduce_scatter_single(self, output: Any, input: Any,
@@ -107,9 +107,9 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                                         opts: Any = None) -> AsyncollWork:
         """reduce_scatter_single of several pairs, one after another."""
         op, limit = _op(opts), _timeout(opts)
-        return self._start("reduce_scatter_tensor", list(outputs), [_reducing_all(
+        return self._start("reduce_scatter_tensor", list(outputs), (_reducing_all(
             [o, i], lambda s: self._group.reduce_scatter_tensor(s[0], s[1], op, limit))
-            for o, i in zip(outputs, inputs)])
+            for o, i in zip(outputs, inputs)))
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
@@ -118,17 +118,17 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
     def broadcast(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
         """Copy group rank ``opts.rootRank``'s tensors into every member's."""
         limit, root = _timeout(opts), self._global(opts.rootRank, "rootRank")
-        return self._start("broadcast", list(tensors), [
-            (self._group.broadcast(dtypes.movable(t), root, limit), None) for t in tensors])
+        return self._start("broadcast", list(tensors), (
+            (self._group.broadcast(dtypes.movable(t), root, limit), None) for t in tensors))
 
     def allgather(self, output_tensors: Sequence[Sequence[Any]], input_tensors: Sequence[Any],
                   opts: Any = None) -> AsyncollWork:
         """Copy member i's ``input_tensors[k]`` into ``output_tensors[k][i]`` everywhere."""
         limit = _timeout(opts)
-        return self._start("allgather", [list(outs) for outs in output_tensors], [
+        return self._start("allgather", [list(outs) for outs in output_tensors], (
             (self._group.all_gather([dtypes.movable(o) for o in outs], dtypes.movable(inp),
                                     limit), None)
-            for outs, inp in zip(output_tensors, input_tensors)])
+            for outs, inp in zip(output_tensors, input_tensors)))
 
     allgather_coalesced = allgather
 
@@ -144,9 +144,9 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                                         opts: Any = None) -> AsyncollWork:
         """all_gather_single of several pairs, one after another."""
         limit = _timeout(opts)
-        return self._start("all_gather_into_tensor", list(outputs), [
+        return self._start("all_gather_into_tensor", list(outputs), (
             (self._group.all_gather_into_tensor(dtypes.movable(o), dtypes.movable(i), limit),
-             None) for o, i in zip(outputs, inputs)])
+             None) for o, i in zip(outputs, inputs)))
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
@@ -218,9 +218,18 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                                      f"{len(ranks)}; use 0 to {len(ranks) - 1}")
         return ranks[group_rank]
 
-    def _start(self, what: str, outputs: list[Any], steps: list[Step],
+    def _start(self, what: str, outputs: list[Any], steps: Iterable[Step],
                source: int = -1) -> AsyncollWork:
-        future = self._world.loop.submit(_in_order(steps))
+        made: list[Step] = []
+        try:
+            # Each step checks its arguments as it is made; a refusal must not
+            # leave the steps made before it unawaited.
+            made.extend(steps)
+            future = self._world.loop.submit(_in_order(made))
+        except BaseException:
+            for coro, _ in made:
+                coro.close()
+            raise
         return AsyncollWork(future, outputs, f"{what} on {self!r}", self._world, source)
 
 

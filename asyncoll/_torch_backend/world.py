@@ -116,6 +116,11 @@ class TorchWorld:
         self._completions.put(None)
         if threading.current_thread() is not self._completer:
             self._completer.join()
+        # Anything queued after the thread's last look runs here.
+        while not self._completions.empty():
+            action = self._completions.get()
+            if action is not None:
+                action()
 
     async def _close(self) -> None:
         await self.world.destroy()
