@@ -87,7 +87,10 @@ def _free_port(host: str) -> int:
     """A port of ``host`` that nothing listens on now (torch's store binds it later)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family) as sock:
-        sock.bind((host, 0))
+        try:
+            sock.bind((host, 0))
+        except OSError:  # a --coordinator on another machine: any free port here
+            sock.bind(("", 0))
         return int(sock.getsockname()[1])
 
 
