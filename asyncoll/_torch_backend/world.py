@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import queue
+import socket
 import threading
 import uuid
 from collections.abc import Callable
@@ -142,12 +143,31 @@ class TorchWorld:
 
 
 def _advertised_host(store: Any) -> str:
-    """The address peers reach rank 0 at: MASTER_ADDR, else the TCPStore's host."""
-    host = os.environ.get("MASTER_ADDR")
-    while not host and store is not None:
-        host = getattr(store, "host", None) if type(store).__name__ == "TCPStore" else None
+    """The address of this host (rank 0) that the other ranks reach it at.
+
+    That is the local address of the route to torch's store (the TCPStore
+    behind ``store``, else MASTER_ADDR:MASTER_PORT): every rank reaches the
+    store, and with torchrun on several nodes the store need not be on rank
+    0's node, so its address is not necessarily this one.
+    """
+    target: tuple[str, int] | None = None
+    while store is not None and target is None:
+        if type(store).__name__ == "TCPStore" and getattr(store, "host", None):
+            target = (str(store.host), int(getattr(store, "port", 0) or 9))
         store = getattr(store, "underlying_store", None)
-    return host or "127.0.0.1"
+    if target is None:
+        master = os.environ.get("MASTER_ADDR")
+        if not master:
+            return "127.0.0.1"
+        port = os.environ.get("MASTER_PORT", "")
+        target = (master, int(port) if port.isdigit() else 9)
+    try:
+        family = socket.getaddrinfo(*target, type=socket.SOCK_DGRAM)[0][0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(target)  # UDP: picks the route, sends nothing
+            return str(probe.getsockname()[0])
+    except OSError:
+        return target[0]
 
 
 async def _host_coordinator(host: str) -> Coordinator:

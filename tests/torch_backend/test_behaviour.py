@@ -39,7 +39,12 @@ def reports(entry_point_dir: Path) -> list[dict[str, Any]]:
     outcomes = []
     try:
         for proc in procs:
-            out, err = proc.communicate(timeout=JOB_TIMEOUT_S)
+            try:
+                out, err = proc.communicate(timeout=JOB_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate(timeout=10)
+                err += f"\n(killed after {JOB_TIMEOUT_S} s)"
             outcomes.append((proc.returncode, out, err))
     finally:
         for proc in procs:

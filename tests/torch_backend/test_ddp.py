@@ -42,7 +42,12 @@ def test_ddp_losses_and_parameters_match_gloo(world_size: int, entry_point_dir: 
     outcomes = []
     try:
         for proc in procs:
-            out, err = proc.communicate(timeout=JOB_TIMEOUT_S)
+            try:
+                out, err = proc.communicate(timeout=JOB_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate(timeout=10)
+                err += f"\n(killed after {JOB_TIMEOUT_S} s)"
             outcomes.append((proc.returncode, out, err))
     finally:
         for proc in procs:
