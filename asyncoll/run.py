@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -84,14 +85,33 @@ def _split_address(text: str) -> tuple[str, int]:
 
 
 def _free_port(host: str) -> int:
-    """A port of ``host`` that nothing listens on now (torch's store binds it later)."""
+    """A port of ``host`` that nothing listens on now (torch's store binds it later).
+
+    It is taken below the kernel's ephemeral range where it can: until rank 0
+    listens there, another rank's attempt to connect could otherwise get the
+    same port as its source port and connect to itself.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family) as sock:
-        try:
-            sock.bind((host, 0))
-        except OSError:  # a --coordinator on another machine: any free port here
-            sock.bind(("", 0))
-        return int(sock.getsockname()[1])
+    low = _ephemeral_low()
+    for port in [random.randrange(max(1024, low - 12000), low) for _ in range(50)] + [0]:
+        with socket.socket(family) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                if port == 0:  # a --coordinator on another machine: any port here
+                    sock.bind(("", 0))
+                else:
+                    continue
+            return int(sock.getsockname()[1])
+    raise AssertionError("unreachable: binding port 0 either works or raises")
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def _describe(code: int) -> str:

@@ -11,6 +11,8 @@ real one is installed too, registering twice is harmless.
 from __future__ import annotations
 
 import os
+import random
+import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -48,6 +50,30 @@ def environment(entry_point_dir: Path, **extra: str) -> dict[str, str]:
     env["OMP_NUM_THREADS"] = "1"
     env.update(extra)
     return env
+
+
+def free_port() -> int:
+    """A free TCP port of 127.0.0.1 below the kernel's ephemeral range, for torch's store.
+
+    A port from the ephemeral range (what binding port 0 gives) can be taken,
+    while rank 0 is still importing torch, as the source port of another
+    rank's attempt to reach the store there, which then connects to itself:
+    that rank waits on a store that is not there until the job times out.
+    """
+    low = 32768
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    for _ in range(100):
+        port = random.randrange(max(1024, low - 12000), low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port found below {low}")
 
 
 def torchrun(nproc: int, script: Sequence[str]) -> list[str]:

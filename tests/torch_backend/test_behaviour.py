@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,9 +27,7 @@ ABORT_SIGNS = ("Traceback", "terminate called", "Aborted", "Fatal Python error",
 
 @pytest.fixture(scope="module")
 def reports(entry_point_dir: Path) -> list[dict[str, Any]]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = conftest.free_port()
     env = conftest.environment(entry_point_dir, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                                WORLD_SIZE="3")
     procs = [subprocess.Popen([sys.executable, str(conftest.WORKERS / "behaviour.py")],

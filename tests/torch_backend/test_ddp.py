@@ -10,7 +10,6 @@ agree to float32 tolerance, and every rank must end with the same parameters.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -30,9 +29,7 @@ TOLERANCE = 1e-4
 @pytest.mark.timeout(JOB_TIMEOUT_S + 60)
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_ddp_losses_and_parameters_match_gloo(world_size: int, entry_point_dir: Path) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = conftest.free_port()
     env = conftest.environment(entry_point_dir, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                                WORLD_SIZE=str(world_size), STEPS=str(STEPS))
     procs = [subprocess.Popen([sys.executable, str(conftest.WORKERS / "ddp.py")],

@@ -37,7 +37,7 @@ SUMMARY = re.compile(r"^rank (\d+) compared (\d+) cases; gloo refused (\d+)$", r
 def test_every_torch_collective_on_asyncoll_matches_gloo(world_size: int,
                                                          entry_point_dir: Path) -> None:
     env = conftest.environment(entry_point_dir, WORLD_SIZE=str(world_size),
-                               PORT=str(_free_port()))
+                               PORT=str(conftest.free_port()))
     procs = [subprocess.Popen([sys.executable,
                                str(conftest.WORKERS / "differential_torch.py")],
                               env={**env, "RANK": str(rank)}, stdout=subprocess.PIPE,
@@ -74,10 +74,3 @@ def test_every_torch_collective_on_asyncoll_matches_gloo(world_size: int,
     assert all("BAND" in line or "BOR" in line or "BXOR" in line for line in bfloat16), \
         "gloo refused a bfloat16 case other than a bitwise op, so it was not compared"
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
