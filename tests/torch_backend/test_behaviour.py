@@ -28,7 +28,8 @@ ABORT_SIGNS = ("Traceback", "terminate called", "Aborted", "Fatal Python error",
 @pytest.fixture(scope="module")
 def reports(entry_point_dir: Path) -> list[dict[str, Any]]:
     port = conftest.free_port()
-    env = conftest.environment(entry_point_dir, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+    env = conftest.environment(entry_point_dir, DUMP_AFTER_S=str(JOB_TIMEOUT_S - 15),
+                               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                                WORLD_SIZE="3")
     procs = [subprocess.Popen([sys.executable, str(conftest.WORKERS / "behaviour.py")],
                               env={**env, "RANK": str(rank)}, stdout=subprocess.PIPE,

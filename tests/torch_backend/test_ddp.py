@@ -30,7 +30,8 @@ TOLERANCE = 1e-4
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_ddp_losses_and_parameters_match_gloo(world_size: int, entry_point_dir: Path) -> None:
     port = conftest.free_port()
-    env = conftest.environment(entry_point_dir, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+    env = conftest.environment(entry_point_dir, DUMP_AFTER_S=str(JOB_TIMEOUT_S - 15),
+                               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                                WORLD_SIZE=str(world_size), STEPS=str(STEPS))
     procs = [subprocess.Popen([sys.executable, str(conftest.WORKERS / "ddp.py")],
                               env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},

@@ -36,7 +36,8 @@ SUMMARY = re.compile(r"^rank (\d+) compared (\d+) cases; gloo refused (\d+)$", r
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_every_torch_collective_on_asyncoll_matches_gloo(world_size: int,
                                                          entry_point_dir: Path) -> None:
-    env = conftest.environment(entry_point_dir, WORLD_SIZE=str(world_size),
+    env = conftest.environment(entry_point_dir, DUMP_AFTER_S=str(JOB_TIMEOUT_S - 15),
+                               WORLD_SIZE=str(world_size),
                                PORT=str(conftest.free_port()))
     procs = [subprocess.Popen([sys.executable,
                                str(conftest.WORKERS / "differential_torch.py")],

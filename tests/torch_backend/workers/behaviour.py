@@ -10,7 +10,9 @@ exit is asyncoll's atexit hook's job. Prints one JSON object of named results.
 
 from __future__ import annotations
 
+import faulthandler
 import json
+import os
 import warnings
 from datetime import timedelta
 from typing import Any
@@ -30,6 +32,8 @@ def error_of(call: Any) -> dict[str, str] | None:
 
 
 def main() -> None:
+    # A stuck process dumps every thread's stack to stderr, which the test shows, and exits.
+    faulthandler.dump_traceback_later(float(os.environ.get("DUMP_AFTER_S", "100")), exit=True)
     dist.init_process_group(backend="asyncoll")
     rank = dist.get_rank()
     results: dict[str, Any] = {"rank": rank}

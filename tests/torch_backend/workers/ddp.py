@@ -13,6 +13,7 @@ parameters.
 from __future__ import annotations
 
 import copy
+import faulthandler
 import json
 import os
 
@@ -31,6 +32,8 @@ def batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def main() -> None:
+    # A stuck process dumps every thread's stack to stderr, which the test shows, and exits.
+    faulthandler.dump_traceback_later(float(os.environ.get("DUMP_AFTER_S", "100")), exit=True)
     dist.init_process_group(backend="asyncoll")
     rank = dist.get_rank()
     gloo = dist.new_group(backend="gloo")

@@ -12,6 +12,7 @@ exits 1.
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import os
 import sys
@@ -45,6 +46,8 @@ class Bound:
 
 
 def main() -> int:
+    # A stuck process dumps every thread's stack to stderr, which the test shows, and exits.
+    faulthandler.dump_traceback_later(float(os.environ.get("DUMP_AFTER_S", "100")), exit=True)
     td.init_process_group("asyncoll", init_method=f"tcp://127.0.0.1:{os.environ['PORT']}",
                           world_size=WORLD_SIZE, rank=RANK,
                           timeout=timedelta(seconds=base.TIMEOUT_S))
