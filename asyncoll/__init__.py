@@ -8,6 +8,8 @@ in CPU programs. It is a thin face over the asyncio implementation
 
 from __future__ import annotations
 
+import sys as _sys
+
 from asyncoll import group
 from asyncoll._blocking import (
     P2POp,
@@ -119,3 +121,10 @@ __all__ = [
     "scatter_object_list",
     "send",
 ]
+
+if "torch.distributed" in _sys.modules:
+    # torch is loaded already, so registering costs nothing; without torch
+    # (or before it), asyncoll never imports it: torch's entry point does this.
+    from asyncoll._torch_backend.registration import load as _load_torch_backend
+
+    _load_torch_backend()

@@ -15,6 +15,10 @@ from asyncoll.errors import ConfigurationError
 _RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
 _WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
 
+#: Where asyncoll-run's coordinator is (HOST:PORT); it takes precedence over
+#: MASTER_ADDR and MASTER_PORT, which asyncoll-run leaves to torch's store.
+COORDINATOR_VARIABLE = "ASYNCOLL_COORDINATOR"
+
 #: Backend names accepted, so torch programs run unchanged.
 ACCEPTED_BACKENDS = ("asyncoll", "gloo", "cpu:gloo")
 
@@ -25,7 +29,8 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
     """Work out where to join, as torch.distributed would from the same arguments.
 
     ``env://`` (the default) reads MASTER_ADDR, MASTER_PORT, WORLD_SIZE and,
-    optionally, RANK; ``tcp://host:port`` takes the address from the URL and
+    optionally, RANK (ASYNCOLL_COORDINATOR, set by asyncoll-run, replaces the
+    first two); ``tcp://host:port`` takes the address from the URL and
     WORLD_SIZE from the argument or the environment. Where RANK and WORLD_SIZE
     are not set, Open MPI's (OMPI_COMM_WORLD_RANK/SIZE) and Slurm's
     (SLURM_PROCID, SLURM_NTASKS) are used, so mpirun and srun can launch. A rank of -1 lets the
@@ -38,7 +43,13 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
         raise ConfigurationError(f"backend {backend!r} is not available: asyncoll runs on "
                                  f"the CPU over TCP; pass one of {ACCEPTED_BACKENDS} or None")
     url = urlsplit(init_method or "env://")
-    if url.scheme == "env":
+    launched = environ.get(COORDINATOR_VARIABLE) if url.scheme == "env" else None
+    if launched:
+        # asyncoll-run's coordinator: MASTER_PORT is left to torch's store.
+        host, _, port_text = launched.rpartition(":")
+        port = _int_value(COORDINATOR_VARIABLE, port_text)
+        host = host.strip("[]")
+    elif url.scheme == "env":
         host = _require(environ, "MASTER_ADDR")
         port = _int_value("MASTER_PORT", _require(environ, "MASTER_PORT"))
     elif url.scheme == "tcp":
@@ -66,7 +77,7 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
         raise ConfigurationError(f"port {port} is not a TCP port; use 1 to 65535")
     job = job_id if job_id is not None else environ.get("ASYNCOLL_JOB_ID", DEFAULT_JOB_ID)
     return Rendezvous(host=host, port=port, job=job, world_size=world_size, rank=rank,
-                      timeout=timeout, may_host=rank == 0)
+                      timeout=timeout, may_host=rank == 0 and not launched)
 
 
 def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> str:

@@ -11,7 +11,10 @@
 
 Without ``--coordinator`` an embedded coordinator is started on a free port
 of this machine. Each worker gets RANK, LOCAL_RANK, WORLD_SIZE,
-LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and ASYNCOLL_JOB_ID; its output
+LOCAL_WORLD_SIZE, ASYNCOLL_COORDINATOR (the coordinator's HOST:PORT),
+ASYNCOLL_JOB_ID, MASTER_ADDR and MASTER_PORT; MASTER_PORT is a different,
+free port (the coordinator's + 1 with several nodes), so a torch.distributed
+program, whose rank 0 binds its store there, runs unchanged too. Its output
 passes through unchanged. When a worker fails, the others are stopped and
 asyncoll-run exits non-zero, saying which rank failed and how.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -79,6 +83,36 @@ def _split_address(text: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise SystemExit(f"asyncoll-run: --coordinator must be HOST:PORT, got {text!r}")
     return host.strip("[]"), int(port)
+
+
+def _free_port(host: str) -> int:
+    """A port of ``host`` that nothing listens on now (torch's store binds it later).
+
+    It is taken below the kernel's ephemeral range where it can: until rank 0
+    listens there, another rank's attempt to connect could otherwise get the
+    same port as its source port and connect to itself.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    low = _ephemeral_low()
+    for port in [random.randrange(max(1024, low - 12000), low) for _ in range(50)] + [0]:
+        with socket.socket(family) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                if port == 0:  # a --coordinator on another machine: any port here
+                    sock.bind(("", 0))
+                else:
+                    continue
+            return int(sock.getsockname()[1])
+    raise AssertionError("unreachable: binding port 0 either works or raises")
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def _describe(code: int) -> str:
@@ -191,6 +225,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     default_job = (DEFAULT_JOB_ID if args.nnodes > 1 else
                    f"run-{socket.gethostname()}-{os.getpid()}-{time.time_ns()}")
     job = args.job_id or default_job
+    # MASTER_PORT is for a torch program's store (torch.distributed with any
+    # backend), which rank 0 binds: not the coordinator's port. Every node
+    # must agree on it, so with several nodes it is the coordinator's + 1.
+    store_port = _free_port(host) if args.nnodes == 1 else port + 1
     target = ["-m", args.script] if args.module else [args.script]
     n = args.nproc_per_node
     world_size = n * args.nnodes
@@ -211,7 +249,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             env = dict(os.environ, RANK=str(args.node_rank * n + local), LOCAL_RANK=str(local),
                        WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(n),
                        GROUP_RANK=str(args.node_rank), MASTER_ADDR=host,
-                       MASTER_PORT=str(port), ASYNCOLL_JOB_ID=job)
+                       MASTER_PORT=str(store_port), ASYNCOLL_JOB_ID=job,
+                       ASYNCOLL_COORDINATOR=f"[{host}]:{port}" if ":" in host else
+                       f"{host}:{port}")
             procs.append(subprocess.Popen([sys.executable, *target, *args.script_args],
                                           env=env))
         code = _supervise(procs)

@@ -75,3 +75,19 @@ def test_bad_slurm_value_is_named():
     with pytest.raises(ConfigurationError, match="SLURM_NTASKS must be an integer, got 'x'"):
         resolve(None, "env://", -1, -1, 5.0, None,
                 environ={"MASTER_ADDR": "h", "MASTER_PORT": "1", "SLURM_NTASKS": "x"})
+
+
+def test_asyncoll_run_coordinator_variable_wins_over_master_port_and_is_never_hosted():
+    # asyncoll-run leaves MASTER_PORT to a torch program's store.
+    environ = {**ENV, "RANK": "0", "ASYNCOLL_COORDINATOR": "127.0.0.1:4100"}
+    where = resolve(None, "env://", -1, -1, 5.0, None, environ=environ)
+    assert (where.host, where.port, where.rank, where.may_host) == ("127.0.0.1", 4100, 0, False)
+    ipv6 = resolve(None, None, -1, -1, 5.0, None,
+                   environ={**environ, "ASYNCOLL_COORDINATOR": "[::1]:4100"})
+    assert (ipv6.host, ipv6.port) == ("::1", 4100)
+
+
+def test_bad_asyncoll_coordinator_variable_is_named():
+    with pytest.raises(ConfigurationError, match="ASYNCOLL_COORDINATOR must be an integer"):
+        resolve(None, "env://", -1, -1, 5.0, None,
+                environ={**ENV, "ASYNCOLL_COORDINATOR": "host-without-port"})

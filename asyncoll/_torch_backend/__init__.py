@@ -1,0 +1,14 @@
+"""asyncoll as a torch.distributed backend: ``init_process_group(backend="asyncoll")``.
+
+Install with ``pip install "asyncoll[torch]"``; torch then loads the backend
+itself (the ``torch.backends`` entry point). Modules: ``registration`` (the
+entry point and the creator torch calls per group), ``world`` (the asyncoll
+job, joined through torch's store, and its threads), ``process_group`` (the
+ProcessGroup torch calls), ``work`` (its Work), ``dtypes`` (bfloat16).
+"""
+
+from __future__ import annotations
+
+from asyncoll._torch_backend.registration import BACKEND_NAME, load, register
+
+__all__ = ["BACKEND_NAME", "load", "register"]

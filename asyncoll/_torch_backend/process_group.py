@@ -1,0 +1,274 @@
+"""AsyncollProcessGroup: a torch.distributed ProcessGroup whose collectives are asyncoll's.
+
+torch calls these methods with lists of tensors and an options object
+(group ranks in ``rootRank``, ``reduceOp.op``, ``timeout``); each one checks
+its arguments here, in the caller's thread (so bad input raises from the
+torch call itself, before anything is sent), starts the asyncoll operation on
+the world's loop thread and returns an AsyncollWork. Both the names torch's
+Python functions call (``all_gather_single``, ``reduce_scatter_single``,
+``all_to_all_single``) and the C++ names DDP reaches through torch's
+trampoline (``_allgather_base``, ``_reduce_scatter_base``, ``alltoall_base``)
+are defined.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from typing import Any
+
+import torch.distributed as dist
+
+from asyncoll._torch_backend import dtypes
+from asyncoll._torch_backend.work import AsyncollWork
+from asyncoll._torch_backend.world import TorchWorld
+from asyncoll.errors import ConfigurationError
+from asyncoll.group import AsyncProcessGroup
+from asyncoll.types import ReduceOp
+
+_ProcessGroupBase: Any = dist.ProcessGroup
+
+#: One step of an operation: the coroutine, and what to do once it has finished.
+Step = tuple[Coroutine[Any, Any, Any], Callable[[], None] | None]
+
+
+class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
+    """One torch process group, run by an asyncoll group of the same members.
+
+    Args:
+        world: the asyncoll job and its threads.
+        group: the asyncoll group (the job's world, or a group of its ranks).
+        owns_world: shut the job down with this group (the default group, or a
+            group that needed a job of its own).
+    """
+
+    def __init__(self, world: TorchWorld, group: AsyncProcessGroup, owns_world: bool) -> None:
+        super().__init__(group.rank, group.size)
+        self._world = world
+        self._group = group
+        self._owns_world = owns_world
+
+    def getBackendName(self) -> str:
+        """The backend's name, "asyncoll"."""
+        return "asyncoll"
+
+    def name(self) -> str:
+        """The backend's name, "asyncoll"."""
+        return "asyncoll"
+
+    def shutdown(self) -> None:
+        """Leave the asyncoll job when this group owns it; join its threads."""
+        if self._owns_world:
+            self._world.shutdown()
+
+    def abort(self) -> None:
+        """As shutdown: asyncoll fails whatever is still running."""
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return f"<AsyncollProcessGroup ranks={list(self._group.ranks)}>"
+
+    # -- reductions ------------------------------------------------------------------------
+
+    def allreduce(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
+        """Reduce each tensor across the group, in place (torch's allreduce)."""
+        op, limit = _op(opts), _timeout(opts)
+        return self._start("allreduce", list(tensors), (
+            _reducing(t, lambda s: self._group.all_reduce(s, op, limit)) for t in tensors))
+
+    def allreduce_coalesced(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
+        """allreduce of several tensors, one after another."""
+        return self.allreduce(tensors, opts)
+
+    def reduce(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
+        """Reduce each tensor into group rank ``opts.rootRank``'s."""
+        op, limit, root = _op(opts), _timeout(opts), self._global(opts.rootRank, "rootRank")
+        return self._start("reduce", list(tensors), (
+            _reducing(t, lambda s: self._group.reduce(s, root, op, limit)) for t in tensors))
+
+    def reduce_scatter(self, output_tensors: Sequence[Any],
+                       input_tensors: Sequence[Sequence[Any]], opts: Any = None) -> AsyncollWork:
+        """Reduce ``input_tensors[k][i]`` across the group into member i's output k."""
+        op, limit = _op(opts), _timeout(opts)
+        steps = (_reducing_all([out, *ins], lambda s: self._group.reduce_scatter(
+            s[0], s[1:], op, limit)) for out, ins in zip(output_tensors, input_tensors))
+        return self._start("reduce_scatter", list(output_tensors), steps)
+
+    def reduce_scatter_single(self, output: Any, input: Any,
+                              opts: Any = None) -> AsyncollWork:
+        """Reduce ``input`` across the group; member i gets block i in ``output``."""
+        op, limit = _op(opts), _timeout(opts)
+        return self._start("reduce_scatter_tensor", [output], [_reducing_all(
+            [output, input], lambda s: self._group.reduce_scatter_tensor(s[0], s[1], op,
+                                                                         limit))])
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_tensor_coalesced(self, outputs: Sequence[Any], inputs: Sequence[Any],
+                                        opts: Any = None) -> AsyncollWork:
+        """reduce_scatter_single of several pairs, one after another."""
+        op, limit = _op(opts), _timeout(opts)
+        return self._start("reduce_scatter_tensor", list(outputs), (_reducing_all(
+            [o, i], lambda s: self._group.reduce_scatter_tensor(s[0], s[1], op, limit))
+            for o, i in zip(outputs, inputs)))
+
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
+
+    # -- data movement -----------------------------------------------------------------------
+
+    def broadcast(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
+        """Copy group rank ``opts.rootRank``'s tensors into every member's."""
+        limit, root = _timeout(opts), self._global(opts.rootRank, "rootRank")
+        return self._start("broadcast", list(tensors), (
+            (self._group.broadcast(dtypes.movable(t), root, limit), None) for t in tensors))
+
+    def allgather(self, output_tensors: Sequence[Sequence[Any]], input_tensors: Sequence[Any],
+                  opts: Any = None) -> AsyncollWork:
+        """Copy member i's ``input_tensors[k]`` into ``output_tensors[k][i]`` everywhere."""
+        limit = _timeout(opts)
+        return self._start("allgather", [list(outs) for outs in output_tensors], (
+            (self._group.all_gather([dtypes.movable(o) for o in outs], dtypes.movable(inp),
+                                    limit), None)
+            for outs, inp in zip(output_tensors, input_tensors)))
+
+    allgather_coalesced = allgather
+
+    def all_gather_single(self, output: Any, input: Any, opts: Any = None) -> AsyncollWork:
+        """Gather every member's ``input`` into ``output``, in member order."""
+        return self._start("all_gather_into_tensor", [output], [(
+            self._group.all_gather_into_tensor(dtypes.movable(output), dtypes.movable(input),
+                                               _timeout(opts)), None)])
+
+    _allgather_base = all_gather_single
+
+    def allgather_into_tensor_coalesced(self, outputs: Sequence[Any], inputs: Sequence[Any],
+                                        opts: Any = None) -> AsyncollWork:
+        """all_gather_single of several pairs, one after another."""
+        limit = _timeout(opts)
+        return self._start("all_gather_into_tensor", list(outputs), (
+            (self._group.all_gather_into_tensor(dtypes.movable(o), dtypes.movable(i), limit),
+             None) for o, i in zip(outputs, inputs)))
+
+    all_gather_single_coalesced = allgather_into_tensor_coalesced
+
+    def gather(self, output_tensors: Sequence[Sequence[Any]], input_tensors: Sequence[Any],
+               opts: Any = None) -> AsyncollWork:
+        """Copy every member's input into ``output_tensors[0]`` on group rank ``rootRank``."""
+        root = self._global(opts.rootRank, "rootRank")
+        outs = ([dtypes.movable(t) for t in output_tensors[0]]
+                if self._group.rank == opts.rootRank else None)
+        return self._start("gather", [list(o) for o in output_tensors], [(
+            self._group.gather(dtypes.movable(_single(input_tensors, "gather")), outs, root,
+                               _timeout(opts)), None)])
+
+    def scatter(self, output_tensors: Sequence[Any], input_tensors: Sequence[Sequence[Any]],
+                opts: Any = None) -> AsyncollWork:
+        """Copy ``input_tensors[0][i]`` on group rank ``rootRank`` into member i's output."""
+        root = self._global(opts.rootRank, "rootRank")
+        ins = ([dtypes.movable(t) for t in input_tensors[0]]
+               if self._group.rank == opts.rootRank else None)
+        output = _single(output_tensors, "scatter")
+        return self._start("scatter", [output], [(self._group.scatter(
+            dtypes.movable(output), ins, root, _timeout(opts)), None)])
+
+    def all_to_all_single(self, output: Any, input: Any, output_split_sizes: Sequence[int],
+                          input_split_sizes: Sequence[int], opts: Any = None) -> AsyncollWork:
+        """Send rows of ``input`` to each member, gather theirs into ``output``."""
+        return self._start("all_to_all_single", [output], [(self._group.all_to_all_single(
+            dtypes.movable(output), dtypes.movable(input), list(output_split_sizes) or None,
+            list(input_split_sizes) or None, _timeout(opts)), None)])
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, output_tensors: Sequence[Any], input_tensors: Sequence[Any],
+                 opts: Any = None) -> AsyncollWork:
+        """Copy member i's ``input_tensors[j]`` into member j's ``output_tensors[i]``."""
+        return self._start("all_to_all", list(output_tensors), [(self._group.all_to_all(
+            [dtypes.movable(t) for t in output_tensors],
+            [dtypes.movable(t) for t in input_tensors], _timeout(opts)), None)])
+
+    def barrier(self, opts: Any = None) -> AsyncollWork:
+        """Complete once every member has called barrier."""
+        return self._start("barrier", [], [(self._group.barrier(_timeout(opts)), None)])
+
+    # -- point to point ------------------------------------------------------------------
+
+    def send(self, tensors: Sequence[Any], dstRank: int, tag: int = 0) -> AsyncollWork:
+        """Send the tensor to group rank ``dstRank``."""
+        tensor = _single(tensors, "send")
+        return self._start("send", [tensor], [(self._group.send(
+            dtypes.movable(tensor), self._global(dstRank, "dst"), tag), None)])
+
+    def recv(self, tensors: Sequence[Any], srcRank: int, tag: int = 0) -> AsyncollWork:
+        """Receive into the tensor what group rank ``srcRank`` sends with ``tag``."""
+        tensor = _single(tensors, "recv")
+        return self._start("recv", [tensor], [(self._group.recv(
+            dtypes.movable(tensor), self._global(srcRank, "src"), tag), None)], source=srcRank)
+
+    def recv_anysource(self, tensors: Sequence[Any], tag: int = 0) -> AsyncollWork:
+        """Refused: asyncoll receives from a named rank only."""
+        raise ConfigurationError("recv without src is not supported by the asyncoll backend; "
+                                 "pass src (the sender's rank)")
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _global(self, group_rank: int, role: str) -> int:
+        ranks = self._group.ranks
+        if not 0 <= group_rank < len(ranks):
+            raise ConfigurationError(f"{role} {group_rank} is not a rank of this group of "
+                                     f"{len(ranks)}; use 0 to {len(ranks) - 1}")
+        return ranks[group_rank]
+
+    def _start(self, what: str, outputs: list[Any], steps: Iterable[Step],
+               source: int = -1) -> AsyncollWork:
+        made: list[Step] = []
+        try:
+            # Each step checks its arguments as it is made; a refusal must not
+            # leave the steps made before it unawaited.
+            made.extend(steps)
+            future = self._world.loop.submit(_in_order(made))
+        except BaseException:
+            for coro, _ in made:
+                coro.close()
+            raise
+        return AsyncollWork(future, outputs, f"{what} on {self!r}", self._world, source)
+
+
+async def _in_order(steps: list[Step]) -> None:
+    for index, (coro, finish) in enumerate(steps):
+        try:
+            await coro
+        except BaseException:
+            for later, _ in steps[index + 1:]:
+                later.close()
+            raise
+        if finish is not None:
+            finish()
+
+
+def _reducing(tensor: Any, make: Callable[[Any], Coroutine[Any, Any, Any]]) -> Step:
+    staged, finish = dtypes.reducible(tensor)
+    return make(staged), finish
+
+
+def _reducing_all(tensors: list[Any], make: Callable[[list[Any]], Coroutine[Any, Any, Any]]
+                  ) -> Step:
+    """Stage every tensor (bfloat16 through float32); the first is the one written."""
+    staged = [dtypes.reducible(t) for t in tensors]
+    return make([s for s, _ in staged]), staged[0][1]
+
+
+def _single(tensors: Sequence[Any], what: str) -> Any:
+    if len(tensors) != 1:
+        raise ConfigurationError(f"{what} takes exactly one tensor on the asyncoll backend, "
+                                 f"got {len(tensors)}")
+    return tensors[0]
+
+
+def _op(opts: Any) -> Any:
+    return ReduceOp.SUM if opts is None else opts.reduceOp.op
+
+
+def _timeout(opts: Any) -> float | None:
+    # torch's "unset" timeout is negative: the group's own applies.
+    seconds = opts.timeout.total_seconds() if opts is not None else -1.0
+    return float(seconds) if seconds > 0 else None

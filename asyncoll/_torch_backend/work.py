@@ -1,0 +1,111 @@
+"""AsyncollWork: what the torch backend's collectives return, as torch's Work.
+
+``wait()`` blocks and re-raises the operation's asyncoll error unchanged;
+``get_future()`` gives a torch Future that completes with the output tensors
+(DDP's reducer chains its gradient averaging onto it), or with the error.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from asyncoll._torch_backend.world import TorchWorld
+from asyncoll.errors import CollectiveTimeoutError
+
+_WorkBase: Any = dist.distributed_c10d.Work
+
+
+class AsyncollWork(_WorkBase):  # type: ignore[misc]
+    """An asyncoll operation running on the loop thread, seen through torch's Work."""
+
+    def __init__(self, future: concurrent.futures.Future[Any], outputs: list[Any], what: str,
+                 world: TorchWorld, source: int = -1) -> None:
+        super().__init__()
+        self._future = future
+        self._outputs = outputs
+        self._what = what
+        self._world = world
+        self._source = source
+        self._torch_future: Any = None
+        self._lock = threading.Lock()
+
+    def wait(self, timeout: timedelta | float | None = None) -> bool:
+        """Block until the operation completes; return True or raise its error.
+
+        Args:
+            timeout: at most this long (a timedelta or seconds; zero or None: as
+                long as the operation's own deadline allows).
+
+        Raises:
+            CollectiveTimeoutError: still running after ``timeout`` (it goes on).
+            AsyncollError: the operation failed; the error is asyncoll's, unchanged.
+        """
+        limit = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        try:
+            self._future.result(limit if limit else None)
+        except concurrent.futures.TimeoutError:
+            if self._future.done():
+                raise  # the operation's own CollectiveTimeoutError (a TimeoutError too)
+            raise CollectiveTimeoutError(f"{self._what} did not complete within {limit} s of "
+                                         "wait(); it is still running") from None
+        return True
+
+    def is_completed(self) -> bool:
+        """Whether the operation has finished, successfully or not."""
+        return self._future.done()
+
+    def is_success(self) -> bool:
+        """Whether the operation has finished without error."""
+        return self._future.done() and self._future.exception() is None
+
+    def exception(self) -> BaseException | None:
+        """The operation's error once it has failed, else None."""
+        return self._future.exception() if self._future.done() else None
+
+    def result(self) -> list[Any]:
+        """The output tensors (valid once the operation has completed)."""
+        return self._outputs
+
+    def source_rank(self) -> int:
+        """For a receive, the group rank of the sender."""
+        return self._source
+
+    def _source_rank(self) -> int:
+        return self._source
+
+    def synchronize(self) -> None:
+        """Nothing to do on the CPU."""
+
+    def block_current_stream(self) -> None:
+        """Nothing to do on the CPU."""
+
+    def get_future(self) -> Any:
+        """A torch.futures.Future completing with the output tensors, or the error."""
+        with self._lock:
+            if self._torch_future is None:
+                self._torch_future = torch.futures.Future()
+                self._future.add_done_callback(self._settle_later)
+            return self._torch_future
+
+    def _settle_later(self, done: concurrent.futures.Future[Any]) -> None:
+        # Runs on the loop thread (or here, when already done); the torch
+        # future's callbacks run on the world's completion thread instead.
+        self._world.complete_later(lambda: _settle(self._torch_future, done, self._outputs))
+
+    def __repr__(self) -> str:
+        state = "completed" if self._future.done() else "running"
+        return f"<AsyncollWork {self._what} {state}>"
+
+
+def _settle(torch_future: Any, done: concurrent.futures.Future[Any], outputs: list[Any]) -> None:
+    error = done.exception()
+    if error is not None:
+        torch_future.set_exception(error)
+    else:
+        torch_future.set_result(outputs)

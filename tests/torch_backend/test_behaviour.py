@@ -1,0 +1,122 @@
+"""torch.distributed on backend='asyncoll': sub-groups, tensors, async work, errors, exit.
+
+workers/behaviour.py runs on 3 processes and reports what it saw; see its docstring. The
+processes never call destroy_process_group, so exiting 0 with nothing alarming on stderr
+also shows that asyncoll's threads are stopped at exit without a hang or an abort.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import conftest
+
+pytest.importorskip("torch")
+
+JOB_TIMEOUT_S = 90
+ABORT_SIGNS = ("Traceback", "terminate called", "Aborted", "Fatal Python error",
+               "core dumped", "Exception ignored")
+
+
+@pytest.fixture(scope="module")
+def reports(entry_point_dir: Path) -> list[dict[str, Any]]:
+    port = conftest.free_port()
+    env = conftest.environment(entry_point_dir, DUMP_AFTER_S=str(JOB_TIMEOUT_S - 15),
+                               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                               WORLD_SIZE="3")
+    procs = [subprocess.Popen([sys.executable, str(conftest.WORKERS / "behaviour.py")],
+                              env={**env, "RANK": str(rank)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for rank in range(3)]
+    outcomes = []
+    try:
+        for proc in procs:
+            try:
+                out, err = proc.communicate(timeout=JOB_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate(timeout=10)
+                err += f"\n(killed after {JOB_TIMEOUT_S} s)"
+            outcomes.append((proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=10)
+    report = "\n".join(f"--- rank {rank} exited {code}\n{out[-3000:]}\n{err[-5000:]}"
+                       for rank, (code, out, err) in enumerate(outcomes))
+    assert all(code == 0 for code, _, _ in outcomes), report
+    assert not [s for _, _, err in outcomes for s in ABORT_SIGNS if s in err], report
+    return [json.loads(out.strip().splitlines()[-1]) for _, out, _ in outcomes]
+
+
+pytestmark = pytest.mark.timeout(JOB_TIMEOUT_S + 30)
+
+
+def test_sub_group_reduces_on_members_and_a_non_member_call_only_warns(reports):
+    assert [r["pair_max"] for r in reports] == [[3.0, 4.0], [2.0, 3.0], [3.0, 4.0]]
+    assert [r["non_member_warned"] for r in reports] == [False, True, False]
+
+
+def test_sub_group_ranks_follow_torch_order_as_gloo_does(reports):
+    for r in reports[1:]:
+        assert r["backwards_asyncoll"] == r["backwards_gloo"] == [[1.0, 1.0, 1.0], [1, 2]]
+
+
+def test_tensor_that_requires_grad_is_reduced_in_place_as_gloo_does(reports):
+    for r in reports:
+        assert r["requires_grad_asyncoll"] == r["requires_grad_gloo"] == [[3.0] * 3, True, True]
+
+
+def test_non_contiguous_tensors_are_reduced_right(reports):
+    assert all(r["transposed_right"] and r["strided_right"] for r in reports)
+
+
+def test_bfloat16_is_reduced_through_float32_and_stays_bfloat16(reports):
+    # 256 + 1 + 1 summed in bfloat16 steps would stay 256.
+    assert all(r["bfloat16_sum"] == [True, [258.0, 9.0]] for r in reports)
+
+
+def test_async_work_and_its_torch_future_complete_with_the_tensor(reports):
+    assert all(r["async"] == [True, True, True, [3.0] * 4, [3.0] * 4] for r in reports)
+
+
+def test_refused_call_raises_asyncolls_error_from_the_torch_call(reports):
+    for r in reports:
+        assert r["recv_any_source"] == {
+            "type": "asyncoll.errors.ConfigurationError",
+            "message": "recv without src is not supported by the asyncoll backend; pass src "
+                       "(the sender's rank)"}
+
+
+def test_timeout_surfaces_from_wait_and_future_and_breaks_the_group(reports):
+    r = reports[0]
+    for key in ("timeout_wait", "timeout_future"):
+        assert r[key]["type"] == "asyncoll.errors.CollectiveTimeoutError"
+        assert "did not complete within 1 s; still waiting for data from rank 1" in \
+            r[key]["message"]
+    assert r["broken_after"]["type"] == "asyncoll.errors.GroupBrokenError"
+    assert "failed earlier" in r["broken_after"]["message"]
+
+
+def test_batch_isend_irecv_passes_around_the_ring(reports):
+    assert [r["ring_received"] for r in reports] == [[2.0, 2.0], [0.0, 0.0], [1.0, 1.0]]
+
+
+@pytest.mark.timeout(JOB_TIMEOUT_S + 30)
+def test_asyncoll_group_under_a_gloo_default_group_runs_a_job_of_its_own(
+        entry_point_dir: Path) -> None:
+    script = conftest.WORKERS / "gloo_default.py"
+    result = conftest.run(conftest.asyncoll_run(2, [str(script)]),
+                          conftest.environment(entry_point_dir), JOB_TIMEOUT_S)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    # The two ranks share stdout, so their lines may run together.
+    assert sorted(re.findall(r"rank-\d:\[[^]]*\]", result.stdout)) == [
+        "rank-0:[3.0]", "rank-1:[3.0]"], result.stdout

@@ -1,0 +1,113 @@
+"""Checks torch.distributed on backend='asyncoll' the differential test cannot: 3 processes.
+
+Sub-groups (members only, in torch's member order, a non-member's call doing nothing), tensors
+that require grad (as gloo), non-contiguous tensors (reduced right), bfloat16
+through float32, async work and its torch future, and errors: a refused call raises
+asyncoll's error from the torch call, a timed-out one from work.wait() and from the
+future, and the group then stays broken. It never calls destroy_process_group: leaving at
+exit is asyncoll's atexit hook's job. Prints one JSON object of named results.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import warnings
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import asyncoll
+
+
+def error_of(call: Any) -> dict[str, str] | None:
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - the test looks at what was raised
+        return {"type": f"{type(exc).__module__}.{type(exc).__name__}", "message": str(exc)}
+    return None
+
+
+def main() -> None:
+    # A stuck process dumps every thread's stack to stderr, which the test shows, and exits.
+    faulthandler.dump_traceback_later(float(os.environ.get("DUMP_AFTER_S", "100")), exit=True)
+    dist.init_process_group(backend="asyncoll")
+    rank = dist.get_rank()
+    results: dict[str, Any] = {"rank": rank}
+    gloo = dist.new_group(backend="gloo")
+
+    # Sub-groups, created by every rank; the backend's creator runs on members only.
+    pair = dist.new_group([0, 2])
+    t = torch.tensor([rank + 1.0, rank + 2.0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=pair)
+    results["pair_max"] = t.tolist()
+    results["non_member_warned"] = any("does not belong" in str(w.message) for w in caught)
+    # torch sorts a new group's ranks: group rank 0 of [2, 1] is global rank 1, on gloo too.
+    for name, backend in (("asyncoll", None), ("gloo", "gloo")):
+        backwards = dist.new_group([2, 1], backend=backend)
+        if rank in (1, 2):
+            x = torch.full((3,), float(rank))
+            dist.broadcast(x, group=backwards, group_src=0)
+            ranks = torch.zeros(2, dtype=torch.int64)
+            dist.all_gather_into_tensor(ranks, torch.tensor([rank]), group=backwards)
+            results[f"backwards_{name}"] = [x.tolist(), ranks.tolist()]
+
+    # Tensors that require grad: reduced in place, as gloo does.
+    for name, group in (("asyncoll", None), ("gloo", gloo)):
+        w = torch.ones(3, requires_grad=True)
+        failed = error_of(lambda: dist.all_reduce(w, group=group))
+        results[f"requires_grad_{name}"] = [w.detach().tolist(), w.requires_grad,
+                                            failed is None]
+
+    # Non-contiguous tensors (transposed, strided) are reduced right, element by element.
+    base = torch.arange(12.0).reshape(3, 4)
+    for name, view in (("transposed", lambda t: t.t()), ("strided", lambda t: t[:, ::2])):
+        m = view(base * (rank + 1))
+        dist.all_reduce(m)
+        results[f"{name}_right"] = torch.equal(m, view(base * 6))
+
+    # bfloat16, reduced through float32: 256 + 1 + 1 in bfloat16 steps would stay 256.
+    b = torch.tensor([256.0 if rank == 0 else 1.0, 1.5 * (rank + 1)], dtype=torch.bfloat16)
+    dist.all_reduce(b)
+    results["bfloat16_sum"] = [b.dtype == torch.bfloat16, b.float().tolist()]
+
+    # Async work and its torch future.
+    a = torch.full((4,), float(rank))
+    work = dist.all_reduce(a, async_op=True)
+    value = work.get_future().wait()
+    results["async"] = [work.wait(), work.is_completed(), work.is_success(),
+                        value[0].tolist(), a.tolist()]
+
+    # batch_isend_irecv around the ring.
+    n = dist.get_world_size()
+    outgoing, incoming = torch.full((2,), float(rank)), torch.zeros(2)
+    for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, outgoing, (rank + 1) % n),
+                                        dist.P2POp(dist.irecv, incoming, (rank - 1) % n)]):
+        work.wait()
+    results["ring_received"] = incoming.tolist()
+
+    # A refused call raises asyncoll's error, message intact, from the torch call.
+    results["recv_any_source"] = error_of(lambda: dist.recv(torch.zeros(1)))
+
+    # A collective only rank 0 calls: its group times out, and stays broken.
+    lonely = dist.new_group([0, 1], timeout=timedelta(seconds=1))
+    if rank == 0:
+        work = dist.all_reduce(torch.ones(2), group=lonely, async_op=True)
+        future = work.get_future()
+        results["timeout_wait"] = error_of(work.wait)
+        results["timeout_future"] = error_of(future.wait)
+        results["broken_after"] = error_of(lambda: dist.all_reduce(torch.ones(2),
+                                                                   group=lonely))
+    results["asyncoll_error_classes"] = [asyncoll.CollectiveTimeoutError.__name__,
+                                         asyncoll.GroupBrokenError.__name__]
+    dist.barrier()
+    print(json.dumps(results), flush=True)
+
+
+if __name__ == "__main__":
+    main()
