@@ -33,6 +33,9 @@ class Work:
         try:
             self._future.result(timeout)
         except concurrent.futures.TimeoutError:
+            if self._future.done():
+                # The operation's own CollectiveTimeoutError: a TimeoutError too.
+                raise
             raise CollectiveTimeoutError(f"{self._what} did not complete within {timeout} s "
                                          "of wait(); it is still running") from None
         return True
