@@ -203,7 +203,7 @@ class PeerConnection(asyncio.BufferedProtocol):
             self.closed.set_result(None)
         self._mesh.connection_lost(self, exc)
         self.fail_receive(self._mesh.error_for(self.peer))
-        self._fail_drain_waiters()
+        self.fail_sends()
 
     def fail_receive(self, error: AsyncollError, group: int | None = None) -> None:
         """Fail the receive whose payload is arriving now (of ``group``, if given).
@@ -372,7 +372,12 @@ class PeerConnection(asyncio.BufferedProtocol):
             return
         self.transport.abort()
 
-    def _fail_drain_waiters(self) -> None:
+    def fail_sends(self) -> None:
+        """Fail the sends waiting for the transport to take their bytes (the peer is gone).
+
+        A peer cut off without a reset never acknowledges them, so without
+        this they would wait for the operation's deadline.
+        """
         waiters, self._drain_waiters = self._drain_waiters, []
         for waiter in waiters:
             if not waiter.done():

@@ -570,6 +570,7 @@ class TcpMesh:
                 receive.set_exception(channel.error)
         if channel.connection is not None:
             channel.connection.fail_receive(channel.error)
+            channel.connection.fail_sends()
         connection = channel.connection
         if connection is not None and not connection.ready.done():
             connection.ready.set_exception(channel.error)

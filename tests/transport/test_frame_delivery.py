@@ -219,3 +219,42 @@ async def test_a_consumer_that_raises_fails_its_receive_and_the_connection_goes_
     feed(connection, frame((0, 2, 0), np.full(4, 7, np.float32)))
     await asyncio.wait_for(later, 1)
     assert (out == 7).all()
+
+
+class _SilentTransport:
+    """A transport whose peer stopped acknowledging: everything written stays queued."""
+
+    def __init__(self) -> None:
+        self.written = 0
+        self.closed = False
+
+    def write(self, data) -> None:
+        self.written += len(data)
+
+    def writelines(self, items) -> None:
+        for item in items:
+            self.write(item)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.closed = True
+
+    abort = close
+
+
+async def test_a_send_waiting_on_a_peer_declared_lost_fails_at_once(setup):
+    # A host cut off sends no reset: its sends never drain. The coordinator's
+    # notice (peer_lost) must fail them, not the operation's deadline.
+    mesh, connection = setup
+    connection.transport = _SilentTransport()
+    mesh._channel(0).connection = connection
+    connection.pause_writing()
+    sent = connection.send_frame(FrameKind.DATA, TAG, memoryview(bytes(1 << 20)))
+    mesh.peer_lost(0, PeerLostError("rank 0 on host h0 was lost: no heartbeat", rank=0))
+    with pytest.raises(PeerLostError, match="no heartbeat"):
+        await asyncio.wait_for(sent, 1)
