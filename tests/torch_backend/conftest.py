@@ -99,3 +99,35 @@ def run(command: Sequence[str], env: dict[str, str], timeout: float,
         out, err = proc.communicate(timeout=10)
         raise AssertionError(f"{command} did not finish in {timeout} s:\n{out}\n{err}")
     return subprocess.CompletedProcess(list(command), proc.returncode, out, err)
+
+
+def run_ranks(script: Path, world_size: int, env: dict[str, str], timeout: float,
+              tails: tuple[int, int] = (3000, 5000)) -> tuple[list[tuple[int, str, str]], str]:
+    """Run ``script`` as ranks 0..world_size-1; return (exit code, out, err) of each and a report.
+
+    Each rank gets RANK and LOCAL_RANK on top of ``env``; one still running
+    after ``timeout`` seconds is killed, and the report says so. The report
+    holds the last ``tails`` characters of each rank's stdout and stderr.
+    """
+    procs = [subprocess.Popen([sys.executable, str(script)],
+                              env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank in range(world_size)]
+    outcomes = []
+    try:
+        for proc in procs:
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate(timeout=10)
+                err += f"\n(killed after {timeout} s)"
+            outcomes.append((proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=10)
+    report = "\n".join(f"--- rank {rank} exited {code}\n{out[-tails[0]:]}\n{err[-tails[1]:]}"
+                       for rank, (code, out, err) in enumerate(outcomes))
+    return outcomes, report

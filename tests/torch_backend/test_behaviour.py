@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,26 +29,8 @@ def reports(entry_point_dir: Path) -> list[dict[str, Any]]:
     env = conftest.environment(entry_point_dir, DUMP_AFTER_S=str(JOB_TIMEOUT_S - 15),
                                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                                WORLD_SIZE="3")
-    procs = [subprocess.Popen([sys.executable, str(conftest.WORKERS / "behaviour.py")],
-                              env={**env, "RANK": str(rank)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for rank in range(3)]
-    outcomes = []
-    try:
-        for proc in procs:
-            try:
-                out, err = proc.communicate(timeout=JOB_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out, err = proc.communicate(timeout=10)
-                err += f"\n(killed after {JOB_TIMEOUT_S} s)"
-            outcomes.append((proc.returncode, out, err))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate(timeout=10)
-    report = "\n".join(f"--- rank {rank} exited {code}\n{out[-3000:]}\n{err[-5000:]}"
-                       for rank, (code, out, err) in enumerate(outcomes))
+    outcomes, report = conftest.run_ranks(conftest.WORKERS / "behaviour.py", 3, env,
+                                          JOB_TIMEOUT_S)
     assert all(code == 0 for code, _, _ in outcomes), report
     assert not [s for _, _, err in outcomes for s in ABORT_SIGNS if s in err], report
     return [json.loads(out.strip().splitlines()[-1]) for _, out, _ in outcomes]

@@ -10,8 +10,6 @@ agree to float32 tolerance, and every rank must end with the same parameters.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,27 +31,8 @@ def test_ddp_losses_and_parameters_match_gloo(world_size: int, entry_point_dir: 
     env = conftest.environment(entry_point_dir, DUMP_AFTER_S=str(JOB_TIMEOUT_S - 15),
                                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                                WORLD_SIZE=str(world_size), STEPS=str(STEPS))
-    procs = [subprocess.Popen([sys.executable, str(conftest.WORKERS / "ddp.py")],
-                              env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for rank in range(world_size)]
-    outcomes = []
-    try:
-        for proc in procs:
-            try:
-                out, err = proc.communicate(timeout=JOB_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out, err = proc.communicate(timeout=10)
-                err += f"\n(killed after {JOB_TIMEOUT_S} s)"
-            outcomes.append((proc.returncode, out, err))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate(timeout=10)
-    report = "\n".join(f"--- rank {rank} exited {code}\n{out[-3000:]}\n{err[-5000:]}"
-                       for rank, (code, out, err) in enumerate(outcomes))
+    outcomes, report = conftest.run_ranks(conftest.WORKERS / "ddp.py", world_size, env,
+                                          JOB_TIMEOUT_S)
     assert all(code == 0 for code, _, _ in outcomes), report
     results = [json.loads(out.strip().splitlines()[-1]) for _, out, _ in outcomes]
     for rank, result in enumerate(results):

@@ -13,8 +13,6 @@ from passing on an empty comparison.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -39,28 +37,8 @@ def test_every_torch_collective_on_asyncoll_matches_gloo(world_size: int,
     env = conftest.environment(entry_point_dir, DUMP_AFTER_S=str(JOB_TIMEOUT_S - 15),
                                WORLD_SIZE=str(world_size),
                                PORT=str(conftest.free_port()))
-    procs = [subprocess.Popen([sys.executable,
-                               str(conftest.WORKERS / "differential_torch.py")],
-                              env={**env, "RANK": str(rank)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-             for rank in range(world_size)]
-    outcomes = []
-    try:
-        for proc in procs:
-            try:
-                out, err = proc.communicate(timeout=JOB_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out, err = proc.communicate(timeout=10)
-                err += f"\n(killed after {JOB_TIMEOUT_S} s)"
-            outcomes.append((proc.returncode, out, err))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate(timeout=10)
-    report = "\n".join(f"--- rank {rank} exited {code}\n{out[-2000:]}\n{err[-6000:]}"
-                       for rank, (code, out, err) in enumerate(outcomes))
+    outcomes, report = conftest.run_ranks(conftest.WORKERS / "differential_torch.py",
+                                          world_size, env, JOB_TIMEOUT_S, tails=(2000, 6000))
     assert all(code == 0 for code, _, _ in outcomes), report
     counts = set()
     for rank, (_, out, _) in enumerate(outcomes):
