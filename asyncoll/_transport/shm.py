@@ -206,27 +206,27 @@ class Outbox:
         self.name = name
         self.view = memoryview(segment)
         self.space = RingSpace(len(segment))
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        # Senders waiting for space, oldest first, with the group of each.
+        self._waiters: deque[tuple[asyncio.Future[None], int]] = deque()
 
-    async def reserve(self, nbytes: int) -> tuple[int, int]:
-        """Reserve ``nbytes`` of the ring, waiting for the receiver to free enough.
+    async def reserve(self, nbytes: int, group: int) -> tuple[int, int]:
+        """Reserve ``nbytes`` of the ring for a frame of ``group``, waiting for space.
 
         The wait has no deadline of its own: the operation's deadline cancels
-        it, and losing the peer fails it (:meth:`fail`).
+        it, and losing the peer or breaking the group fails it (:meth:`fail`).
         """
         while True:
             place = self.space.reserve(nbytes) if not self._waiters else None
             if place is not None:
                 return place
             waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
+            entry = (waiter, group)
+            self._waiters.append(entry)
             try:
                 await waiter
             finally:
-                if self._waiters and self._waiters[0] is waiter:
-                    self._waiters.popleft()
-                elif waiter in self._waiters:
-                    self._waiters.remove(waiter)
+                if entry in self._waiters:
+                    self._waiters.remove(entry)
             place = self.space.reserve(nbytes)
             if place is not None:
                 self._wake_next()
@@ -237,15 +237,18 @@ class Outbox:
         self.space.free(position)
         self._wake_next()
 
-    def fail(self, error: BaseException) -> None:
-        """The peer is gone: every sender waiting for space fails with ``error``."""
-        waiters, self._waiters = self._waiters, deque()
-        for waiter in waiters:
-            if not waiter.done():
+    def fail(self, error: BaseException, group: int | None = None) -> None:
+        """Fail the senders waiting for space (of ``group``; all when the peer is gone).
+
+        A receiver that has left frees nothing more, so a sender of a broken
+        group would otherwise wait until the connection closes.
+        """
+        for waiter, of in list(self._waiters):
+            if (group is None or of == group) and not waiter.done():
                 waiter.set_exception(error)
 
     def _wake_next(self) -> None:
-        for waiter in self._waiters:
+        for waiter, _ in self._waiters:
             if not waiter.done():
                 waiter.set_result(None)
                 return

@@ -70,7 +70,7 @@ class ShmLink:
         largest = outbox.space.largest_piece
         while offset < total:
             nbytes = min(total - offset, largest)
-            place, end = await outbox.reserve(nbytes)
+            place, end = await outbox.reserve(nbytes, tag[0])
             outbox.view[place:place + nbytes] = payload[offset:offset + nbytes]
             self._connection.send_frame(FrameKind.SHM_DATA, tag, memoryview(
                 SHM_PIECE.pack(total, offset, place, nbytes, end)), fingerprint)
@@ -186,11 +186,10 @@ class ShmLink:
     # -- failure ------------------------------------------------------------------
 
     def fail(self, error: AsyncollError, group: int | None = None) -> None:
-        """Fail the receives whose pieces are arriving (of ``group``, if given).
+        """Fail the receives and the waits for ring space of ``group`` (None: all).
 
-        Without a group the connection is gone: senders waiting for ring space
-        or for the peer to map the ring fail too, and an offered ring the peer
-        never mapped is unlinked here.
+        Without a group the connection is gone: senders waiting for the peer to
+        map the ring fail too, and an offered ring it never mapped is unlinked.
         """
         for tag, partial in self._partials.items():
             if group is not None and tag[0] != group:
@@ -200,10 +199,10 @@ class ShmLink:
             # Its remaining pieces, if any come, are freed and dropped.
             partial.out = None
             partial.kept = None
+        if self._outbox is not None:
+            self._outbox.fail(error, group)
         if group is not None:
             return
-        if self._outbox is not None:
-            self._outbox.fail(error)
         if self._opening is not None and not self._opening.done():
             shm.unlink(self._offered)
             self._opening.set_exception(error)

@@ -9,6 +9,7 @@ before their receive, refusals, and that nothing is left in /dev/shm.
 from __future__ import annotations
 
 import asyncio
+import mmap
 import os
 
 import numpy as np
@@ -70,6 +71,22 @@ def test_ring_space_never_hands_out_bytes_the_receiver_still_reads(steps):
         for other_offset, other_size, _ in live:
             assert offset + size <= other_offset or other_offset + other_size <= offset
         live.append((offset, size, end))
+
+
+async def test_breaking_a_group_fails_its_sends_waiting_for_ring_space_only():
+    # A receiver that has left frees nothing more: a sender of a broken group
+    # must not wait for the connection to close.
+    outbox = shm.Outbox("test", mmap.mmap(-1, 4096))
+    await outbox.reserve(4096, group=1)  # the ring is full
+    first = asyncio.ensure_future(outbox.reserve(64, group=5))
+    other = asyncio.ensure_future(outbox.reserve(64, group=6))
+    await asyncio.sleep(0)
+    outbox.fail(MismatchError("group 5 broke"), group=5)
+    with pytest.raises(MismatchError, match="group 5 broke"):
+        await first
+    assert not other.done()
+    outbox.freed(4096)
+    assert await asyncio.wait_for(other, 1) == (0, 4160)
 
 
 def test_settings_refuse_a_size_that_is_not_a_positive_number(monkeypatch):
