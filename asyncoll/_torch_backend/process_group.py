@@ -124,13 +124,36 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
     def allgather(self, output_tensors: Sequence[Sequence[Any]], input_tensors: Sequence[Any],
                   opts: Any = None) -> AsyncollWork:
         """Copy member i's ``input_tensors[k]`` into ``output_tensors[k][i]`` everywhere."""
-        limit = _timeout(opts)
-        return self._start("allgather", [list(outs) for outs in output_tensors], (
-            (self._group.all_gather([dtypes.movable(o) for o in outs], dtypes.movable(inp),
-                                    limit), None)
-            for outs, inp in zip(output_tensors, input_tensors)))
+        return self._start("allgather", [list(outs) for outs in output_tensors],
+                           self._gathers(output_tensors, input_tensors, opts))
 
-    allgather_coalesced = allgather
+    def allgather_coalesced(self, output_lists: Sequence[Sequence[Any]],
+                            input_tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
+        """Copy member i's ``input_tensors[k]`` into ``output_lists[i][k]`` everywhere.
+
+        torch orders a coalesced gather's outputs ``[rank][tensor]``, the
+        transpose of ``allgather``'s ``[tensor][rank]``: each input is gathered
+        into the column of ``output_lists`` that holds it.
+        """
+        size = self._group.size
+        if len(output_lists) != size or any(len(outs) != len(input_tensors)
+                                             for outs in output_lists):
+            shape = [len(outs) for outs in output_lists]
+            raise ConfigurationError(
+                f"all_gather_coalesced needs one output list per rank of the group ({size}), "
+                f"each with one tensor per input ({len(input_tensors)}); got lists of "
+                f"lengths {shape}")
+        by_input = [[output_lists[member][k] for member in range(size)]
+                    for k in range(len(input_tensors))]
+        return self._start("allgather_coalesced", [list(outs) for outs in output_lists],
+                           self._gathers(by_input, input_tensors, opts))
+
+    def _gathers(self, output_tensors: Sequence[Sequence[Any]], input_tensors: Sequence[Any],
+                 opts: Any) -> Iterable[Step]:
+        limit = _timeout(opts)
+        return ((self._group.all_gather([dtypes.movable(o) for o in outs],
+                                        dtypes.movable(inp), limit), None)
+                for outs, inp in zip(output_tensors, input_tensors))
 
     def all_gather_single(self, output: Any, input: Any, opts: Any = None) -> AsyncollWork:
         """Gather every member's ``input`` into ``output``, in member order."""

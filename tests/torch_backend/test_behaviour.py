@@ -54,6 +54,20 @@ def test_tensor_that_requires_grad_is_reduced_in_place_as_gloo_does(reports):
         assert r["requires_grad_asyncoll"] == r["requires_grad_gloo"] == [[3.0] * 3, True, True]
 
 
+def test_coalesced_all_gather_orders_outputs_by_rank_then_tensor_as_gloo(reports):
+    expected = [[[[10.0 * k + i] * (k + 1) for k in range(count)] for i in range(3)]
+                for count in (3, 2)]
+    for r in reports:
+        assert r["gather_coalesced_asyncoll"] == r["gather_coalesced_gloo"] == expected
+
+
+def test_coalesced_all_gather_refuses_output_lists_that_do_not_fit_the_group(reports):
+    for r in reports:
+        error = r["gather_coalesced_short"]
+        assert error["type"] == "asyncoll.errors.ConfigurationError"
+        assert "one output list per rank of the group (3)" in error["message"]
+
+
 def test_non_contiguous_tensors_are_reduced_right(reports):
     assert all(r["transposed_right"] and r["strided_right"] for r in reports)
 

@@ -76,6 +76,21 @@ def main() -> None:
     dist.all_reduce(b)
     results["bfloat16_sum"] = [b.dtype == torch.bfloat16, b.float().tolist()]
 
+    # Coalesced gathers: outputs ordered [rank][tensor] (the transpose of all_gather's),
+    # with as many inputs as ranks (where a transposed answer still fits) and with fewer.
+    for name, group in (("asyncoll", None), ("gloo", gloo)):
+        gathered = []
+        for count in (n_ranks := dist.get_world_size(), 2):
+            inputs = [torch.full((k + 1,), 10.0 * k + rank) for k in range(count)]
+            outputs = [[torch.zeros(k + 1) for k in range(count)] for _ in range(n_ranks)]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # torch deprecates the call
+                dist.all_gather_coalesced(outputs, inputs, group=group)
+            gathered.append([[t.tolist() for t in outs] for outs in outputs])
+        results[f"gather_coalesced_{name}"] = gathered
+    results["gather_coalesced_short"] = error_of(lambda: dist.all_gather_coalesced(
+        [[torch.zeros(1)]], [torch.zeros(1)]))
+
     # Async work and its torch future.
     a = torch.full((4,), float(rank))
     work = dist.all_reduce(a, async_op=True)
