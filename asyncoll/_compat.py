@@ -1,4 +1,9 @@
-"""Small shims so asyncoll runs on Python 3.10 as well as 3.11+."""
+"""Small shims so asyncoll runs on Python 3.10 as well as 3.11+.
+
+``timeout(delay)`` is asyncio's: ``async with timeout(s) as deadline`` and,
+in ``except TimeoutError``, ``deadline.expired()`` tells this deadline's
+expiry from another TimeoutError raised inside (catch only your own).
+"""
 
 from __future__ import annotations
 
@@ -14,26 +19,35 @@ if sys.version_info >= (3, 11):
     from asyncio import timeout
 else:  # pragma: no cover - exercised on 3.10 only
 
+    class _Deadline:
+        """What ``async with timeout(...) as deadline`` gives, as asyncio.Timeout."""
+
+        def __init__(self) -> None:
+            self._expired = False
+
+        def expired(self) -> bool:
+            """Whether this deadline (not another one) cancelled the block."""
+            return self._expired
+
     @asynccontextmanager
-    async def timeout(delay: float | None) -> AsyncIterator[None]:
+    async def timeout(delay: float | None) -> AsyncIterator[_Deadline]:
         """Cancel the enclosed block after ``delay`` seconds and raise TimeoutError."""
+        deadline = _Deadline()
         if delay is None:
-            yield
+            yield deadline
             return
         task = asyncio.current_task()
         assert task is not None
-        expired = False
 
         def expire() -> None:
-            nonlocal expired
-            expired = True
+            deadline._expired = True
             task.cancel()
 
         handle = asyncio.get_running_loop().call_later(delay, expire)
         try:
-            yield
+            yield deadline
         except asyncio.CancelledError:
-            if expired:
+            if deadline.expired():
                 raise TimeoutError() from None
             raise
         finally:

@@ -32,10 +32,12 @@ from asyncoll._wire.frames import Fingerprint
 from asyncoll._wire.frames import Operation as Kind
 from asyncoll.errors import (
     AsyncollError,
+    ClosedError,
     CollectiveError,
     CollectiveTimeoutError,
     ConfigurationError,
     GroupBrokenError,
+    broken_by,
 )
 from asyncoll.types import ReduceOp
 
@@ -168,27 +170,29 @@ class GroupCore:
         try:
             if previous is not None:
                 await previous  # always resolved with None, in a finally
+            self._session.check_open(f"{what} on group {self.group_id}")
             first = mesh.group_error(self.group_id)
             if first is not None:
-                raise GroupBrokenError(f"group {self.group_id} (ranks {list(self.ranks)}) "
-                                       f"failed earlier ({first}); destroy it and create a "
-                                       "new one") from first
+                raise broken_by(f"group {self.group_id} (ranks {list(self.ranks)})",
+                                   first) from first
             team = Team(mesh, self.ranks, self.group_id, seq, fingerprint=fingerprint)
             try:
-                async with timeout_after(limit):
+                async with timeout_after(limit) as deadline:
                     mesh.begin(self.group_id, seq, fingerprint)
                     await body(team)
                     pending = team.check_neighbours()
                     if pending is not None:
                         await pending
             except TimeoutError:
+                if not deadline.expired():
+                    raise  # another deadline's error (the coordinator's), not this one's
                 silent = team.waiting_for()
                 raise CollectiveTimeoutError(
                     f"{what} #{seq} on group {self.group_id} (ranks {list(self.ranks)}) did "
                     f"not complete within {limit:g} s; still waiting for "
                     f"{_ranks_phrase(silent)}") from None
             mesh.complete(self.group_id, seq)
-        except GroupBrokenError:
+        except (GroupBrokenError, ClosedError):
             raise
         except AsyncollError as exc:
             if not isinstance(exc, ConfigurationError):

@@ -24,7 +24,7 @@ from asyncoll._session import Session
 from asyncoll._tensors import Buffer
 from asyncoll._wire.dtypes import dtype_code
 from asyncoll._wire.frames import Fingerprint, Operation
-from asyncoll.errors import CollectiveError, CollectiveTimeoutError, GroupBrokenError
+from asyncoll.errors import CollectiveError, CollectiveTimeoutError, broken_by
 
 #: The largest tag a message may carry (the frame's 32-bit step).
 MAX_TAG = (1 << 32) - 1
@@ -68,15 +68,17 @@ class Messages:
                         start: Callable[[], Awaitable[None]]) -> None:
         mesh = self._session.mesh
         self._session.ops += 1
+        self._session.check_open(what)
         first = mesh.group_error(self._channel)
         if first is not None:
-            raise GroupBrokenError(f"point-to-point messages of group {self._group_id} failed "
-                                   f"earlier ({first}); destroy the group and create a new "
-                                   "one") from first
+            raise broken_by(f"point-to-point messages of group {self._group_id}",
+                               first) from first
         try:
-            async with timeout_after(limit):
+            async with timeout_after(limit) as deadline:
                 await start()
         except TimeoutError:
+            if not deadline.expired():
+                raise
             error = CollectiveTimeoutError(f"{what} on group {self._group_id} did not "
                                            f"complete within {limit:g} s")
             mesh.abort_group(self._channel, 0, error, (peer,))

@@ -41,6 +41,7 @@ from asyncoll._wire.messages import (
 from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import (
     AsyncollError,
+    ClosedError,
     ConfigurationError,
     PeerLostError,
     ProtocolError,
@@ -51,7 +52,7 @@ log = logging.getLogger("asyncoll")
 
 #: Extra seconds a peer waits beyond a deadline the coordinator enforces, so
 #: the coordinator's message (which names who is missing) arrives first.
-_GRACE_S = 2.0
+GRACE_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +111,7 @@ class Session:
                         heartbeat_timeout=heartbeat_timeout())
             reporter = asyncio.ensure_future(_report_while_waiting(client, where.job))
             try:
-                welcome = await client.request(join, where.timeout + _GRACE_S,
+                welcome = await client.request(join, where.timeout + GRACE_S,
                                                f"rendezvous of job {where.job!r}")
             finally:
                 reporter.cancel()
@@ -128,18 +129,22 @@ class Session:
         """Agree with every rank on a new group; return (group id, its ranks)."""
         self._need_coordinator("new_group")
         reply = await self.client.request(NewGroup(ranks=ranks, timeout=timeout),
-                                          timeout + _GRACE_S, f"new_group({list(ranks)})")
+                                          timeout + GRACE_S, f"new_group({list(ranks)})")
         if not isinstance(reply, GroupCreated):
             raise ProtocolError(f"the coordinator answered new_group with {reply.TYPE}")
         return reply.group_id, reply.ranks
 
     async def barrier(self, group_id: int, timeout: float) -> None:
-        """Wait until every member of the group has reached the same barrier."""
+        """Wait until every member of the group has reached the same barrier.
+
+        The coordinator enforces ``timeout`` and names the members that did not
+        arrive; this rank waits :data:`GRACE_S` longer for that answer.
+        """
         self._need_coordinator("monitored_barrier")
         seq = self._barriers.get(group_id, 0) + 1
         self._barriers[group_id] = seq
         await self.client.request(Barrier(group_id=group_id, seq=seq, timeout=timeout),
-                                  timeout + _GRACE_S, f"barrier #{seq} of group {group_id}")
+                                  timeout + GRACE_S, f"barrier #{seq} of group {group_id}")
 
     async def _beat(self) -> None:
         """Tell the coordinator, every few seconds, that this rank is alive and how busy."""
@@ -158,7 +163,19 @@ class Session:
                     message.reason)
         self.mesh.peer_lost(message.rank, PeerLostError(
             f"rank {message.rank} on host {message.hostname} ({message.host}) was lost: "
-            f"{message.reason} (the coordinator's notice)", rank=message.rank))
+            f"{message.reason} (the coordinator's notice)", rank=message.rank,
+            host=message.hostname))
+
+    def check_open(self, what: str) -> None:
+        """Refuse ``what`` once this rank has destroyed its process group.
+
+        Raises:
+            ClosedError: :meth:`close` has been called.
+        """
+        if self._closed:
+            raise ClosedError(f"{what}: this rank destroyed its process group "
+                              "(destroy_process_group) and cannot use it or its sub-groups "
+                              "any more; call init_process_group again first")
 
     def _need_coordinator(self, what: str) -> None:
         """Refuse, with the reason, what needs a coordinator this rank has lost."""

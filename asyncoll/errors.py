@@ -4,15 +4,23 @@ Every error asyncoll raises derives from :class:`AsyncollError`::
 
     AsyncollError
     |- ConfigurationError (ValueError)      bad arguments, environment, dtype/op
+    |- ClosedError                          this rank destroyed what it then used
     |- RendezvousError                      coordinator refused or unreachable
     |  |- RendezvousTimeoutError (TimeoutError)
     |  `- AuthenticationError
     |- CollectiveError                      an operation did not complete
-    |  |- PeerLostError                     .rank of the peer lost
+    |  |- PeerLostError                     .rank and .host of the peer lost
     |  |- CollectiveTimeoutError (TimeoutError)
     |  |- MismatchError                     ranks disagree on what they call
     |  `- GroupBrokenError                  sticky: an earlier failure; __cause__ is it
+    |     `- GroupBrokenByPeerLossError     ... that was a lost peer (a PeerLostError too)
     `- ProtocolError                        malformed frame or version mismatch
+
+Closed is not broken (trio's ClosedResourceError against
+BrokenResourceError): ClosedError is a programming error of this rank's,
+while the CollectiveErrors come from the outside world. After a peer is lost,
+every pending and later operation of a group containing it raises an error
+that ``except PeerLostError`` catches, with the peer's ``rank`` and ``host``.
 
 Errors that cross the control plane travel as a stable string code and a
 sentence; :func:`error_from_code` turns them back into these classes.
@@ -23,9 +31,11 @@ from __future__ import annotations
 __all__ = [
     "AsyncollError",
     "AuthenticationError",
+    "ClosedError",
     "CollectiveError",
     "CollectiveTimeoutError",
     "ConfigurationError",
+    "GroupBrokenByPeerLossError",
     "GroupBrokenError",
     "MismatchError",
     "PeerLostError",
@@ -43,6 +53,10 @@ class AsyncollError(Exception):
 
 class ConfigurationError(AsyncollError, ValueError):
     """Bad arguments, environment, or a dtype/op combination that cannot work."""
+
+
+class ClosedError(AsyncollError):
+    """This rank destroyed the group or job (destroy_process_group), then used it."""
 
 
 class RendezvousError(AsyncollError):
@@ -66,11 +80,13 @@ class PeerLostError(CollectiveError):
 
     Attributes:
         rank: the global rank of the lost peer, or -1 when unknown.
+        host: the host name of the lost peer, or "" when unknown.
     """
 
-    def __init__(self, message: str, rank: int = -1) -> None:
+    def __init__(self, message: str, rank: int = -1, host: str = "") -> None:
         super().__init__(message)
         self.rank = rank
+        self.host = host
 
 
 class CollectiveTimeoutError(CollectiveError, TimeoutError):
@@ -83,6 +99,16 @@ class MismatchError(CollectiveError):
 
 class GroupBrokenError(CollectiveError):
     """The group failed earlier; ``__cause__`` is the first failure."""
+
+
+class GroupBrokenByPeerLossError(GroupBrokenError, PeerLostError):
+    """The group broke earlier because a peer was lost; ``rank`` and ``host`` name it.
+
+    A GroupBrokenError (sticky; ``__cause__`` is the first failure) that
+    ``except PeerLostError`` also catches, so code that recovers from a lost
+    peer sees the same type whether the loss came during an operation or
+    between two.
+    """
 
 
 class ProtocolError(AsyncollError):
@@ -102,8 +128,22 @@ _CODES: dict[str, type[AsyncollError]] = {
     "mismatch": MismatchError,
     "group_broken": GroupBrokenError,
     "protocol": ProtocolError,
+    "closed": ClosedError,
 }
 _CLASS_TO_CODE = {cls: code for code, cls in _CODES.items()}
+
+
+def broken_by(what: str, first: AsyncollError) -> GroupBrokenError:
+    """The sticky error of a call on ``what`` after ``first`` broke it.
+
+    A lost peer's stays a PeerLostError too, naming the rank and its host, so
+    ``except PeerLostError`` catches it whether the loss came during an
+    operation or between two.
+    """
+    text = f"{what} failed earlier ({first}); destroy it and create a new one"
+    if isinstance(first, PeerLostError):
+        return GroupBrokenByPeerLossError(text, rank=first.rank, host=first.host)
+    return GroupBrokenError(text)
 
 
 def error_code(exc_type: type[AsyncollError]) -> str:

@@ -26,6 +26,7 @@ from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint, FrameKind, encode
 from asyncoll.errors import (
     AsyncollError,
     AuthenticationError,
+    ClosedError,
     MismatchError,
     PeerLostError,
     ProtocolError,
@@ -304,6 +305,8 @@ class TcpMesh:
                                 "abandoned operation" in message else prefix + message)
         if isinstance(error, PeerLostError):
             error.rank = lost if lost >= 0 else peer
+            named = self._channels.get(error.rank)
+            error.host = named.hostname if named is not None else ""
         if self._break_group(group_id, error):
             self._send_aborts(group_id, seq, error, None, skip=peer)
 
@@ -419,7 +422,7 @@ class TcpMesh:
         how = f"broke: {exc}" if exc else "was closed without a goodbye"
         address = "%s:%d" % channel.address if channel.address else "?"
         error = PeerLostError(f"rank {peer} on host {channel.hostname} ({address}) was lost: "
-                              f"its data connection {how}", rank=peer)
+                              f"its data connection {how}", rank=peer, host=channel.hostname)
         if exc is not None:
             error.__cause__ = exc
         self.peer_lost(peer, error)
@@ -441,7 +444,7 @@ class TcpMesh:
         # Its connection is closing, and why is not known yet (the close is being
         # processed): a peer whose connection ends without a goodbye is lost.
         return PeerLostError(f"rank {peer} on host {host} was lost: its data connection is "
-                             "closed", rank=peer)
+                             "closed", rank=peer, host=host)
 
     def failed(self, peer: int | None) -> asyncio.Future[None]:
         """An already-failed future carrying ``peer``'s error."""
@@ -451,7 +454,8 @@ class TcpMesh:
         """Close every connection and the listener; pending operations fail."""
         if self._closed:
             return
-        error = PeerLostError("the process group was destroyed on this rank")
+        error = ClosedError("the process group was destroyed on this rank while this "
+                            "operation ran")
         for peer in list(self._channels):
             self._fail_channel(peer, error)
         self._closed = True
@@ -541,7 +545,7 @@ class TcpMesh:
                 f"could not connect to rank {peer} at {host}:{port}, the address it "
                 f"advertised from host {channel.hostname}: {str(exc) or 'timed out'}; if that "
                 "address is not reachable from here, set ASYNCOLL_ADVERTISE_ADDR or "
-                "ASYNCOLL_SOCKET_IFNAME for that rank", rank=peer)
+                "ASYNCOLL_SOCKET_IFNAME for that rank", rank=peer, host=channel.hostname)
             error.__cause__ = exc
             self._fail_channel(peer, error)
             if connection is not None and connection.transport is not None:

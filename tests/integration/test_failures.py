@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -99,6 +100,33 @@ def test_kill_9_twenty_times_never_hangs(tmp_path):
         run_dir.mkdir()
         delays.append(run_kill(run_dir, world_size, attempt % world_size, f"repeat-{attempt}"))
     print(f"slowest survivor per run (s): {[round(d, 2) for d in delays]}")
+
+
+def test_kill_9_between_two_operations_raises_peer_lost_naming_rank_and_host(tmp_path):
+    # The next call starts after the loss is known: its error is the group's sticky one,
+    # which must still be a PeerLostError with the rank and host (issue 12, defect 1).
+    daemon = Daemon(tmp_path)
+    procs = [subprocess.Popen([sys.executable, str(WORKERS / "between_ops.py"), daemon.address,
+                               "2", str(rank), "between"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank in range(2)]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "READY", proc.stderr.read() if proc.poll() is not None else ""
+        procs[1].send_signal(signal.SIGKILL)
+        daemon.wait_for_log("rank 1 on")
+        assert procs[0].stdin is not None
+        procs[0].stdin.write("GO\n")
+        procs[0].stdin.flush()
+        code, out, err = finish(procs[0], timeout=30)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        daemon.stop()
+    assert code == 0, f"rank 0 exited {code}:\n{out}\n{err}"
+    assert f"peer_lost=True rank=1 host={socket.gethostname()}" in out, out
 
 
 def test_stopped_rank_is_declared_lost_within_the_heartbeat_deadline(tmp_path):
