@@ -113,7 +113,8 @@ def test_kill_9_between_two_operations_raises_peer_lost_naming_rank_and_host(tmp
     try:
         for proc in procs:
             assert proc.stdout is not None
-            assert proc.stdout.readline().strip() == "READY", proc.stderr.read() if proc.poll() is not None else ""
+            line = proc.stdout.readline()  # bounded: the test's own timeout
+            assert line.strip() == "READY", (line, proc.stderr.read() if proc.poll() else "")
         procs[1].send_signal(signal.SIGKILL)
         daemon.wait_for_log("rank 1 on")
         assert procs[0].stdin is not None
