@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -187,3 +190,147 @@ def test_coordinator_reaches_algorithms_through_no_chain_of_imports() -> None:
             node = seen[node]
         chains.append(" <- ".join(chain))
     assert chains == []
+
+
+# -- the coordinator loads no data plane -----------------------------------------------
+
+# What the daemon may import: the wire format, the rendezvous state machine and its
+# control-message framing (not the peer-side client), errors, settings, the asyncio
+# compatibility shims, and the shared secret's challenge-response (_auth).
+COORDINATOR_MAY_IMPORT = ("asyncoll._wire", "asyncoll._rendezvous", "asyncoll.errors",
+                          "asyncoll._settings", "asyncoll._compat", "asyncoll._auth",
+                          "asyncoll.coordinator")
+COORDINATOR_MAY_NOT_IMPORT = ("asyncoll._rendezvous.client",)
+
+# The data plane, by name, as the issue lists it.
+DATA_PLANE = ("asyncoll._blocking", "asyncoll.group", "asyncoll._group_core",
+              "asyncoll._session", "asyncoll._transport", "asyncoll._algorithms",
+              "asyncoll.aio", "asyncoll._torch_backend", "asyncoll._tensors")
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == prefix or name.startswith(f"{prefix}.") for prefix in prefixes)
+
+
+def _coordinator_may_import(name: str) -> bool:
+    # The bare package is the base of `from asyncoll import _auth`; what such an
+    # import names comes along as asyncoll._auth and is judged on its own.
+    if name == "asyncoll":
+        return True
+    return _within(name, COORDINATOR_MAY_IMPORT) and not _within(name,
+                                                                  COORDINATOR_MAY_NOT_IMPORT)
+
+
+def _python(code: str) -> str:
+    """What a fresh interpreter prints running ``code``."""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _loaded_by(statement: str) -> list[str]:
+    """The asyncoll modules a fresh interpreter holds after running ``statement``."""
+    return _python(f"{statement}\nimport sys\n"
+                   "print('\\n'.join(sorted(m for m in sys.modules "
+                   "if m == 'asyncoll' or m.startswith('asyncoll.'))))").split()
+
+
+@pytest.mark.parametrize("path", _files("coordinator"),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_coordinator_module_imports_only_wire_rendezvous_errors_and_settings(
+        path: Path) -> None:
+    bad = sorted(n for n in _asyncoll_imports_of(path) if not _coordinator_may_import(n))
+    plain = [alias.name for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Import) for alias in node.names
+             if alias.name == "asyncoll"]
+
+    assert bad == [], f"{path.relative_to(PACKAGE.parent)} imports {bad}"
+    assert plain == [], f"{path.relative_to(PACKAGE.parent)} imports the asyncoll package"
+
+
+@pytest.mark.parametrize("name", ["asyncoll._transport.mesh", "asyncoll._algorithms",
+                                  "asyncoll._session", "asyncoll.group", "asyncoll._blocking",
+                                  "asyncoll.all_reduce", "asyncoll.aio",
+                                  "asyncoll._rendezvous.client",
+                                  "asyncoll._rendezvous.client.RendezvousClient",
+                                  "asyncoll._wiremesh", "asyncoll.errors_extra"])
+def test_the_coordinator_import_rule_refuses_the_data_plane(name: str) -> None:
+    assert not _coordinator_may_import(name)
+
+
+@pytest.mark.parametrize("name", ["asyncoll", "asyncoll._wire.messages.Challenge",
+                                  "asyncoll._rendezvous.state", "asyncoll.errors",
+                                  "asyncoll._settings.DEFAULT_PORT", "asyncoll._compat",
+                                  "asyncoll._auth", "asyncoll.coordinator.server"])
+def test_the_coordinator_import_rule_allows_the_control_plane(name: str) -> None:
+    assert _coordinator_may_import(name)
+
+
+def test_importing_the_coordinator_loads_no_module_of_the_data_plane() -> None:
+    # Every module of the daemon (its __main__ only runs cli.main).
+    loaded = _loaded_by("import asyncoll.coordinator, asyncoll.coordinator.cli, "
+                        "asyncoll.coordinator.server")
+
+    data_plane = [name for name in loaded if _within(name, DATA_PLANE)]
+    assert data_plane == [], f"import asyncoll.coordinator loaded {data_plane}"
+    # What else it loads is the control plane the daemon may import, and the two
+    # cheap faces asyncoll/__init__ binds eagerly.
+    others = [name for name in loaded if not _coordinator_may_import(name)
+              and name not in ("asyncoll.errors", "asyncoll.types")]
+    assert others == [], f"import asyncoll.coordinator loaded {others}"
+
+
+def test_importing_asyncoll_defers_the_blocking_api_to_its_first_use() -> None:
+    assert _loaded_by("import asyncoll") == ["asyncoll", "asyncoll.errors", "asyncoll.types"]
+    assert "asyncoll._blocking" in _loaded_by("import asyncoll\nasyncoll.all_reduce")
+
+
+# -- the lazy public face ----------------------------------------------------------------
+
+
+# (name, the module that defines it, its name there; None for the module itself)
+PUBLIC_FACES = [
+    ("P2POp", "asyncoll._blocking", "P2POp"),
+    ("Work", "asyncoll._work", "Work"),
+    ("AsyncProcessGroup", "asyncoll.group", "AsyncProcessGroup"),
+    ("ProcessGroup", "asyncoll.group", "AsyncProcessGroup"),
+    ("group", "asyncoll.group", None),
+    ("aio", "asyncoll.aio", None),
+    ("coordinator", "asyncoll.coordinator", None),
+    ("ReduceOp", "asyncoll.types", "ReduceOp"),
+]
+
+
+def test_public_names_are_the_defining_modules_objects_on_first_use() -> None:
+    # A fresh interpreter, so that each name is looked up for the first time
+    # whatever this process has imported already.
+    functions = [n for n in asyncoll.__all__ if n[0].islower() and n != "group"]
+    errors = [n for n in asyncoll.__all__ if n.endswith("Error")]
+    faces = PUBLIC_FACES + [(n, "asyncoll._blocking", n) for n in functions] + \
+        [(n, "asyncoll.errors", n) for n in errors]
+    script = f"""
+import importlib, json
+import asyncoll
+missing_from_dir = sorted(set(asyncoll.__all__) - set(dir(asyncoll)))
+wrong = []
+for name, module, attribute in {faces!r}:
+    value = getattr(asyncoll, name)
+    source = importlib.import_module(module)
+    if value is not (source if attribute is None else getattr(source, attribute)):
+        wrong.append(name)
+print(json.dumps([missing_from_dir, wrong]))
+"""
+    missing_from_dir, wrong = json.loads(_python(script))
+
+    assert len(functions) >= 30
+    assert {name for name, _, _ in faces} >= set(asyncoll.__all__)
+    assert wrong == [], f"asyncoll.<name> is not the defining module's object for {wrong}"
+    assert missing_from_dir == [], f"dir(asyncoll) lacks {missing_from_dir}"
+
+
+def test_unknown_attribute_raises_attribute_error_naming_it() -> None:
+    with pytest.raises(AttributeError, match="'asyncoll' has no attribute 'all_reduse'"):
+        asyncoll.all_reduse
+    with pytest.raises(ImportError, match="all_reduse"):
+        from asyncoll import all_reduse  # noqa: F401
