@@ -25,8 +25,8 @@ from asyncoll._algorithms import selection
 from asyncoll._algorithms.ops import coerce_op
 from asyncoll._algorithms.team import Team
 from asyncoll._compat import timeout as timeout_after
+from asyncoll._group_context import Membership
 from asyncoll._point_to_point import Messages
-from asyncoll._session import Session
 from asyncoll._wire.dtypes import dtype_code
 from asyncoll._wire.frames import Fingerprint
 from asyncoll._wire.frames import Operation as Kind
@@ -82,7 +82,7 @@ class GroupCore:
     AsyncProcessGroup adds the collectives; this is what they share.
     """
 
-    def __init__(self, session: Session, group_id: int, ranks: Sequence[int],
+    def __init__(self, session: Membership, group_id: int, ranks: Sequence[int],
                  timeout: float) -> None:
         self._session = session
         self.group_id = group_id
@@ -95,7 +95,7 @@ class GroupCore:
         # buffer per call costs a page fault per 4 KiB touched.
         self._scratch = np.empty(0, dtype=np.uint8)
         self._messages = Messages(session, group_id, self.ranks)
-        session.mesh.register_group(group_id, self.ranks)
+        session.faults.register(group_id, self.ranks)
 
     @property
     def rank(self) -> int:
@@ -166,19 +166,19 @@ class GroupCore:
         self._session.ops += 1
         previous, done = self._tail, asyncio.get_running_loop().create_future()
         self._tail = done
-        mesh = self._session.mesh
+        mesh, faults = self._session.mesh, self._session.faults
         try:
             if previous is not None:
                 await previous  # always resolved with None, in a finally
             self._session.check_open(f"{what} on group {self.group_id}")
-            first = mesh.group_error(self.group_id)
+            first = faults.error(self.group_id)
             if first is not None:
                 raise broken_by(f"group {self.group_id} (ranks {list(self.ranks)})",
                                    first) from first
             team = Team(mesh, self.ranks, self.group_id, seq, fingerprint=fingerprint)
             try:
                 async with timeout_after(limit) as deadline:
-                    mesh.begin(self.group_id, seq, fingerprint)
+                    faults.begin(self.group_id, seq, fingerprint)
                     await body(team)
                     pending = team.check_neighbours()
                     if pending is not None:
@@ -191,17 +191,17 @@ class GroupCore:
                     f"{what} #{seq} on group {self.group_id} (ranks {list(self.ranks)}) did "
                     f"not complete within {limit:g} s; still waiting for "
                     f"{_ranks_phrase(silent)}") from None
-            mesh.complete(self.group_id, seq)
+            faults.complete(self.group_id, seq)
         except (GroupBrokenError, ClosedError):
             raise
         except AsyncollError as exc:
             if not isinstance(exc, ConfigurationError):
                 # The first failure poisons the group here and on its other members.
-                mesh.abort_group(self.group_id, seq, exc, self.ranks)
+                faults.abort(self.group_id, seq, exc, self.ranks)
             raise
         except asyncio.CancelledError:
             # Peers may be waiting for this rank's part of the operation.
-            mesh.abort_group(self.group_id, seq, CollectiveError(
+            faults.abort(self.group_id, seq, CollectiveError(
                 f"{what} #{seq} on group {self.group_id} was cancelled on rank "
                 f"{self._session.rank}"), self.ranks)
             raise

@@ -20,7 +20,7 @@ import numpy as np
 
 from asyncoll._algorithms.team import as_bytes
 from asyncoll._compat import timeout as timeout_after
-from asyncoll._session import Session
+from asyncoll._group_context import Membership
 from asyncoll._tensors import Buffer
 from asyncoll._wire.dtypes import dtype_code
 from asyncoll._wire.frames import Fingerprint, Operation
@@ -38,11 +38,11 @@ def _fingerprint(data: np.ndarray) -> Fingerprint:
 class Messages:
     """The point-to-point channel of one group on this rank."""
 
-    def __init__(self, session: Session, group_id: int, ranks: Sequence[int]) -> None:
+    def __init__(self, session: Membership, group_id: int, ranks: Sequence[int]) -> None:
         self._session = session
         self._group_id = group_id
         self._channel = _CHANNEL_BIT | group_id
-        session.mesh.register_group(self._channel, ranks)
+        session.faults.register(self._channel, ranks)
         self._sent: dict[tuple[int, int], int] = {}
         self._received: dict[tuple[int, int], int] = {}
 
@@ -66,10 +66,10 @@ class Messages:
 
     async def _transfer(self, what: str, peer: int, limit: float,
                         start: Callable[[], Awaitable[None]]) -> None:
-        mesh = self._session.mesh
+        faults = self._session.faults
         self._session.ops += 1
         self._session.check_open(what)
-        first = mesh.group_error(self._channel)
+        first = faults.error(self._channel)
         if first is not None:
             raise broken_by(f"point-to-point messages of group {self._group_id}",
                                first) from first
@@ -81,9 +81,9 @@ class Messages:
                 raise
             error = CollectiveTimeoutError(f"{what} on group {self._group_id} did not "
                                            f"complete within {limit:g} s")
-            mesh.abort_group(self._channel, 0, error, (peer,))
+            faults.abort(self._channel, 0, error, (peer,))
             raise error from None
         except asyncio.CancelledError:
-            mesh.abort_group(self._channel, 0, CollectiveError(f"{what} was cancelled"),
+            faults.abort(self._channel, 0, CollectiveError(f"{what} was cancelled"),
                              (peer,))
             raise

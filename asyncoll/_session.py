@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from asyncoll import _auth
 from asyncoll._addresses import ListenPlan, listen_plan
 from asyncoll._compat import timeout as timeout_after
+from asyncoll._group_faults import GroupFaults
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._rendezvous.waiting import missing_text
 from asyncoll._settings import (
+    COORDINATOR_GRACE_S,
     EMBEDDED_DRAIN_TIMEOUT_S,
     HANDSHAKE_TIMEOUT_S,
     HEARTBEAT_INTERVAL_S,
@@ -24,7 +26,9 @@ from asyncoll._settings import (
     PROTOCOL_VERSION,
     WAITING_REPORT_INTERVAL_S,
 )
+from asyncoll._transport import shm
 from asyncoll._transport.mesh import TcpMesh
+from asyncoll._transport.settings import EARLY_LIMIT_BYTES, TransportSettings
 from asyncoll._wire.messages import (
     Barrier,
     GroupCreated,
@@ -50,9 +54,7 @@ from asyncoll.errors import (
 
 log = logging.getLogger("asyncoll")
 
-#: Extra seconds a peer waits beyond a deadline the coordinator enforces, so
-#: the coordinator's message (which names who is missing) arrives first.
-GRACE_S = 2.0
+GRACE_S = COORDINATOR_GRACE_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,8 @@ class Session:
                  job: str, timeout: float, embedded: Coordinator | None) -> None:
         self.client = client
         self.mesh = mesh
+        #: Which groups are broken, and why; told of lost peers and ABORT frames.
+        self.faults = GroupFaults(mesh)
         self.rank = welcome.rank
         self.world_size = welcome.world_size
         self.job = job
@@ -102,7 +106,7 @@ class Session:
         mesh: TcpMesh | None = None
         try:
             client = await CoordinatorClient.connect(where.host, where.port, where.timeout)
-            mesh = TcpMesh(where.job, _auth.token_from_environment())
+            mesh = TcpMesh(where.job, transport_settings())
             plan = listen_plan(client.local_host)
             port = await _listen(mesh, plan)
             join = Join(job=where.job, rank=where.rank, world_size=where.world_size,
@@ -161,7 +165,7 @@ class Session:
             return
         log.warning("rank %d on %s was lost: %s", message.rank, message.hostname,
                     message.reason)
-        self.mesh.peer_lost(message.rank, PeerLostError(
+        self.faults.peer_lost(message.rank, PeerLostError(
             f"rank {message.rank} on host {message.hostname} ({message.host}) was lost: "
             f"{message.reason} (the coordinator's notice)", rank=message.rank,
             host=message.hostname))
@@ -222,6 +226,15 @@ def heartbeat_timeout() -> float:
         raise ConfigurationError(f"ASYNCOLL_HEARTBEAT_TIMEOUT must be a positive number of "
                                  f"seconds, got {text!r}")
     return value
+
+
+def transport_settings() -> TransportSettings:
+    """The data plane's settings, from the environment (the runtime will own this read)."""
+    return TransportSettings(
+        token=_auth.token_from_environment(),
+        shm_min_bytes=shm.min_bytes() if shm.enabled() else 0,
+        shm_ring_bytes=shm.ring_bytes(),
+        early_limit_bytes=shm.positive_env("ASYNCOLL_MAX_EARLY_BYTES", EARLY_LIMIT_BYTES))
 
 
 async def _report_while_waiting(client: CoordinatorClient, job: str) -> None:

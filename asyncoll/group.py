@@ -41,7 +41,7 @@ from asyncoll._group_core import algorithm_code as _algorithm_code
 from asyncoll._group_core import fingerprint_of as _fingerprint
 from asyncoll._objects import dump
 from asyncoll._point_to_point import MAX_TAG
-from asyncoll._session import GRACE_S
+from asyncoll._settings import COORDINATOR_GRACE_S
 from asyncoll._tensors import as_buffer, as_source
 from asyncoll._wire.frames import Operation as Kind
 from asyncoll.errors import ConfigurationError
@@ -419,8 +419,8 @@ class AsyncProcessGroup(GroupCore):
             await self._session.barrier(self.group_id, limit)
 
         # The coordinator's deadline is the one that can name who did not arrive,
-        # and the request's own (limit + GRACE_S) comes next: this one is the last.
-        await self._in_turn("monitored_barrier", limit + 2 * GRACE_S, body,
+        # and the request's own (one grace later) comes next: this one is the last.
+        await self._in_turn("monitored_barrier", limit + 2 * COORDINATOR_GRACE_S, body,
                             _fingerprint(Kind.BARRIER))
 
     # -- objects ---------------------------------------------------------------------------

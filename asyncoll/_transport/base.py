@@ -1,4 +1,4 @@
-"""The seam between algorithms and transports."""
+"""The seams of the transport: what algorithms call (Mesh), and whom it tells (Listener)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from asyncoll._wire.frames import Fingerprint
+from asyncoll.errors import AsyncollError
 
 #: (group id, sequence number, step): what a frame belongs to.
 Tag = tuple[int, int, int]
@@ -65,3 +66,49 @@ class Mesh(Protocol):
         lets an algorithm reduce straight out of it, without copying it first.
         A frame whose fingerprint differs fails the receive with MismatchError.
         """
+
+
+class Listener(Protocol):
+    """What a transport tells the layer above about its peers (the group layer listens).
+
+    The transport knows peers and tags; what a tag's group or operation is,
+    and what a lost peer breaks, is decided above it.
+    """
+
+    def early_frame(self, peer: int, tag: Tag, fingerprint: Fingerprint) -> None:
+        """A frame from ``peer`` arrived before its receive was posted, and is kept."""
+
+    def control_received(self, peer: int, tag: Tag, payload: bytes) -> None:
+        """``peer`` sent a control frame (an ABORT) about the operation of ``tag``."""
+
+    def peer_lost(self, peer: int, error: AsyncollError) -> None:
+        """``peer``'s connection broke without a goodbye; its receives already failed."""
+
+
+class MeshControl(Mesh, Protocol):
+    """What the group layer needs of a transport beyond the seam: failures and ABORTs.
+
+    Every tag's first field names a *tag group*; the transport fails a tag
+    group's sends and receives on request without knowing what it stands for.
+    """
+
+    listener: Listener | None
+
+    @property
+    def has_early(self) -> bool:
+        """Whether any frame is kept early, waiting for its receive."""
+
+    def early(self, group: int) -> list[tuple[int, Tag, Fingerprint]]:
+        """(peer, tag, fingerprint) of every frame of tag group ``group`` kept early."""
+
+    def send_control(self, peer: int, tag: Tag, payload: memoryview) -> None:
+        """Send an ABORT frame about ``tag`` to ``peer`` if connected; best effort."""
+
+    def fail_group(self, group: int, error: AsyncollError) -> None:
+        """Fail every send and receive of tag group ``group``, pending and later (sticky)."""
+
+    def fail_peer(self, peer: int, error: AsyncollError) -> None:
+        """Fail every send and receive with ``peer``, pending and later (sticky)."""
+
+    def hostname(self, peer: int) -> str:
+        """The host name rank ``peer`` reported ("" when unknown)."""

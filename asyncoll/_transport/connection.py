@@ -1,12 +1,16 @@
-"""One TCP connection to a peer, speaking the data-frame protocol.
+"""One TCP connection to a peer: framing, flow control and the handshake's state.
 
 Receiving is a BufferedProtocol state machine: the event loop reads into a
 64 KiB stage, from which headers are parsed and small payloads copied; the
-rest of a larger payload is read straight into the destination array when a
-receive for that frame is already posted, or into a new buffer kept for the
-receive that will come. Sending writes the header and
-then the payload's memory itself, with no copy, and the send is done once the
+rest of a larger payload is read straight into the destination array when
+the peer's inbox has a receive for that frame, or into a new buffer that the
+inbox keeps for the receive to come. Sending writes the header and then the
+payload's memory itself, with no copy, and the send is done once the
 transport has handed every byte to the kernel, so the caller may then reuse it.
+
+What a frame means beyond its bytes is the owner's (the mesh): this class
+tells it about handshakes, control frames, goodbyes and the connection's end
+through :class:`ConnectionOwner`.
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
-from asyncoll import _auth
-from asyncoll._transport.base import Consumer, Tag, consume_into
+from asyncoll._transport import handshake
+from asyncoll._transport.base import Tag
+from asyncoll._transport.inbox import Inbox, Receive
+from asyncoll._transport.settings import TransportSettings
 from asyncoll._transport.shm_link import ShmLink
 from asyncoll._wire.frames import (
     HEADER_SIZE,
@@ -33,10 +39,12 @@ from asyncoll._wire.frames import (
     pack_header,
     unpack_header,
 )
-from asyncoll.errors import AsyncollError, AuthenticationError, ProtocolError, error_from_code
-
-if TYPE_CHECKING:
-    from asyncoll._transport.mesh import TcpMesh
+from asyncoll.errors import (
+    AsyncollError,
+    AuthenticationError,
+    ProtocolError,
+    error_from_code,
+)
 
 _DISCARD = memoryview(bytearray(1 << 16))
 _NOWHERE = memoryview(b"")
@@ -47,18 +55,51 @@ _SHM_SIZES = {FrameKind.SHM_OPEN: 256, FrameKind.SHM_OPENED: 256,
               FrameKind.SHM_DATA: SHM_PIECE.size, FrameKind.SHM_FREE: SHM_FREED.size}
 
 
+class ConnectionOwner(Protocol):
+    """What a connection needs from the mesh that owns it."""
+
+    loop: asyncio.AbstractEventLoop
+    job: str
+    settings: TransportSettings
+
+    @property
+    def rank(self) -> int:
+        """This process's global rank (-1 before the directory is known)."""
+
+    def inbox(self, peer: int) -> Inbox:
+        """The inbox of ``peer``'s frames."""
+
+    def accept_hello(self, connection: PeerConnection, peer: int) -> None:
+        """Attach an accepted connection to ``peer``, or raise ProtocolError."""
+
+    def connection_lost(self, connection: PeerConnection, exc: Exception | None) -> None:
+        """The connection closed."""
+
+    def protocol_failed(self, connection: PeerConnection, exc: AsyncollError) -> None:
+        """The connection received something malformed, and is being aborted."""
+
+    def error_for(self, peer: int | None) -> AsyncollError:
+        """The error for operations on ``peer`` once its connection has failed."""
+
+    def control_received(self, peer: int, tag: Tag, payload: bytes) -> None:
+        """``peer`` sent an ABORT frame."""
+
+    def goodbye_received(self, peer: int) -> None:
+        """``peer`` said goodbye: its connection's end is a departure, not a loss."""
+
+
 class PeerConnection(asyncio.BufferedProtocol):
     """The protocol instance of one data-plane connection (either direction)."""
 
-    def __init__(self, mesh: TcpMesh, peer: int | None) -> None:
-        self._mesh = mesh
+    def __init__(self, owner: ConnectionOwner, peer: int | None) -> None:
+        self._owner = owner
         #: The remote global rank; None on an accepted connection until its HELLO.
         self.peer = peer
         self.transport: asyncio.Transport | None = None
         #: Resolved when the handshake is done (HELLO_ACK received, or HELLO accepted).
-        self.ready: asyncio.Future[None] = mesh.loop.create_future()
+        self.ready: asyncio.Future[None] = owner.loop.create_future()
         #: Resolved when the connection has closed.
-        self.closed: asyncio.Future[None] = mesh.loop.create_future()
+        self.closed: asyncio.Future[None] = owner.loop.create_future()
         # Received bytes land here while no payload is being read straight into
         # its destination; _staged of them are not handled yet.
         self._stage = memoryview(bytearray(_STAGE_BYTES))
@@ -68,19 +109,24 @@ class PeerConnection(asyncio.BufferedProtocol):
         #: Where its remaining payload bytes go, and how many remain.
         self._target = _NOWHERE
         self._remaining = 0
-        self._receive: asyncio.Future[None] | None = None
-        #: What takes the payload once it is in the destination, if not the destination.
-        self._consume: tuple[Consumer, int, memoryview] | None = None
+        #: The receive the payload goes to, or the buffer keeping it for one to come.
+        self._receive: Receive | None = None
         self._kept: bytearray | None = None
         self._nonce = ""
         self._paused = False
-        self._drained = mesh.loop.create_future()
+        self._drained = owner.loop.create_future()
         self._drained.set_result(None)
         self._drain_waiters: list[asyncio.Future[None]] = []
         #: This rank said goodbye and shut its writing side down.
         self.half_closed = False
         #: Payloads through shared memory, when the peer is on this host.
-        self.shm = ShmLink(self, mesh)
+        self.shm = ShmLink(self, owner.loop, owner.settings.shm_ring_bytes)
+
+    @property
+    def inbox(self) -> Inbox:
+        """The inbox of the peer's frames (once the peer is known)."""
+        assert self.peer is not None
+        return self._owner.inbox(self.peer)
 
     # -- sending ------------------------------------------------------------------
 
@@ -89,7 +135,7 @@ class PeerConnection(asyncio.BufferedProtocol):
         """Write one frame; the returned awaitable is done when ``payload`` may be reused."""
         transport = self.transport
         if transport is None or not self.writable:
-            return self._mesh.failed(self.peer)
+            return self._failed(self._owner.error_for(self.peer))
         group, seq, step = tag
         header = pack_header(kind, group, seq, step, payload.nbytes, fingerprint)
         if payload.nbytes <= _GATHER_LIMIT:
@@ -102,7 +148,7 @@ class PeerConnection(asyncio.BufferedProtocol):
             transport.write(payload)
         if not self._paused:
             return self._drained
-        waiter = self._mesh.loop.create_future()
+        waiter = self._owner.loop.create_future()
         self._drain_waiters.append(waiter)
         return waiter
 
@@ -122,6 +168,30 @@ class PeerConnection(asyncio.BufferedProtocol):
             if not waiter.done():
                 waiter.set_result(None)
 
+    def fail_sends(self, error: AsyncollError, group: int | None = None) -> None:
+        """Fail the sends waiting on this connection (of ``group``; all: the peer is gone).
+
+        Without a group they are the sends waiting for the transport to take
+        their bytes: a peer cut off without a reset never acknowledges them,
+        and they would wait for the operation's deadline.
+        """
+        self.shm.fail(error, group)
+        if group is not None:
+            return
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(error)
+
+    def read_from_peer(self, go: bool) -> None:
+        """Resume (True) or pause (False) reading: the inbox's bound on early frames."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        if go:
+            self.transport.resume_reading()
+        else:
+            self.transport.pause_reading()
+
     # -- receiving ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -135,18 +205,13 @@ class PeerConnection(asyncio.BufferedProtocol):
         self.transport.set_write_buffer_limits(high=0)
         if self.peer is None:
             # Accepted: challenge the dialer before anything else.
-            self._nonce = _auth.new_nonce()
+            self._nonce = handshake.new_nonce()
             self.send_frame(FrameKind.CHALLENGE, (0, 0, 0), memoryview(self._nonce.encode()))
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is None:
             return self._stage[self._staged:]
-        receive = self._receive
-        if receive is not None and receive.done():
-            # The receive was cancelled (its operation timed out): stop writing
-            # into the caller's array and throw the rest of the payload away.
-            self._receive = None
-            self._discard()
+        self._drop_if_failed()
         return self._target
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -158,6 +223,14 @@ class PeerConnection(asyncio.BufferedProtocol):
                 self._fill(nbytes)
         except AsyncollError as exc:
             self._abort(exc)
+
+    def _drop_if_failed(self) -> None:
+        receive = self._receive
+        if receive is not None and receive.failed:
+            # The receive failed or was cancelled (its group broke, its operation
+            # timed out): stop writing into the caller's array, discard the rest.
+            self._receive = None
+            self._discard()
 
     def _fill(self, nbytes: int) -> None:
         """``nbytes`` more of the current payload are in place at the start of the target."""
@@ -186,6 +259,7 @@ class PeerConnection(asyncio.BufferedProtocol):
                 take = min(self._remaining, end - pos)
                 if not take:
                     break
+                self._drop_if_failed()
                 self._target[:take] = stage[pos:pos + take]
                 pos += take
                 self._fill(take)
@@ -201,143 +275,112 @@ class PeerConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
             self.closed.set_result(None)
-        self._mesh.connection_lost(self, exc)
-        self.fail_receive(self._mesh.error_for(self.peer))
-        self.fail_sends()
-
-    def fail_receive(self, error: AsyncollError, group: int | None = None) -> None:
-        """Fail the receive whose payload is arriving now (of ``group``, if given).
-
-        Its tag has left the mesh's posted receives when its header arrived,
-        so failing the channel or the group would not reach it otherwise.
-        """
-        self.shm.fail(error, group)
-        receive, frame = self._receive, self._frame
-        if receive is None or receive.done() or frame is None:
-            return
-        if group is None or frame.group == group:
-            receive.set_exception(error)
-            self._receive = None
-            self._discard()
+        self._owner.connection_lost(self, exc)
+        self.fail_sends(self._owner.error_for(self.peer))
 
     def _start_frame(self, header: FrameHeader) -> None:
         self._frame = header
         self._remaining = header.nbytes
-        if header.kind is FrameKind.HELLO_ACK:
-            if self.peer is None or self.ready.done() or header.nbytes > 128:
-                raise ProtocolError("unexpected HELLO_ACK frame")
+        kind = header.kind
+        if kind is FrameKind.DATA and self.peer is not None and self.ready.done():
+            self._start_data(header)
+        elif kind in (FrameKind.HELLO_ACK, FrameKind.CHALLENGE):
+            limit = (handshake.MAX_ACK_BYTES if kind is FrameKind.HELLO_ACK
+                     else handshake.MAX_CHALLENGE_BYTES)
+            if self.peer is None or self.ready.done() or header.nbytes > limit:
+                raise ProtocolError(f"unexpected {kind.name} frame")
             self._keep(header.nbytes)
-        elif header.kind is FrameKind.HELLO:
+        elif kind is FrameKind.HELLO:
             if self.peer is not None or header.nbytes > MAX_CONTROL_PAYLOAD:
                 raise ProtocolError("unexpected HELLO frame")
             self._keep(header.nbytes)
-        elif header.kind is FrameKind.CHALLENGE:
-            if self.peer is None or self.ready.done() or header.nbytes > 64:
-                raise ProtocolError("unexpected CHALLENGE frame")
-            self._keep(header.nbytes)
         elif self.peer is None:
-            raise ProtocolError(f"a {header.kind.name} frame arrived before the handshake")
-        elif header.kind is FrameKind.ABORT:
+            raise ProtocolError(f"a {kind.name} frame arrived before the handshake")
+        elif kind is FrameKind.ABORT:
             if header.nbytes > MAX_CONTROL_PAYLOAD:
                 raise ProtocolError(f"ABORT frame of {header.nbytes} bytes")
             self._keep(header.nbytes)
-        elif header.kind is FrameKind.GOODBYE:
+        elif kind is FrameKind.GOODBYE:
             if header.nbytes:
                 raise ProtocolError(f"GOODBYE frame of {header.nbytes} bytes")
-        elif header.kind in _SHM_SIZES:
-            if header.nbytes > _SHM_SIZES[header.kind]:
-                raise ProtocolError(f"{header.kind.name} frame of {header.nbytes} bytes")
+        elif kind in _SHM_SIZES:
+            if header.nbytes > _SHM_SIZES[kind]:
+                raise ProtocolError(f"{kind.name} frame of {header.nbytes} bytes")
             self._keep(header.nbytes)
-        elif header.kind is not FrameKind.DATA:
-            raise ProtocolError(f"unexpected {header.kind.name} frame after the handshake")
         else:
-            tag = (header.group, header.seq, header.step)
-            posted = self._mesh.take_posted(self.peer, tag)
-            if posted is None:
-                self._keep(header.nbytes)
-            else:
-                out, receive, expected, consume = posted
-                if expected != header.fingerprint:
-                    receive.set_exception(self._mesh.desync(self.peer, tag, expected,
-                                                            header.fingerprint))
-                    self._discard()
-                elif out.nbytes == header.nbytes:
-                    self._target, self._receive = out, receive
-                    if consume is not None:
-                        self._consume = (consume, 0, out)
-                else:
-                    receive.set_exception(self._mesh.size_mismatch(self.peer, tag,
-                                                                   header.nbytes, out.nbytes))
-                    self._discard()
+            raise ProtocolError(f"unexpected {kind.name} frame after the handshake")
         if not self._remaining:
             self._finish_frame()
+
+    def _start_data(self, header: FrameHeader) -> None:
+        receive = self.inbox.match((header.group, header.seq, header.step), header.nbytes,
+                                   header.fingerprint)
+        if receive is None:
+            self._keep(header.nbytes)
+        elif receive.failed:
+            self._discard()  # it does not fit: the receive has its error
+        else:
+            self._target, self._receive = receive.out, receive
 
     def _finish_frame(self) -> None:
         header = self._frame
         assert header is not None
-        if header.kind is FrameKind.HELLO_ACK:
-            assert self._kept is not None and self.peer is not None
-            token = self._mesh.token
-            # The acceptor proves the secret too: a stranger listening on a
-            # peer's advertised address learns nothing and gets nothing.
-            if token is not None and not _auth.verify(
-                    token, "data/acceptor", self._nonce, self._kept.decode(errors="replace"),
-                    f"{self._mesh.job}|{self._mesh.rank}"):
-                self.ready.set_exception(AuthenticationError(
-                    f"rank {self.peer}'s data port did not prove the job's shared secret "
-                    "(its ASYNCOLL_TOKEN differs or is missing)"))
-            elif not self.ready.done():
+        kind, kept = header.kind, self._kept
+        if kind is FrameKind.DATA:
+            if self._receive is not None:
+                self._receive.complete_in_place()
+            elif kept is not None:
+                self.inbox.arrived((header.group, header.seq, header.step), kept,
+                                   header.fingerprint)
+        elif kind in _SHM_SIZES:
+            assert kept is not None
+            self._shm_frame(header, bytes(kept))
+        elif kind is FrameKind.GOODBYE:
+            assert self.peer is not None
+            self._owner.goodbye_received(self.peer)
+        else:
+            assert kept is not None
+            self._control_frame(header, bytes(kept))
+        self._reset()
+
+    def _control_frame(self, header: FrameHeader, payload: bytes) -> None:
+        owner = self._owner
+        if header.kind is FrameKind.CHALLENGE:
+            assert self.peer is not None
+            hello, self._nonce = handshake.hello(owner.settings.token, owner.job, owner.rank,
+                                                 payload.decode(errors="replace"))
+            self.send_frame(FrameKind.HELLO, (0, 0, owner.rank), memoryview(hello))
+        elif header.kind is FrameKind.HELLO:
+            peer = header.step
+            their_nonce = handshake.check_hello(owner.settings.token, owner.job, payload, peer,
+                                                self._nonce)
+            owner.accept_hello(self, peer)
+            self.peer = peer
+            ack = handshake.ack(owner.settings.token, owner.job, peer, their_nonce)
+            self.send_frame(FrameKind.HELLO_ACK, (0, 0, 0), memoryview(ack))
+            self.ready.set_result(None)
+        elif header.kind is FrameKind.HELLO_ACK:
+            assert self.peer is not None
+            try:
+                handshake.check_ack(owner.settings.token, owner.job, owner.rank, self._nonce,
+                                    payload, self.peer)
+            except AuthenticationError as exc:
+                self.ready.set_exception(exc)
+            else:
                 self.ready.set_result(None)
-        elif header.kind is FrameKind.CHALLENGE:
-            assert self._kept is not None and self.peer is not None
-            nonce = self._kept.decode(errors="replace")
-            token = self._mesh.token
-            response = ("" if token is None else
-                        _auth.answer(token, "data", nonce, f"{self._mesh.job}|{self._mesh.rank}"))
-            self._nonce = _auth.new_nonce()  # this rank's challenge to the acceptor
-            hello = f"{self._mesh.job}\n{response}\n{self._nonce}".encode()
-            self.send_frame(FrameKind.HELLO, (0, 0, self._mesh.rank), memoryview(hello))
-        elif header.kind is FrameKind.ABORT and not self.ready.done():
-            # Refused during the handshake (a wrong secret): the dial fails with it.
-            assert self._kept is not None
-            code, _, message = decode_abort(bytes(self._kept))
+        elif not self.ready.done():
+            # An ABORT during the handshake: refused (a wrong secret); the dial fails with it.
+            code, _, message = decode_abort(payload)
             self.ready.set_exception(error_from_code(code, f"rank {self.peer} refused this "
                                                            f"rank's data connection: {message}"))
-        elif header.kind is FrameKind.HELLO:
-            assert self._kept is not None
-            job, _, rest = bytes(self._kept).partition(b"\n")
-            proof, _, their_nonce = rest.decode(errors="replace").partition("\n")
-            self.peer = self._mesh.accept_hello(self, header.step, job, self._nonce, proof)
-            token = self._mesh.token
-            # Bound to the dialer's rank: this rank may not know its own yet (a peer
-            # can read the rendezvous reply and dial before this one has).
-            ack = ("" if token is None else _auth.answer(
-                token, "data/acceptor", their_nonce, f"{self._mesh.job}|{self.peer}"))
-            assert self.transport is not None
-            self.send_frame(FrameKind.HELLO_ACK, (0, 0, 0), memoryview(ack.encode()))
-            self.ready.set_result(None)
-        elif header.kind is FrameKind.ABORT:
-            assert self._kept is not None and self.peer is not None
-            self._mesh.abort_received(self.peer, header.group, header.seq,
-                                      *decode_abort(bytes(self._kept)))
-        elif header.kind is FrameKind.GOODBYE:
+        else:
             assert self.peer is not None
-            self._mesh.goodbye_received(self.peer)
-        elif header.kind in _SHM_SIZES:
-            assert self._kept is not None
-            self._shm_frame(header, bytes(self._kept))
-        elif self._receive is not None:
-            if not self._receive.done() and (
-                    self._consume is None or consume_into(*self._consume, self._receive)):
-                self._receive.set_result(None)
-        elif self._kept is not None and self.peer is not None:
-            self._mesh.keep_unexpected(self.peer, (header.group, header.seq, header.step),
-                                       self._kept, header.fingerprint)
-        self._reset()
+            owner.control_received(self.peer, (header.group, header.seq, header.step),
+                                   payload)
 
     def _shm_frame(self, header: FrameHeader, payload: bytes) -> None:
         if header.kind is FrameKind.SHM_DATA:
-            self.shm.on_data(header, payload)
+            self.shm.on_data(header, payload, self.inbox)
         elif header.kind is FrameKind.SHM_FREE:
             self.shm.on_free(payload)
         elif header.kind is FrameKind.SHM_OPEN:
@@ -355,13 +398,12 @@ class PeerConnection(asyncio.BufferedProtocol):
     def _reset(self) -> None:
         self._frame = None
         self._receive = None
-        self._consume = None
         self._kept = None
         self._target = _NOWHERE
         self._remaining = 0
 
     def _abort(self, exc: AsyncollError) -> None:
-        self._mesh.protocol_failed(self, exc)
+        self._owner.protocol_failed(self, exc)
         if self.transport is None:
             return
         if isinstance(exc, AuthenticationError) and not self.transport.is_closing():
@@ -372,13 +414,7 @@ class PeerConnection(asyncio.BufferedProtocol):
             return
         self.transport.abort()
 
-    def fail_sends(self) -> None:
-        """Fail the sends waiting for the transport to take their bytes (the peer is gone).
-
-        A peer cut off without a reset never acknowledges them, so without
-        this they would wait for the operation's deadline.
-        """
-        waiters, self._drain_waiters = self._drain_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_exception(self._mesh.error_for(self.peer))
+    def _failed(self, error: AsyncollError) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = self._owner.loop.create_future()
+        future.set_exception(error)
+        return future

@@ -1,10 +1,16 @@
-"""The mesh of a process's data-plane connections, one per peer it talks to.
+"""TcpMesh: a process's data-plane connections, one per peer it talks to.
 
 Connections are made lazily, the first time an algorithm sends to or
 receives from a peer, and always by the lower rank of the pair: every
 algorithm touches a pair from both sides, so the higher rank simply waits
-for the lower one to dial. Receives and frames are matched per peer by tag;
-a frame that arrives before its receive is posted is kept until it is.
+for the lower one to dial. Each peer's frames meet their receives in its
+:class:`~asyncoll._transport.inbox.Inbox`; large payloads to same-host
+peers go through shared memory (shm_link.py).
+
+The mesh knows peers and tags, never groups or operations: a failure is
+fanned out by one ``fail`` per peer (every receive and send with it, or
+those of one tag group), and what a lost peer or an ABORT frame means for a
+group is decided by the :class:`~asyncoll._transport.base.Listener` above.
 """
 
 from __future__ import annotations
@@ -13,25 +19,22 @@ import asyncio
 import contextlib
 import errno
 import logging
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 
-from asyncoll import _auth
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._settings import HANDSHAKE_TIMEOUT_S, LINGER_S
-from asyncoll._transport import shm
-from asyncoll._transport.base import Consumer, Tag, consume_into
+from asyncoll._transport.base import Consumer, Listener, Tag
 from asyncoll._transport.connection import PeerConnection
-from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint, FrameKind, encode_abort
+from asyncoll._transport.inbox import Inbox
+from asyncoll._transport.settings import TransportSettings
+from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint, FrameKind
 from asyncoll.errors import (
     AsyncollError,
-    AuthenticationError,
     ClosedError,
     MismatchError,
     PeerLostError,
     ProtocolError,
-    error_code,
-    error_from_code,
 )
 
 log = logging.getLogger("asyncoll.transport")
@@ -42,28 +45,44 @@ def _retrieve(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
-#: A posted receive: where the payload goes, its future, the fingerprint
-#: expected, and what consumes the payload (None: it stays in the destination).
-Posted = tuple[memoryview, asyncio.Future[None], Fingerprint, Consumer | None]
-
-
 @dataclass(slots=True)
 class _Channel:
     """Everything this process knows about one peer."""
 
+    inbox: Inbox
     address: tuple[str, int] | None = None
     hostname: str = "?"
     connection: PeerConnection | None = None
     dialing: asyncio.Task[None] | None = None
-    posted: dict[Tag, Posted] = field(default_factory=dict)
-    unexpected: dict[Tag, tuple[bytearray, Fingerprint]] = field(default_factory=dict)
-    error: AsyncollError | None = None
     #: The peer sent GOODBYE: its connection closing is a departure, not a loss.
     leaving: bool = False
     #: The peer runs on this host: large payloads may go through shared memory.
     same_host: bool = False
     #: Set once the connection is usable, or once the channel has failed.
     settled: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def error(self) -> AsyncollError | None:
+        """The peer's failure (sticky), or None."""
+        return self.inbox.error
+
+    def fail(self, error: AsyncollError, group: int | None = None) -> None:
+        """Fail every receive and send with this peer (of tag group ``group``), now and later.
+
+        The one fan-out of a failure: the inbox's receives (posted, arriving,
+        later), the sends waiting on the connection or for ring space, and a
+        handshake not done yet.
+        """
+        self.inbox.fail(error, group)
+        connection = self.connection
+        if connection is not None:
+            connection.fail_sends(self.inbox.error or error, group)
+        if group is not None:
+            return
+        self.settled.set()
+        if connection is not None and not connection.ready.done():
+            connection.ready.set_exception(self.inbox.error or error)
+            connection.ready.exception()  # mark retrieved: the dialer may be gone
 
 
 class TcpMesh:
@@ -72,25 +91,20 @@ class TcpMesh:
     Implements the :class:`asyncoll._transport.base.Mesh` seam.
     """
 
-    def __init__(self, job: str, token: bytes | None = None) -> None:
+    def __init__(self, job: str, settings: TransportSettings = TransportSettings()) -> None:
         self.loop = asyncio.get_running_loop()
         self.job = job
-        #: The job's shared secret: accepted connections must prove it.
-        self.token = token
+        self.settings = settings
+        #: Told about early frames, ABORT frames and lost peers (the group layer).
+        self.listener: Listener | None = None
         self._rank = -1
         self._size = 0
         self._channels: dict[int, _Channel] = {}
         self._server: asyncio.Server | None = None
         self._accepted: set[PeerConnection] = set()
-        self._broken_groups: dict[int, AsyncollError] = {}
-        # Members of every group this rank knows, and the last operation each completed.
-        self._groups: dict[int, tuple[int, ...]] = {}
-        self._running: dict[int, tuple[int, Fingerprint]] = {}
-        self._completed: dict[int, int] = {}
-        self._unexpected_count = 0
+        #: Tag groups failed here: their sends and receives fail at once.
+        self._failed_groups: dict[int, AsyncollError] = {}
         self._closed = False
-        #: Payloads this large go through shared memory to same-host peers (0: never).
-        self._shm_min = shm.min_bytes() if shm.enabled() else 0
 
     @property
     def rank(self) -> int:
@@ -111,6 +125,11 @@ class TcpMesh:
         """The (host, port) rank ``peer`` advertised, once the directory is known."""
         channel = self._channels.get(peer)
         return channel.address if channel is not None else None
+
+    def hostname(self, peer: int) -> str:
+        """The host name rank ``peer`` reported ("" when unknown)."""
+        channel = self._channels.get(peer)
+        return channel.hostname if channel is not None and channel.hostname != "?" else ""
 
     async def listen(self, host: str, ports: Iterable[int] = (0,)) -> int:
         """Start accepting peers on ``host`` at the first of ``ports`` free; return the port.
@@ -142,7 +161,7 @@ class TcpMesh:
             channel.same_host = hostname == own_hostname and peer != rank
         for peer, channel in self._channels.items():
             if (peer >= rank or peer not in peers) and channel.connection is not None:
-                self._fail_channel(peer, ProtocolError(
+                channel.fail(ProtocolError(
                     f"rank {peer} dialed rank {rank}, but only lower ranks dial"))
                 if channel.connection.transport is not None:
                     channel.connection.transport.abort()
@@ -152,14 +171,14 @@ class TcpMesh:
     def send(self, peer: int, tag: Tag, payload: memoryview,
              fingerprint: Fingerprint = NO_FINGERPRINT) -> Awaitable[None]:
         """Send ``payload`` to ``peer`` as frame ``tag``; done when it may be reused."""
-        if self._broken_groups and tag[0] in self._broken_groups:
-            return self._failed_future(self._broken_groups[tag[0]])
+        if self._failed_groups and tag[0] in self._failed_groups:
+            return self._failed_future(self._failed_groups[tag[0]])
         channel = self._connected_channel(peer)
         if channel.error is not None:
-            return self.failed(peer)
+            return self._failed_future(channel.error)
         connection = channel.connection
         if connection is not None and connection.ready.done():
-            if self._shm_min and channel.same_host and payload.nbytes >= self._shm_min:
+            if self._through_shm(channel, payload):
                 sending = self.loop.create_task(connection.shm.send(tag, payload, fingerprint))
                 sending.add_done_callback(_retrieve)
                 return sending
@@ -172,75 +191,43 @@ class TcpMesh:
                   fingerprint: Fingerprint = NO_FINGERPRINT, consume: Consumer | None = None
                   ) -> Awaitable[None]:
         """Receive frame ``tag`` from ``peer`` into ``out`` (or to ``consume``)."""
-        if self._broken_groups and tag[0] in self._broken_groups:
-            return self._failed_future(self._broken_groups[tag[0]])
-        channel = self._connected_channel(peer)
-        kept = channel.unexpected.pop(tag, None)
-        if kept is not None:
-            self._unexpected_count -= 1
-            payload, theirs = kept
-            if theirs != fingerprint:
-                return self._failed_future(self.desync(peer, tag, fingerprint, theirs))
-            if len(payload) != out.nbytes:
-                return self._failed_future(self.size_mismatch(peer, tag, len(payload),
-                                                               out.nbytes))
-            received: asyncio.Future[None] = self.loop.create_future()
-            if consume is None:
-                out[:] = payload
-            elif not consume_into(consume, 0, memoryview(payload), received):
-                return received
-            received.set_result(None)
-            return received
-        if channel.error is not None:
-            return self.failed(peer)
-        receive: asyncio.Future[None] = self.loop.create_future()
-        channel.posted[tag] = (out, receive, fingerprint, consume)
-        receive.add_done_callback(lambda f: self._forget_posted(peer, tag, f))
-        return receive
+        if self._failed_groups and tag[0] in self._failed_groups:
+            return self._failed_future(self._failed_groups[tag[0]])
+        return self._connected_channel(peer).inbox.post(tag, out, fingerprint, consume)
 
-    # -- groups: membership, completion, failure ------------------------------------
+    # -- for the layer above: control frames, early frames, failures ---------------
 
-    def register_group(self, group_id: int, ranks: Sequence[int]) -> None:
-        """Record a group's members, so a lost peer breaks every group it belongs to."""
-        self._groups[group_id] = tuple(ranks)
+    def send_control(self, peer: int, tag: Tag, payload: memoryview) -> None:
+        """Send an ABORT frame about ``tag`` to ``peer`` if connected; best effort."""
+        channel = self._channels.get(peer)
+        connection = channel.connection if channel is not None else None
+        if (peer != self._rank and connection is not None and connection.ready.done()
+                and connection.writable):
+            sent = connection.send_frame(FrameKind.ABORT, tag, payload)
+            # Nobody waits for it, and its failure must not be logged as unretrieved.
+            asyncio.ensure_future(sent).add_done_callback(_retrieve)
 
-    def begin(self, group_id: int, seq: int, fingerprint: Fingerprint) -> None:
-        """Operation ``seq`` of ``group_id`` starts here: frames for it must match it."""
-        self._running[group_id] = (seq, fingerprint)
-        if not self._unexpected_count:
+    def early(self, group: int) -> list[tuple[int, Tag, Fingerprint]]:
+        """(peer, tag, fingerprint) of every frame of tag group ``group`` kept early."""
+        return [(peer, tag, fp) for peer, channel in self._channels.items()
+                if channel.inbox.has_early for tag, fp in channel.inbox.early(group)]
+
+    @property
+    def has_early(self) -> bool:
+        """Whether any peer's inbox keeps an early frame."""
+        return any(channel.inbox.has_early for channel in self._channels.values())
+
+    def fail_group(self, group: int, error: AsyncollError) -> None:
+        """Fail every send and receive of tag group ``group``, pending and later (sticky)."""
+        if group in self._failed_groups:
             return
-        for peer, channel in self._channels.items():
-            for tag, (_, theirs) in list(channel.unexpected.items()):
-                if tag[0] == group_id and tag[1] == seq and theirs != fingerprint:
-                    self.abort_group(group_id, seq, self.desync(peer, tag, fingerprint, theirs))
-                    return
+        self._failed_groups[group] = error
+        for channel in self._channels.values():
+            channel.fail(error, group)
 
-    def complete(self, group_id: int, seq: int) -> None:
-        """Operation ``seq`` of ``group_id`` finished here.
-
-        A frame kept for it (or for an earlier one) was sent by a rank that ran
-        a different operation: the group is out of step and is broken.
-        """
-        self._completed[group_id] = seq
-        self._running.pop(group_id, None)
-        if not self._unexpected_count:
-            return
-        for peer, channel in self._channels.items():
-            for tag, (_, theirs) in list(channel.unexpected.items()):
-                if tag[0] == group_id and tag[1] <= seq:
-                    self._stale(peer, tag, theirs)
-
-    def peer_lost(self, peer: int, error: AsyncollError) -> None:
-        """``peer`` is gone: fail its channel and break every group that contains it.
-
-        The other members hear it from this rank too (ABORT frames), before
-        anything else this rank may send them, such as its goodbye.
-        """
-        self._fail_channel(peer, error)
-        for group_id, members in list(self._groups.items()):
-            if peer in members and self._break_group(group_id, error):
-                self._send_aborts(group_id, self._completed.get(group_id, 0) + 1, error,
-                                  members)
+    def fail_peer(self, peer: int, error: AsyncollError) -> None:
+        """Fail every send and receive with ``peer``, pending and later (sticky)."""
+        self._channel(peer).fail(error)
 
     def peer_left(self, peer: int, hostname: str) -> None:
         """``peer`` left the job (the coordinator says so).
@@ -248,164 +235,38 @@ class TcpMesh:
         With a connection to it, its GOODBYE frame says the same after its last
         data; without one, nothing more can come from it.
         """
-        channel = self._channel(peer)
-        if channel.connection is None:
-            self._fail_channel(peer, self._left_error(peer, hostname))
+        if self._channel(peer).connection is None:
+            self.fail_peer(peer, _left_error(peer, hostname))
 
-    def _left_error(self, peer: int, hostname: str) -> MismatchError:
-        return MismatchError(f"rank {peer} on {hostname} left the job (destroy_process_group) "
-                             "while this rank still expected data from it: the ranks called "
-                             "different numbers of collectives")
+    # -- the connections' owner (ConnectionOwner) -----------------------------------
 
+    def inbox(self, peer: int) -> Inbox:
+        """The inbox of ``peer``'s frames."""
+        return self._channel(peer).inbox
 
-    def group_error(self, group_id: int) -> AsyncollError | None:
-        """The failure that broke group ``group_id``, or None while it is intact."""
-        return self._broken_groups.get(group_id)
-
-    def abort_group(self, group_id: int, seq: int, error: AsyncollError,
-                    members: Sequence[int] | None = None) -> None:
-        """Break group ``group_id`` here, and tell its other members to do the same.
-
-        Every receive of the group waiting here fails with ``error``, as do all
-        later sends and receives. The ABORT frames are what keeps a ring from
-        hanging: a rank whose neighbour failed would otherwise wait for data
-        that will never come.
-        """
-        if not self._break_group(group_id, error):
-            return
-        self._send_aborts(group_id, seq, error, members)
-
-    def _send_aborts(self, group_id: int, seq: int, error: AsyncollError,
-                     members: Sequence[int] | None, skip: int = -1) -> None:
-        lost = error.rank if isinstance(error, PeerLostError) else -1
-        payload = memoryview(encode_abort(error_code(type(error)), str(error), lost))
-        for peer in members if members is not None else self._groups.get(group_id, ()):
-            if peer == skip:
-                continue
-            channel = self._channels.get(peer)
-            connection = channel.connection if channel is not None else None
-            if (peer != self._rank and connection is not None and connection.ready.done()
-                    and connection.transport is not None
-                    and not connection.transport.is_closing()):
-                sent = connection.send_frame(FrameKind.ABORT, (group_id, seq, 0), payload)
-                # Best effort: nobody waits for it, and its failure must not be logged
-                # as an unretrieved exception.
-                asyncio.ensure_future(sent).add_done_callback(_retrieve)
-
-    def abort_received(self, peer: int, group_id: int, seq: int, code: str, lost: int,
-                       message: str) -> None:
-        """Rank ``peer`` gave up on operation ``seq`` of a group: break it here too.
-
-        The ABORT is passed on to the members connected to this rank, so it
-        reaches every member that some operation connected, not just the
-        neighbours of the rank that failed first.
-        """
-        prefix = f"rank {peer} abandoned operation #{seq} of group {group_id}: "
-        error = error_from_code(code, message if message.startswith("rank ") and
-                                "abandoned operation" in message else prefix + message)
-        if isinstance(error, PeerLostError):
-            error.rank = lost if lost >= 0 else peer
-            named = self._channels.get(error.rank)
-            error.host = named.hostname if named is not None else ""
-        if self._break_group(group_id, error):
-            self._send_aborts(group_id, seq, error, None, skip=peer)
-
-    def _break_group(self, group_id: int, error: AsyncollError) -> bool:
-        if group_id in self._broken_groups:
-            return False
-        self._broken_groups[group_id] = error
-        for channel in self._channels.values():
-            for tag, (_, receive, _, _) in list(channel.posted.items()):
-                if tag[0] == group_id and not receive.done():
-                    receive.set_exception(error)
-            if channel.connection is not None:
-                channel.connection.fail_receive(error, group_id)
-            for tag in [t for t in channel.unexpected if t[0] == group_id]:
-                del channel.unexpected[tag]  # never wanted now
-                self._unexpected_count -= 1
-        return True
-
-    # -- called by connections --------------------------------------------------
-
-    def take_posted(self, peer: int, tag: Tag) -> Posted | None:
-        """Remove and return the receive posted for ``tag`` from ``peer``, if any."""
-        posted = self._channel(peer).posted.pop(tag, None)
-        if posted is not None and posted[1].done():
-            return None
-        return posted
-
-    def keep_unexpected(self, peer: int, tag: Tag, payload: bytearray,
-                        fingerprint: Fingerprint) -> None:
-        """Deliver a frame that had no receive posted when its header arrived.
-
-        The receive may have been posted while the payload was arriving: then
-        it gets the payload now; otherwise the payload is kept for it.
-        """
-        posted = self.take_posted(peer, tag)
-        if posted is not None:
-            out, receive, expected, consume = posted
-            if expected != fingerprint:
-                receive.set_exception(self.desync(peer, tag, expected, fingerprint))
-            elif out.nbytes == len(payload):
-                if consume is None:
-                    out[:] = payload
-                elif not consume_into(consume, 0, memoryview(payload), receive):
-                    return
-                receive.set_result(None)
-            else:
-                receive.set_exception(self.size_mismatch(peer, tag, len(payload), out.nbytes))
-            return
-        if tag[0] in self._broken_groups or self._closed:
-            return
-        channel = self._channel(peer)
-        if tag in channel.unexpected:
-            raise ProtocolError(f"rank {peer} sent frame {tag} twice")
-        channel.unexpected[tag] = (payload, fingerprint)
-        self._unexpected_count += 1
-        running = self._running.get(tag[0])
-        if running is not None and running[0] == tag[1] and running[1] != fingerprint:
-            self.abort_group(tag[0], tag[1], self.desync(peer, tag, running[1], fingerprint))
-        elif tag[1] <= self._completed.get(tag[0], 0):
-            self._stale(peer, tag, fingerprint)
-
-    def _stale(self, peer: int, tag: Tag, theirs: Fingerprint) -> None:
-        """Rank ``peer`` sent data for an operation this rank finished without it."""
-        described = ", ".join(f"{k} {v}" for k, v in theirs.fields().items())
-        self.abort_group(tag[0], tag[1], MismatchError(
-            f"rank {peer} sent data for operation #{tag[1]} of group {tag[0]} ({described}), "
-            "which this rank completed without expecting it: the ranks called different "
-            "collectives, or passed different roots"))
-
-    def goodbye_received(self, peer: int) -> None:
-        """``peer`` is leaving the job; whatever it still owes this rank will never come."""
-        channel = self._channel(peer)
-        channel.leaving = True
-
-    def accept_hello(self, connection: PeerConnection, peer: int, job: bytes, nonce: str,
-                     response: str) -> int:
-        """Validate an incoming handshake and attach the connection to ``peer``.
+    def accept_hello(self, connection: PeerConnection, peer: int) -> None:
+        """Attach an accepted connection, whose HELLO proved the job, to ``peer``.
 
         Raises:
-            AuthenticationError: the job has a secret and the dialer did not prove it.
-            ProtocolError: another job's peer, or a rank that should not dial here.
+            ProtocolError: a rank that should not dial here, or a second connection.
         """
-        if self.token is not None and not _auth.verify(
-                self.token, "data", nonce, response, f"{job.decode(errors='replace')}|{peer}"):
-            raise AuthenticationError(f"a data connection claiming to be rank {peer} did not "
-                                      "prove the job's shared secret (ASYNCOLL_TOKEN differs "
-                                      "or is missing); closed")
-        if job != self.job.encode():
-            raise ProtocolError(f"a peer of job {job.decode(errors='replace')!r} connected to "
-                                f"this peer of job {self.job!r}")
         channel = self._channel(peer)
         # Before the directory is known (a peer may read the rendezvous reply
         # and dial before this one does) the rank check waits for set_directory.
         if (0 <= self._rank <= peer) or channel.connection is not None:
             raise ProtocolError(f"unexpected connection from rank {peer} (this is rank "
                                 f"{self._rank}; only lower ranks dial, once)")
-        channel.connection = connection
+        self._attach(channel, connection)
         channel.settled.set()
-        return peer
+
+    def control_received(self, peer: int, tag: Tag, payload: bytes) -> None:
+        """``peer`` sent an ABORT frame: the listener decides what it breaks."""
+        if self.listener is not None and not self._closed:
+            self.listener.control_received(peer, tag, payload)
+
+    def goodbye_received(self, peer: int) -> None:
+        """``peer`` is leaving the job; whatever it still owes this rank will never come."""
+        self._channel(peer).leaving = True
 
     def connection_lost(self, connection: PeerConnection, exc: Exception | None) -> None:
         """A connection closed: fail everything that waits on its peer."""
@@ -417,21 +278,23 @@ class TcpMesh:
         if channel.connection is not connection:
             return
         if channel.leaving:
-            self._fail_channel(peer, self._left_error(peer, channel.hostname))
+            channel.fail(_left_error(peer, channel.hostname))
             return
         how = f"broke: {exc}" if exc else "was closed without a goodbye"
-        address = "%s:%d" % channel.address if channel.address else "?"
+        address = "{}:{}".format(*channel.address) if channel.address else "?"
         error = PeerLostError(f"rank {peer} on host {channel.hostname} ({address}) was lost: "
                               f"its data connection {how}", rank=peer, host=channel.hostname)
         if exc is not None:
             error.__cause__ = exc
-        self.peer_lost(peer, error)
+        channel.fail(error)
+        if self.listener is not None:
+            self.listener.peer_lost(peer, error)
 
     def protocol_failed(self, connection: PeerConnection, exc: AsyncollError) -> None:
         """A connection received something malformed: fail its peer's operations."""
         log.warning("data connection from rank %s failed: %s", connection.peer, exc)
         if connection.peer is not None:
-            self._fail_channel(connection.peer, exc)
+            self._channel(connection.peer).fail(exc)
 
     def error_for(self, peer: int | None) -> AsyncollError:
         """The error to give operations on ``peer`` once it has failed."""
@@ -446,18 +309,14 @@ class TcpMesh:
         return PeerLostError(f"rank {peer} on host {host} was lost: its data connection is "
                              "closed", rank=peer, host=host)
 
-    def failed(self, peer: int | None) -> asyncio.Future[None]:
-        """An already-failed future carrying ``peer``'s error."""
-        return self._failed_future(self.error_for(peer))
-
     async def close(self) -> None:
         """Close every connection and the listener; pending operations fail."""
         if self._closed:
             return
         error = ClosedError("the process group was destroyed on this rank while this "
                             "operation ran")
-        for peer in list(self._channels):
-            self._fail_channel(peer, error)
+        for channel in self._channels.values():
+            channel.fail(error)
         self._closed = True
         lingering = []
         for channel in self._channels.values():
@@ -477,6 +336,7 @@ class TcpMesh:
                     FrameKind.GOODBYE, (0, 0, 0), memoryview(b""))).add_done_callback(_retrieve)
                 transport.write_eof()
                 connection.half_closed = True
+                connection.read_from_peer(True)  # drain, even past the early-frame bound
                 lingering.append(connection.closed)
             else:
                 transport.close()
@@ -510,8 +370,18 @@ class TcpMesh:
     def _channel(self, peer: int) -> _Channel:
         channel = self._channels.get(peer)
         if channel is None:
-            channel = self._channels[peer] = _Channel()
+            inbox = Inbox(peer, lambda: self._rank, self.settings.early_limit_bytes)
+            inbox.on_early = self._early_frame
+            channel = self._channels[peer] = _Channel(inbox)
         return channel
+
+    def _attach(self, channel: _Channel, connection: PeerConnection) -> None:
+        channel.connection = connection
+        channel.inbox.on_full = lambda full: connection.read_from_peer(not full)
+
+    def _early_frame(self, peer: int, tag: Tag, fingerprint: Fingerprint) -> None:
+        if self.listener is not None and not self._closed:
+            self.listener.early_frame(peer, tag, fingerprint)
 
     def _connected_channel(self, peer: int) -> _Channel:
         channel = self._channel(peer)
@@ -523,8 +393,8 @@ class TcpMesh:
     async def _dial(self, peer: int) -> None:
         channel = self._channel(peer)
         if channel.address is None:
-            self._fail_channel(peer, PeerLostError(f"rank {peer} is not in this job's "
-                                                   "directory", rank=peer))
+            channel.fail(PeerLostError(f"rank {peer} is not in this job's directory",
+                                       rank=peer))
             return
         host, port = channel.address
         connection: PeerConnection | None = None
@@ -532,12 +402,12 @@ class TcpMesh:
             async with timeout_after(HANDSHAKE_TIMEOUT_S):
                 _, connection = await self.loop.create_connection(
                     lambda: PeerConnection(self, peer), host, port)
-                channel.connection = connection
+                self._attach(channel, connection)
                 await connection.ready
             channel.settled.set()
         except AsyncollError as exc:  # refused by the peer during the handshake
             log.warning("rank %d refused this rank's data connection: %s", peer, exc)
-            self._fail_channel(peer, exc)
+            channel.fail(exc)
             if connection is not None and connection.transport is not None:
                 connection.transport.abort()
         except (OSError, TimeoutError) as exc:
@@ -547,7 +417,7 @@ class TcpMesh:
                 "address is not reachable from here, set ASYNCOLL_ADVERTISE_ADDR or "
                 "ASYNCOLL_SOCKET_IFNAME for that rank", rank=peer, host=channel.hostname)
             error.__cause__ = exc
-            self._fail_channel(peer, error)
+            channel.fail(error)
             if connection is not None and connection.transport is not None:
                 connection.transport.abort()
 
@@ -557,58 +427,24 @@ class TcpMesh:
         await channel.settled.wait()
         if channel.error is not None:
             raise channel.error
-        assert channel.connection is not None  # settled without error: connected
-        if self._shm_min and channel.same_host and payload.nbytes >= self._shm_min:
-            await channel.connection.shm.send(tag, payload, fingerprint)
-        else:
-            await channel.connection.send_frame(FrameKind.DATA, tag, payload, fingerprint)
-
-    def _fail_channel(self, peer: int, error: AsyncollError) -> None:
-        channel = self._channel(peer)
-        if channel.error is None:
-            channel.error = error
-        channel.settled.set()
-        posted, channel.posted = channel.posted, {}
-        for _, receive, _, _ in posted.values():
-            if not receive.done():
-                receive.set_exception(channel.error)
-        if channel.connection is not None:
-            channel.connection.fail_receive(channel.error)
-            channel.connection.fail_sends()
         connection = channel.connection
-        if connection is not None and not connection.ready.done():
-            connection.ready.set_exception(channel.error)
-            connection.ready.exception()  # mark retrieved: the dialer may be gone
+        assert connection is not None  # settled without error: connected
+        if self._through_shm(channel, payload):
+            await connection.shm.send(tag, payload, fingerprint)
+        else:
+            await connection.send_frame(FrameKind.DATA, tag, payload, fingerprint)
 
-    def _forget_posted(self, peer: int, tag: Tag, receive: asyncio.Future[None]) -> None:
-        channel = self._channels.get(peer)
-        if channel is not None:
-            entry = channel.posted.get(tag)
-            if entry is not None and entry[1] is receive:
-                del channel.posted[tag]
-
-    def desync(self, peer: int, tag: Tag, mine: Fingerprint,
-               theirs: Fingerprint) -> MismatchError:
-        """The error for a frame of a different operation than the one this rank runs."""
-        return MismatchError(f"ranks {self._rank} and {peer} called operation #{tag[1]} of "
-                             f"group {tag[0]} differently ("
-                             f"{'; '.join(mine.differences(theirs, self._rank, peer))}): every "
-                             "rank must call the same collectives in the same order, with the "
-                             "same arguments")
-
-    @staticmethod
-    def size_mismatch(peer: int, tag: Tag, sent: int, expected: int) -> MismatchError:
-        """The error for a frame whose size differs from its receive's."""
-        return MismatchError(f"rank {peer} sent {sent} bytes for step {tag[2]} of operation "
-                             f"#{tag[1]} on group {tag[0]}; this rank expected {expected}: "
-                             "the ranks called collectives of different sizes")
-
-    def _done_future(self) -> asyncio.Future[None]:
-        future: asyncio.Future[None] = self.loop.create_future()
-        future.set_result(None)
-        return future
+    def _through_shm(self, channel: _Channel, payload: memoryview) -> bool:
+        threshold = self.settings.shm_min_bytes
+        return bool(threshold) and channel.same_host and payload.nbytes >= threshold
 
     def _failed_future(self, error: AsyncollError) -> asyncio.Future[None]:
         future: asyncio.Future[None] = self.loop.create_future()
         future.set_exception(error)
         return future
+
+
+def _left_error(peer: int, hostname: str) -> MismatchError:
+    return MismatchError(f"rank {peer} on {hostname} left the job (destroy_process_group) "
+                         "while this rank still expected data from it: the ranks called "
+                         "different numbers of collectives")

@@ -56,7 +56,7 @@ def enabled() -> bool:
 
 def ring_bytes() -> int:
     """The ring size a sender makes, from ASYNCOLL_SHM_BYTES or the default."""
-    size = _positive_env("ASYNCOLL_SHM_BYTES", RING_BYTES)
+    size = positive_env("ASYNCOLL_SHM_BYTES", RING_BYTES)
     if size < MIN_RING_BYTES:
         from asyncoll.errors import ConfigurationError
         raise ConfigurationError(f"ASYNCOLL_SHM_BYTES must be at least {MIN_RING_BYTES}, got "
@@ -66,10 +66,10 @@ def ring_bytes() -> int:
 
 def min_bytes() -> int:
     """The smallest payload sent through shared memory (ASYNCOLL_SHM_MIN_BYTES)."""
-    return _positive_env("ASYNCOLL_SHM_MIN_BYTES", MIN_BYTES)
+    return positive_env("ASYNCOLL_SHM_MIN_BYTES", MIN_BYTES)
 
 
-def _positive_env(name: str, default: int) -> int:
+def positive_env(name: str, default: int) -> int:
     from asyncoll.errors import ConfigurationError
     text = os.environ.get(name)
     if text is None:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from asyncoll._transport import shm
-from asyncoll._transport.base import Consumer, Tag, consume_into
+from asyncoll._transport.base import Tag
+from asyncoll._transport.inbox import Inbox, Receive
 from asyncoll._wire.frames import (
     MAX_FRAME_BYTES,
     SHM_FREED,
@@ -28,36 +29,34 @@ from asyncoll.errors import AsyncollError, ProtocolError
 
 if TYPE_CHECKING:
     from asyncoll._transport.connection import PeerConnection
-    from asyncoll._transport.mesh import TcpMesh
 
 log = logging.getLogger("asyncoll.transport")
 
 
 @dataclass(slots=True)
 class _Partial:
-    """A payload whose pieces are arriving: where they go, and for whom."""
+    """A payload whose pieces are arriving: the receive they go to, or a buffer."""
 
-    out: memoryview | None  # None: the receive failed; pieces are only freed
-    receive: asyncio.Future[None] | None  # None: kept for a receive not posted yet
+    receive: Receive | None  # None: kept for a receive not posted yet
     kept: bytearray | None
     fingerprint: Fingerprint
-    consume: Consumer | None = None  # takes the pieces instead of ``out``
     filled: int = 0
 
 
 class ShmLink:
     """Shared-memory payloads to and from the peer of one connection."""
 
-    def __init__(self, connection: PeerConnection, mesh: TcpMesh) -> None:
+    def __init__(self, connection: PeerConnection, loop: asyncio.AbstractEventLoop,
+                 ring_bytes: int) -> None:
         self._connection = connection
-        self._mesh = mesh
+        self._loop = loop
+        self._ring_bytes = ring_bytes
         self._outbox: shm.Outbox | None = None
         self._pending: shm.Outbox | None = None  # offered, not mapped by the peer yet
         self._opening: asyncio.Future[shm.Outbox | None] | None = None
         self._offered = ""
         self._inbox: memoryview | None = None
         self._partials: dict[Tag, _Partial] = {}
-
     # -- sending ------------------------------------------------------------------
 
     async def send(self, tag: Tag, payload: memoryview, fingerprint: Fingerprint) -> None:
@@ -78,10 +77,10 @@ class ShmLink:
 
     async def _open(self) -> shm.Outbox | None:
         if self._opening is None:
-            self._opening = self._mesh.loop.create_future()
+            self._opening = self._loop.create_future()
             name = shm.new_name()
             try:
-                segment = shm.create(name, shm.ring_bytes())
+                segment = shm.create(name, self._ring_bytes)
             except OSError as exc:
                 log.info("no shared memory for rank %s (%s); using TCP", self._connection.peer,
                          exc)
@@ -125,80 +124,57 @@ class ShmLink:
             answer = str(exc).encode()[:200] or b"refused"
         self._notify(FrameKind.SHM_OPENED, answer)
 
-    def on_data(self, header: FrameHeader, descriptor: bytes) -> None:
+    def on_data(self, header: FrameHeader, descriptor: bytes, inbox: Inbox) -> None:
         """Copy one piece out of the peer's ring, free it, and finish its payload."""
-        inbox = self._inbox
-        if inbox is None or len(descriptor) != SHM_PIECE.size:
+        ring = self._inbox
+        if ring is None or len(descriptor) != SHM_PIECE.size:
             raise ProtocolError("unexpected SHM_DATA frame")
         total, offset, place, nbytes, end = SHM_PIECE.unpack(descriptor)
         tag = (header.group, header.seq, header.step)
         partial = self._partials.get(tag)
         if (total > MAX_FRAME_BYTES or not 0 < nbytes <= total - offset
-                or place + nbytes > inbox.nbytes
+                or place + nbytes > ring.nbytes
                 or offset != (0 if partial is None else partial.filled)):
             raise ProtocolError(f"a SHM_DATA descriptor out of bounds for frame {tag}: piece "
                                 f"of {nbytes} bytes at {offset} of {total}, ring offset "
-                                f"{place} of {inbox.nbytes}")
+                                f"{place} of {ring.nbytes}")
         if partial is None:
-            partial = self._partials[tag] = self._start(tag, total, header.fingerprint)
-        receive = partial.receive
-        if partial.out is not None and not (receive is not None and receive.done()):
-            if partial.consume is not None:
-                if not consume_into(partial.consume, offset, inbox[place:place + nbytes],
-                                    receive):
-                    partial.out = None  # failed: the rest is only freed
-            else:
-                partial.out[offset:offset + nbytes] = inbox[place:place + nbytes]
+            receive = inbox.match(tag, total, header.fingerprint)
+            kept = bytearray(total) if receive is None else None
+            partial = self._partials[tag] = _Partial(receive, kept, header.fingerprint)
+        piece = ring[place:place + nbytes]
+        if partial.receive is not None:
+            partial.receive.put(offset, piece)  # nothing once it has failed: only freed
+        elif partial.kept is not None:
+            partial.kept[offset:offset + nbytes] = piece
         partial.filled += nbytes
         self._notify(FrameKind.SHM_FREE, SHM_FREED.pack(end))
         if partial.filled < total:
             return
         del self._partials[tag]
-        if receive is not None:
-            if not receive.done():
-                receive.set_result(None)
-        elif partial.out is not None and partial.kept is not None:
-            assert self._connection.peer is not None
-            self._mesh.keep_unexpected(self._connection.peer, tag, partial.kept,
-                                       partial.fingerprint)
+        if partial.receive is not None:
+            partial.receive.finish()
+        elif partial.kept is not None:
+            inbox.arrived(tag, partial.kept, partial.fingerprint)
 
     def _notify(self, kind: FrameKind, payload: bytes) -> None:
         # Nothing to tell a peer this rank has said goodbye to, or lost.
         if self._connection.writable:
             self._connection.send_frame(kind, (0, 0, 0), memoryview(payload))
 
-    def _start(self, tag: Tag, total: int, fingerprint: Fingerprint) -> _Partial:
-        peer = self._connection.peer
-        assert peer is not None
-        posted = self._mesh.take_posted(peer, tag)
-        if posted is None:
-            kept = bytearray(total)
-            return _Partial(memoryview(kept), None, kept, fingerprint)
-        out, receive, expected, consume = posted
-        if expected != fingerprint:
-            receive.set_exception(self._mesh.desync(peer, tag, expected, fingerprint))
-            return _Partial(None, receive, None, fingerprint)
-        if out.nbytes != total:
-            receive.set_exception(self._mesh.size_mismatch(peer, tag, total, out.nbytes))
-            return _Partial(None, receive, None, fingerprint)
-        return _Partial(out, receive, None, fingerprint, consume)
-
     # -- failure ------------------------------------------------------------------
 
     def fail(self, error: AsyncollError, group: int | None = None) -> None:
-        """Fail the receives and the waits for ring space of ``group`` (None: all).
+        """Fail the sends waiting for ring space (of ``group``; all: the peer is gone).
 
-        Without a group the connection is gone: senders waiting for the peer to
-        map the ring fail too, and an offered ring it never mapped is unlinked.
+        Receives are the inbox's to fail; a partial payload whose receive has
+        failed only frees its remaining pieces. Without a group the connection
+        is gone: senders waiting for the peer to map the ring fail too, and an
+        offered ring it never mapped is unlinked.
         """
-        for tag, partial in self._partials.items():
-            if group is not None and tag[0] != group:
-                continue
-            if partial.receive is not None and not partial.receive.done():
-                partial.receive.set_exception(error)
-            # Its remaining pieces, if any come, are freed and dropped.
-            partial.out = None
-            partial.kept = None
+        if group is None:
+            for partial in self._partials.values():
+                partial.kept = None  # nobody will want it: free its pieces only
         if self._outbox is not None:
             self._outbox.fail(error, group)
         if group is not None:

@@ -44,7 +44,9 @@ async def setup():
     mesh = TcpMesh("job")
     mesh.set_directory(1, {0: ("127.0.0.1", 1, "a"), 1: ("127.0.0.1", 2, "b")})
     connection = PeerConnection(mesh, None)
+    mesh.accept_hello(connection, 0)  # as if rank 0 had dialed and proved the job
     connection.peer = 0
+    connection.ready.set_result(None)
     yield mesh, connection
     await mesh.close()
 
@@ -110,8 +112,8 @@ async def test_frame_of_another_size_fails_its_receive_with_mismatch(setup):
 async def test_same_frame_twice_is_a_protocol_error(setup):
     mesh, connection = setup
     with pytest.raises(ProtocolError, match="twice"):
-        mesh.keep_unexpected(0, TAG, bytearray(4), NO_FINGERPRINT)
-        mesh.keep_unexpected(0, TAG, bytearray(4), NO_FINGERPRINT)
+        mesh.inbox(0).arrived(TAG, bytearray(4), NO_FINGERPRINT)
+        mesh.inbox(0).arrived(TAG, bytearray(4), NO_FINGERPRINT)
 
 
 @pytest.mark.parametrize("posted_first", [True, False])
@@ -161,13 +163,12 @@ async def test_receive_whose_payload_is_arriving_fails_when_the_connection_drops
 
 async def test_receive_whose_payload_is_arriving_fails_when_its_group_breaks(setup):
     mesh, connection = setup
-    mesh._channel(0).connection = connection  # as if rank 0 had dialed
     out = np.zeros(100_000, dtype=np.uint8)
     received = mesh.recv_into(0, TAG, as_bytes(out))
     data = frame(TAG, np.ones(100_000, dtype=np.uint8))
     feed(connection, data[:50_000])
 
-    mesh.abort_group(TAG[0], TAG[1], MismatchError("broken elsewhere"), ())
+    mesh.fail_group(TAG[0], MismatchError("broken elsewhere"))
     feed(connection, data[50_000:])  # the rest is thrown away
 
     with pytest.raises(MismatchError, match="broken elsewhere"):
@@ -249,12 +250,11 @@ class _SilentTransport:
 
 async def test_a_send_waiting_on_a_peer_declared_lost_fails_at_once(setup):
     # A host cut off sends no reset: its sends never drain. The coordinator's
-    # notice (peer_lost) must fail them, not the operation's deadline.
+    # notice (the peer's failure) must fail them, not the operation's deadline.
     mesh, connection = setup
     connection.transport = _SilentTransport()
-    mesh._channel(0).connection = connection
     connection.pause_writing()
     sent = connection.send_frame(FrameKind.DATA, TAG, memoryview(bytes(1 << 20)))
-    mesh.peer_lost(0, PeerLostError("rank 0 on host h0 was lost: no heartbeat", rank=0))
+    mesh.fail_peer(0, PeerLostError("rank 0 on host h0 was lost: no heartbeat", rank=0))
     with pytest.raises(PeerLostError, match="no heartbeat"):
         await asyncio.wait_for(sent, 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import importlib
 import json
 import subprocess
@@ -334,3 +335,88 @@ def test_unknown_attribute_raises_attribute_error_naming_it() -> None:
         asyncoll.all_reduse
     with pytest.raises(ImportError, match="all_reduse"):
         from asyncoll import all_reduse  # noqa: F401
+
+
+# -- layers: imports point down only -----------------------------------------------------
+
+#: The package's layers, bottom first, by module prefix (the longest prefix wins).
+#: wire < transport < algorithms < group < runtime < api < tools.
+LAYERS: dict[str, int] = {
+    "asyncoll._wire": 0, "asyncoll.errors": 0, "asyncoll.types": 0,
+    "asyncoll._settings": 0, "asyncoll._compat": 0, "asyncoll._auth": 0,
+    "asyncoll._transport": 1,
+    "asyncoll._algorithms": 2,
+    "asyncoll.group": 3, "asyncoll._group": 3, "asyncoll._point_to_point": 3,
+    "asyncoll._objects": 3, "asyncoll._tensors": 3, "asyncoll._arguments": 3,
+    "asyncoll._rendezvous": 4, "asyncoll._session": 4, "asyncoll._runtime": 4,
+    "asyncoll._loop_thread": 4, "asyncoll._init_method": 4, "asyncoll._addresses": 4,
+    "asyncoll.coordinator": 4,
+    "asyncoll._blocking": 5, "asyncoll._work": 5, "asyncoll.aio": 5,
+    "asyncoll._torch_backend": 5, "asyncoll.testing": 5, "asyncoll._api": 5,
+    "asyncoll.run": 6, "asyncoll.bench": 6, "asyncoll.cli": 6, "asyncoll.__main__": 6,
+    "asyncoll.tools": 6,
+}
+LAYER_NAMES = ["wire", "transport", "algorithms", "group", "runtime", "api", "tools"]
+
+
+def _layer(name: str) -> int | None:
+    best = max((p for p in LAYERS if name == p or name.startswith(p + ".")
+                or (name.startswith(p) and p.rsplit(".", 1)[-1].startswith("_group"))),
+               key=len, default=None)
+    return LAYERS[best] if best is not None else None
+
+
+def _upward_imports(source: str, module: str) -> list[str]:
+    own = _layer(module)
+    if own is None:
+        return [f"{module} is in no layer: add it to LAYERS"]
+    found = []
+    names = {n for n in _imports(ast.parse(source), module) if n.startswith("asyncoll.")}
+    for name in sorted(names):
+        target = _layer(name)
+        if target is not None and target > own:
+            found.append(f"{module} ({LAYER_NAMES[own]}) imports {name} "
+                         f"({LAYER_NAMES[target]})")
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in sorted(PACKAGE.rglob("*.py"))
+                                  if p != PACKAGE / "__init__.py"],
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_point_down_the_layers(path: Path) -> None:
+    assert _upward_imports(path.read_text(), _module_name(path)) == []
+
+
+@pytest.mark.parametrize("source, module", [
+    ("from asyncoll._session import Session", "asyncoll._group_core"),
+    ("from asyncoll._group_faults import GroupFaults", "asyncoll._transport.mesh"),
+    ("from asyncoll import aio", "asyncoll._runtime.runtime"),
+    ("import asyncoll._algorithms.ring", "asyncoll._wire.frames"),
+])
+def test_the_layer_rule_catches_an_upward_import(source: str, module: str) -> None:
+    assert _upward_imports(source, module) != []
+
+
+def test_the_layer_rule_allows_downward_imports() -> None:
+    source = "from asyncoll._transport.base import Mesh\nfrom asyncoll.errors import Closed"
+    assert _upward_imports(source, "asyncoll._group_core") == []
+
+
+_GROUP_WORDS = [r"\bregister_group\b", r"\babort_group\b", r"\bgroup_error\b",
+                r"\bbegin\(", r"\bcomplete\(", r"\b_broken_groups\b", r"\b_running\b",
+                r"\b_completed\b", r"\bGroupFaults\b"]
+
+
+@pytest.mark.parametrize("path", _files("_transport"), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_transport_knows_peers_and_tags_not_groups_or_operations(path: Path) -> None:
+    # Groups and operations are the group layer's: no transport module may name what
+    # decides them (membership, the running operation, breaking a group, ABORT relays).
+    source = path.read_text()
+    named = [word for word in _GROUP_WORDS if re.search(word, source)]
+    assert named == [], f"{path.relative_to(PACKAGE.parent)} names {named}"
+
+
+def test_the_group_word_rule_catches_the_old_mesh() -> None:
+    old = "def register_group(self, group_id, ranks):\n    self._broken_groups = {}"
+    assert [w for w in _GROUP_WORDS if re.search(w, old)] != []
+    assert not [w for w in _GROUP_WORDS if re.search(w, "asyncio.get_running_loop()")]

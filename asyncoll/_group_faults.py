@@ -1,0 +1,148 @@
+"""GroupFaults: which groups are broken on this rank, why, and telling their members.
+
+The group layer's half of failure handling; the transport's half is one
+``fail`` per peer or tag group. This object listens to the mesh
+(:class:`asyncoll._transport.base.Listener`) and decides:
+
+- a lost peer breaks every group it belongs to;
+- an ABORT frame from a member breaks its group here too, and is passed on
+  to the members connected to this rank, so it reaches every member some
+  operation connected, not just the neighbours of the rank that failed first;
+- a frame kept early for the operation running now, with another
+  fingerprint, or for an operation this rank already completed, means the
+  ranks are out of step: the group is broken with MismatchError.
+
+Breaking a group is sticky, as gloo's pair errors are: every pending and
+later send and receive of it fails with the first error (the mesh does
+that), and ABORT frames tell the other members, so a ring whose member
+failed does not wait for data that will never come.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from asyncoll._transport.base import MeshControl, Tag
+from asyncoll._transport.inbox import desync
+from asyncoll._wire.frames import Fingerprint, decode_abort, encode_abort
+from asyncoll.errors import (
+    AsyncollError,
+    MismatchError,
+    PeerLostError,
+    error_code,
+    error_from_code,
+)
+
+
+class GroupFaults:
+    """The broken state of this rank's groups; the mesh's listener."""
+
+    def __init__(self, mesh: MeshControl) -> None:
+        self._mesh = mesh
+        #: Members of every group this rank knows (and of point-to-point channels).
+        self._groups: dict[int, tuple[int, ...]] = {}
+        self._broken: dict[int, AsyncollError] = {}
+        #: The operation each group runs now, and the last one each completed.
+        self._running: dict[int, tuple[int, Fingerprint]] = {}
+        self._completed: dict[int, int] = {}
+        mesh.listener = self
+
+    def register(self, group_id: int, ranks: Sequence[int]) -> None:
+        """Record a group's members, so a lost peer breaks every group it belongs to."""
+        self._groups[group_id] = tuple(ranks)
+
+    def error(self, group_id: int) -> AsyncollError | None:
+        """The failure that broke group ``group_id``, or None while it is intact."""
+        return self._broken.get(group_id)
+
+    def begin(self, group_id: int, seq: int, fingerprint: Fingerprint) -> None:
+        """Operation ``seq`` of ``group_id`` starts here: frames for it must match it."""
+        self._running[group_id] = (seq, fingerprint)
+        if not self._mesh.has_early:
+            return
+        for peer, tag, theirs in self._mesh.early(group_id):
+            if tag[1] == seq and theirs != fingerprint:
+                self.abort(group_id, seq, desync(self._mesh.rank, peer, tag, fingerprint,
+                                                 theirs))
+                return
+
+    def complete(self, group_id: int, seq: int) -> None:
+        """Operation ``seq`` of ``group_id`` finished here.
+
+        A frame kept for it (or for an earlier one) was sent by a rank that ran
+        a different operation: the group is out of step and is broken.
+        """
+        self._completed[group_id] = seq
+        self._running.pop(group_id, None)
+        if not self._mesh.has_early:
+            return
+        for peer, tag, theirs in self._mesh.early(group_id):
+            if tag[1] <= seq:
+                self._stale(peer, tag, theirs)
+
+    def abort(self, group_id: int, seq: int, error: AsyncollError,
+              members: Sequence[int] | None = None) -> None:
+        """Break group ``group_id`` here, and tell its other members to do the same."""
+        if self._break(group_id, error):
+            self._send_aborts(group_id, seq, error, members)
+
+    def peer_lost(self, peer: int, error: AsyncollError) -> None:
+        """``peer`` is gone: fail everything with it and break every group it is in.
+
+        The other members hear it from this rank too (ABORT frames), before
+        anything else this rank may send them, such as its goodbye.
+        """
+        self._mesh.fail_peer(peer, error)
+        for group_id, members in list(self._groups.items()):
+            if peer in members and self._break(group_id, error):
+                self._send_aborts(group_id, self._completed.get(group_id, 0) + 1, error,
+                                  members)
+
+    # -- the mesh's Listener ------------------------------------------------------------
+
+    def early_frame(self, peer: int, tag: Tag, fingerprint: Fingerprint) -> None:
+        """A frame was kept early: it must fit what its group runs, or ran."""
+        running = self._running.get(tag[0])
+        if running is not None and running[0] == tag[1] and running[1] != fingerprint:
+            self.abort(tag[0], tag[1], desync(self._mesh.rank, peer, tag, running[1],
+                                              fingerprint))
+        elif tag[1] <= self._completed.get(tag[0], 0):
+            self._stale(peer, tag, fingerprint)
+
+    def control_received(self, peer: int, tag: Tag, payload: bytes) -> None:
+        """Rank ``peer`` gave up on operation ``tag[1]`` of a group: break it here too."""
+        group_id, seq = tag[0], tag[1]
+        code, lost, message = decode_abort(payload)
+        prefix = f"rank {peer} abandoned operation #{seq} of group {group_id}: "
+        error = error_from_code(code, message if message.startswith("rank ") and
+                                "abandoned operation" in message else prefix + message)
+        if isinstance(error, PeerLostError):
+            error.rank = lost if lost >= 0 else peer
+            error.host = self._mesh.hostname(error.rank)
+        if self._break(group_id, error):
+            self._send_aborts(group_id, seq, error, None, skip=peer)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _break(self, group_id: int, error: AsyncollError) -> bool:
+        if group_id in self._broken:
+            return False
+        self._broken[group_id] = error
+        self._mesh.fail_group(group_id, error)
+        return True
+
+    def _send_aborts(self, group_id: int, seq: int, error: AsyncollError,
+                     members: Sequence[int] | None, skip: int = -1) -> None:
+        lost = error.rank if isinstance(error, PeerLostError) else -1
+        payload = memoryview(encode_abort(error_code(type(error)), str(error), lost))
+        for peer in members if members is not None else self._groups.get(group_id, ()):
+            if peer != skip:
+                self._mesh.send_control(peer, (group_id, seq, 0), payload)
+
+    def _stale(self, peer: int, tag: Tag, theirs: Fingerprint) -> None:
+        """Rank ``peer`` sent data for an operation this rank finished without it."""
+        described = ", ".join(f"{k} {v}" for k, v in theirs.fields().items())
+        self.abort(tag[0], tag[1], MismatchError(
+            f"rank {peer} sent data for operation #{tag[1]} of group {tag[0]} ({described}), "
+            "which this rank completed without expecting it: the ranks called different "
+            "collectives, or passed different roots"))

@@ -1,0 +1,255 @@
+"""Inbox: one peer's receives, and the frames that peer sends, matched in one place.
+
+Every carrier (a TCP connection's frames, a shared-memory ring's pieces, the
+in-memory mesh of the tests) delivers through the inbox of the peer it
+carries from:
+
+- ``post`` registers a receive, or completes it at once from a frame that
+  arrived before it (an *early* frame, kept until its receive is posted);
+- ``match`` is called when a frame's header arrives. It returns the receive
+  the payload goes to, already failed when the frame does not fit it (the
+  carrier then discards the payload), or None: the carrier keeps the payload
+  in a buffer of its own and hands it to ``arrived`` once complete, which
+  gives it to a receive posted meanwhile or keeps it as an early frame;
+- ``fail`` fails every receive, pending and later, of one tag group or all.
+
+Early frames are bounded while this rank waits for nothing from the peer:
+once they hold more than ``limit`` bytes and no receive is posted, the inbox
+asks its carrier to stop reading from the peer (``on_full(True)``), and to
+go on (``on_full(False)``) once receives have taken enough of them, or as
+soon as a receive is posted: its frame may be behind the early ones, and a
+connection delivers in order, so holding back then could only deadlock. A
+peer that floods this rank with frames it does not ask for is then slowed
+by TCP's flow control (or by its shared-memory ring filling) instead of
+growing this process's memory without end. A frame is always read whole
+before reading stops, so the bound is ``limit`` plus the frames in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from asyncoll._transport.base import Consumer, Tag, consume_into
+from asyncoll._transport.settings import EARLY_LIMIT_BYTES
+from asyncoll._wire.frames import Fingerprint
+from asyncoll.errors import AsyncollError, MismatchError, ProtocolError
+
+log = logging.getLogger("asyncoll.transport")
+
+
+
+@dataclass(slots=True, eq=False)
+class Receive:
+    """A posted receive: where the payload goes, and who waits for it."""
+
+    tag: Tag
+    out: memoryview
+    future: asyncio.Future[None]
+    fingerprint: Fingerprint
+    #: Takes the payload instead of ``out`` (see Mesh.recv_into), if any.
+    consume: Consumer | None
+
+    @property
+    def failed(self) -> bool:
+        """Whether the receive ended before its payload did (failed or cancelled)."""
+        return self.future.done()
+
+    def put(self, offset: int, data: memoryview) -> bool:
+        """Deliver ``data`` at ``offset`` of the payload; False once the receive has ended."""
+        if self.future.done():
+            return False
+        if self.consume is None:
+            self.out[offset:offset + data.nbytes] = data
+            return True
+        return consume_into(self.consume, offset, data, self.future)
+
+    def complete_in_place(self) -> None:
+        """The whole payload was written into ``out``: hand it on, and resolve."""
+        if self.future.done():
+            return
+        if self.consume is None or consume_into(self.consume, 0, self.out, self.future):
+            self.future.set_result(None)
+
+    def finish(self) -> None:
+        """Every part was delivered with :meth:`put`: resolve."""
+        if not self.future.done():
+            self.future.set_result(None)
+
+
+class Inbox:
+    """The receives posted for one peer, its early frames, and their matching."""
+
+    def __init__(self, peer: int, local_rank: Callable[[], int],
+                 limit: int = EARLY_LIMIT_BYTES) -> None:
+        self.peer = peer
+        self._local_rank = local_rank
+        self.limit = limit
+        self._posted: dict[Tag, Receive] = {}
+        #: Matched receives whose payload is arriving.
+        self._filling: dict[Tag, Receive] = {}
+        self._early: dict[Tag, tuple[bytearray, Fingerprint]] = {}
+        #: Bytes held by early frames.
+        self.kept_bytes = 0
+        self._full = False
+        #: The peer failed: every receive, pending and later, fails with this.
+        self.error: AsyncollError | None = None
+        self._failed_groups: dict[int, AsyncollError] = {}
+        #: Told of every frame kept early, so the layer above can check it.
+        self.on_early: Callable[[int, Tag, Fingerprint], None] | None = None
+        #: Told to stop (True) or resume (False) reading from the peer.
+        self.on_full: Callable[[bool], None] | None = None
+
+    # -- receives -------------------------------------------------------------------------
+
+    def post(self, tag: Tag, out: memoryview, fingerprint: Fingerprint,
+             consume: Consumer | None) -> asyncio.Future[None]:
+        """Receive frame ``tag`` into ``out`` (or to ``consume``); done when it is there."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        kept = self._early.pop(tag, None)
+        if kept is not None:
+            payload, theirs = kept
+            self._release(len(payload))
+            receive = Receive(tag, out, future, fingerprint, consume)
+            if self._fits(receive, len(payload), theirs) and receive.put(
+                    0, memoryview(payload)):
+                receive.finish()
+            return future
+        error = self.error or self._failed_groups.get(tag[0])
+        if error is not None:
+            future.set_exception(error)
+            return future
+        self._posted[tag] = Receive(tag, out, future, fingerprint, consume)
+        future.add_done_callback(lambda done: self._forget(tag, done))
+        if self._full:
+            self._update_flow()
+        return future
+
+    def match(self, tag: Tag, nbytes: int, fingerprint: Fingerprint) -> Receive | None:
+        """The receive a frame whose header just arrived goes to, or None: keep it.
+
+        A receive returned already failed (the frame's operation or size does
+        not fit it) wants none of the payload: the carrier discards it.
+        """
+        receive = self._posted.pop(tag, None)
+        if receive is None or receive.future.done():
+            return None
+        if self._fits(receive, nbytes, fingerprint):
+            self._filling[tag] = receive
+        return receive
+
+    def arrived(self, tag: Tag, payload: bytearray, fingerprint: Fingerprint) -> None:
+        """A payload no receive wanted at its header is complete: deliver it, or keep it.
+
+        Raises:
+            ProtocolError: the peer sent this frame twice.
+        """
+        receive = self.match(tag, len(payload), fingerprint)
+        if receive is not None:
+            if receive.put(0, memoryview(payload)):
+                receive.finish()
+            return
+        if self.error is not None or tag[0] in self._failed_groups:
+            return  # nobody will ever want it
+        if tag in self._early:
+            raise ProtocolError(f"rank {self.peer} sent frame {tag} twice")
+        self._early[tag] = (payload, fingerprint)
+        self.kept_bytes += len(payload)
+        if self.kept_bytes > self.limit:
+            self._update_flow()
+        if self.on_early is not None:
+            self.on_early(self.peer, tag, fingerprint)
+
+    def early(self, group: int) -> list[tuple[Tag, Fingerprint]]:
+        """The tags (and fingerprints) of the early frames of tag group ``group``."""
+        if not self._early:
+            return []
+        return [(tag, fp) for tag, (_, fp) in self._early.items() if tag[0] == group]
+
+    @property
+    def has_early(self) -> bool:
+        """Whether any early frame is kept."""
+        return bool(self._early)
+
+    # -- failure --------------------------------------------------------------------------
+
+    def fail(self, error: AsyncollError, group: int | None = None) -> None:
+        """Fail every receive of tag group ``group`` (None: of the peer), pending and later.
+
+        The first error is sticky: later receives fail with it. A group's early
+        frames are dropped (never wanted now); the peer's are kept, since a
+        receive may still be posted for a frame that came before its failure.
+        """
+        if group is None:
+            self.error = self.error or error
+            error = self.error
+        else:
+            error = self._failed_groups.setdefault(group, error)
+        for receives in (self._posted, self._filling):
+            for tag, receive in list(receives.items()):
+                if group is None or tag[0] == group:
+                    del receives[tag]
+                    if not receive.future.done():
+                        receive.future.set_exception(error)
+        if group is not None:
+            for tag in [t for t in self._early if t[0] == group]:
+                self._release(len(self._early.pop(tag)[0]))
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _fits(self, receive: Receive, nbytes: int, fingerprint: Fingerprint) -> bool:
+        if fingerprint != receive.fingerprint:
+            receive.future.set_exception(desync(self._local_rank(), self.peer, receive.tag,
+                                                receive.fingerprint, fingerprint))
+            return False
+        if nbytes != receive.out.nbytes:
+            receive.future.set_exception(size_mismatch(self.peer, receive.tag, nbytes,
+                                                       receive.out.nbytes))
+            return False
+        return True
+
+    def _release(self, nbytes: int) -> None:
+        self.kept_bytes -= nbytes
+        if self._full:
+            self._update_flow()
+
+    def _update_flow(self) -> None:
+        """Stop reading while early frames are over the bound and nothing is awaited."""
+        waited = self._posted or self._filling
+        full = self.kept_bytes > self.limit and not waited and self.error is None
+        if full == self._full:
+            return
+        self._full = full
+        if full:
+            log.info("rank %d has sent %d bytes that no receive here has asked for yet "
+                     "(more than ASYNCOLL_MAX_EARLY_BYTES=%d); reading from it waits for a "
+                     "receive", self.peer, self.kept_bytes, self.limit)
+        if self.on_full is not None:
+            self.on_full(full)
+
+    def _forget(self, tag: Tag, done: asyncio.Future[None]) -> None:
+        for receives in (self._posted, self._filling):
+            receive = receives.get(tag)
+            if receive is not None and receive.future is done:
+                del receives[tag]
+        if self.kept_bytes > self.limit:
+            self._update_flow()
+
+
+def desync(rank: int, peer: int, tag: Tag, mine: Fingerprint,
+           theirs: Fingerprint) -> MismatchError:
+    """The error for a frame of another operation than the one this rank runs."""
+    return MismatchError(f"ranks {rank} and {peer} called operation #{tag[1]} of group "
+                         f"{tag[0]} differently ({'; '.join(mine.differences(theirs, rank, peer))}"
+                         "): every rank must call the same collectives in the same order, with "
+                         "the same arguments")
+
+
+def size_mismatch(peer: int, tag: Tag, sent: int, expected: int) -> MismatchError:
+    """The error for a frame whose size differs from its receive's."""
+    return MismatchError(f"rank {peer} sent {sent} bytes for step {tag[2]} of operation "
+                         f"#{tag[1]} on group {tag[0]}; this rank expected {expected}: the "
+                         "ranks called collectives of different sizes")

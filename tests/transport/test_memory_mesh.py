@@ -1,0 +1,103 @@
+"""The in-memory mesh: a second implementation of the transport's seams.
+
+The algorithms and the group layer's failure handling run over it as they do
+over TCP, with every rank in this process and no socket: what they need of a
+transport is the seam, and nothing of TCP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
+from asyncoll._algorithms.ring import all_reduce_scratch_elements, ring_all_reduce
+from asyncoll._algorithms.team import Team
+from asyncoll._algorithms.tree import tree_broadcast
+from asyncoll._group_faults import GroupFaults
+from asyncoll._transport.memory import memory_meshes
+from asyncoll._wire.frames import Fingerprint, Operation
+from asyncoll.errors import MismatchError, PeerLostError
+from asyncoll.types import ReduceOp
+
+pytestmark = pytest.mark.timeout(30)
+
+SUM = Fingerprint(Operation.ALL_REDUCE, 1)
+
+
+def teams(size: int, seq: int = 1, fingerprint: Fingerprint = SUM) -> list[Team]:
+    return [Team(mesh, range(size), 0, seq, fingerprint=fingerprint)
+            for mesh in memory_meshes(size)]
+
+
+@pytest.mark.parametrize("size, count", [(2, 10), (3, 1001), (4, 0), (5, 77)])
+async def test_ring_all_reduce_over_memory_matches_numpy(size, count):
+    arrays = [np.arange(count, dtype=np.float64) * (rank + 1) for rank in range(size)]
+
+    async def run(team, data):
+        scratch = np.empty(all_reduce_scratch_elements(data.size, team.size), data.dtype)
+        await ring_all_reduce(team, data, ReduceOp.SUM, scratch, 64)
+        await team.flush()
+
+    await asyncio.gather(*(run(t, a) for t, a in zip(teams(size), arrays)))
+    for data in arrays:
+        np.testing.assert_array_equal(data, np.arange(count) * sum(range(1, size + 1)))
+
+
+@pytest.mark.parametrize("size", [1, 3, 6])
+async def test_doubling_and_tree_over_memory_match_numpy(size):
+    maxima = [np.array([rank, -rank], dtype=np.int32) for rank in range(size)]
+    copies = [np.full(3, rank, dtype=np.int16) for rank in range(size)]
+
+    async def run(team, mine, copy):
+        await recursive_doubling_all_reduce(team, mine, ReduceOp.MAX, np.empty_like(mine))
+        await tree_broadcast(team.phase(1), copy, size - 1)
+        await team.flush()
+
+    await asyncio.gather(*(run(t, m, c) for t, m, c in zip(teams(size), maxima, copies)))
+    assert all(m.tolist() == [size - 1, 0] for m in maxima)
+    assert all(c.tolist() == [size - 1] * 3 for c in copies)
+
+
+async def test_ranks_running_different_operations_fail_with_mismatch():
+    meshes = memory_meshes(2)
+    faults = [GroupFaults(mesh) for mesh in meshes]
+    for fault in faults:
+        fault.register(0, (0, 1))
+    other = Fingerprint(Operation.BROADCAST, 1, root=0)
+
+    async def as_the_group_layer_does(rank, call, fingerprint):
+        faults[rank].begin(0, 1, fingerprint)
+        try:
+            await asyncio.wait_for(call, 5)
+        except MismatchError as exc:  # the first failure breaks the group everywhere
+            faults[rank].abort(0, 1, exc, (0, 1))
+            return exc
+        return None
+
+    data = [np.ones(4, np.float32), np.ones(4, np.float32)]
+    results = await asyncio.gather(
+        as_the_group_layer_does(0, recursive_doubling_all_reduce(
+            Team(meshes[0], (0, 1), 0, 1, fingerprint=SUM), data[0], ReduceOp.SUM,
+            np.empty(4, np.float32)), SUM),
+        as_the_group_layer_does(1, tree_broadcast(
+            Team(meshes[1], (0, 1), 0, 1, fingerprint=other), data[1], 0), other))
+    assert all(isinstance(r, MismatchError) for r in results), results
+    for error in results:
+        assert "all_reduce on rank 0" in str(error) and "broadcast on rank 1" in str(error)
+
+
+async def test_a_lost_peer_fails_the_survivors_waiting_for_it_naming_it():
+    meshes = memory_meshes(3)
+    faults = [GroupFaults(mesh) for mesh in meshes]
+    for fault in faults:
+        fault.register(0, (0, 1, 2))
+    waiting = [meshes[r].recv_into(2, (0, 1, 0), memoryview(bytearray(4))) for r in (0, 1)]
+    meshes[0].lose(2)  # rank 2 died; rank 0 saw its connection break, rank 1 did not
+    for received in waiting:
+        with pytest.raises(PeerLostError) as info:
+            await asyncio.wait_for(received, 1)
+        assert info.value.rank == 2 and info.value.host == "memory"
+    assert isinstance(faults[1].error(0), PeerLostError)  # through rank 0's ABORT
