@@ -166,9 +166,11 @@ class CoordinatorClient:
         self._pending[request_id] = future
         try:
             write_message(self._writer, message, request_id)
-            async with timeout_after(timeout):
+            async with timeout_after(timeout) as deadline:
                 reply = await future
         except TimeoutError:
+            if not deadline.expired():
+                raise  # the reply's own error, a TimeoutError too: not this deadline's
             raise RendezvousTimeoutError(
                 f"{what}: no answer from the coordinator at {self.address} within "
                 f"{timeout:.1f} s") from None

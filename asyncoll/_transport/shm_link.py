@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from asyncoll._transport import shm
 from asyncoll._transport.base import Tag
@@ -27,10 +28,23 @@ from asyncoll._wire.frames import (
 )
 from asyncoll.errors import AsyncollError, ProtocolError
 
-if TYPE_CHECKING:
-    from asyncoll._transport.connection import PeerConnection
-
 log = logging.getLogger("asyncoll.transport")
+
+
+class FrameLink(Protocol):
+    """What the link needs of its TCP connection: the notices travel on it."""
+
+    @property
+    def peer(self) -> int | None:
+        """The peer's global rank (None before the handshake)."""
+
+    @property
+    def writable(self) -> bool:
+        """Whether frames can still be written."""
+
+    def send_frame(self, kind: FrameKind, tag: Tag, payload: memoryview,
+                   fingerprint: Fingerprint = ...) -> Awaitable[None]:
+        """Write one frame."""
 
 
 @dataclass(slots=True)
@@ -46,7 +60,7 @@ class _Partial:
 class ShmLink:
     """Shared-memory payloads to and from the peer of one connection."""
 
-    def __init__(self, connection: PeerConnection, loop: asyncio.AbstractEventLoop,
+    def __init__(self, connection: FrameLink, loop: asyncio.AbstractEventLoop,
                  ring_bytes: int) -> None:
         self._connection = connection
         self._loop = loop
