@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from asyncoll import _auth
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._settings import HANDSHAKE_TIMEOUT_S, LINGER_S
-from asyncoll._transport import shm
 from asyncoll._transport.base import Consumer, Tag, consume_into
 from asyncoll._transport.connection import PeerConnection
+from asyncoll._transport.settings import TransportSettings
 from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint, FrameKind, encode_abort
 from asyncoll.errors import (
     AsyncollError,
@@ -72,11 +72,12 @@ class TcpMesh:
     Implements the :class:`asyncoll._transport.base.Mesh` seam.
     """
 
-    def __init__(self, job: str, token: bytes | None = None) -> None:
+    def __init__(self, job: str, settings: TransportSettings = TransportSettings()) -> None:
         self.loop = asyncio.get_running_loop()
         self.job = job
+        self.settings = settings
         #: The job's shared secret: accepted connections must prove it.
-        self.token = token
+        self.token = settings.token
         self._rank = -1
         self._size = 0
         self._channels: dict[int, _Channel] = {}
@@ -90,7 +91,7 @@ class TcpMesh:
         self._unexpected_count = 0
         self._closed = False
         #: Payloads this large go through shared memory to same-host peers (0: never).
-        self._shm_min = shm.min_bytes() if shm.enabled() else 0
+        self._shm_min = settings.shm_min_bytes
 
     @property
     def rank(self) -> int:

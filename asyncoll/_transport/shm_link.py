@@ -81,7 +81,7 @@ class ShmLink:
             self._opening = self._mesh.loop.create_future()
             name = shm.new_name()
             try:
-                segment = shm.create(name, shm.ring_bytes())
+                segment = shm.create(name, self._mesh.settings.shm_ring_bytes)
             except OSError as exc:
                 log.info("no shared memory for rank %s (%s); using TCP", self._connection.peer,
                          exc)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from asyncoll._transport.mesh import TcpMesh
+from asyncoll._transport.settings import TransportSettings
 from asyncoll._wire.messages import Join, Status, encode
 from asyncoll.errors import AuthenticationError
 
@@ -103,11 +104,11 @@ async def test_dialer_refuses_a_data_port_that_cannot_prove_the_secret():
 
 async def dial_with_tokens(server_token, clients):
     """Rank 0 dials rank 1 (``server_token``) once per (name, token); how each went."""
-    server = TcpMesh("job", token=server_token)
+    server = TcpMesh("job", TransportSettings(token=server_token))
     port = await server.listen("127.0.0.1")
     results = {}
     for name, token in clients:
-        client = TcpMesh("job", token=token)
+        client = TcpMesh("job", TransportSettings(token=token))
         client_port = await client.listen("127.0.0.1")
         directory = {0: ("127.0.0.1", client_port, "a"), 1: ("127.0.0.1", port, "b")}
         client.set_directory(0, directory)
