@@ -16,7 +16,6 @@ cases where this guess fails, and so are the overrides here).
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
 from collections.abc import Mapping
@@ -38,11 +37,12 @@ class ListenPlan:
     source: str
 
 
-def listen_plan(coordinator_side: str, environ: Mapping[str, str] = os.environ) -> ListenPlan:
+def listen_plan(coordinator_side: str, environ: Mapping[str, str]) -> ListenPlan:
     """Decide the data port's addresses from the environment.
 
     Args:
         coordinator_side: the local address of this peer's coordinator connection.
+        environ: the environment, as the runtime read it.
 
     Raises:
         ConfigurationError: an unknown interface, or a malformed port range.

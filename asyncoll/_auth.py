@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
 
 from asyncoll.errors import ConfigurationError
@@ -24,9 +24,9 @@ from asyncoll.errors import ConfigurationError
 TOKEN_VARIABLE = "ASYNCOLL_TOKEN"
 
 
-def token_from_environment() -> bytes | None:
-    """The secret in ASYNCOLL_TOKEN, or None when it is unset or empty."""
-    value = os.environ.get(TOKEN_VARIABLE, "")
+def token_from_environment(environ: Mapping[str, str]) -> bytes | None:
+    """The secret in ``environ``'s ASYNCOLL_TOKEN, or None when it is unset or empty."""
+    value = environ.get(TOKEN_VARIABLE, "")
     return value.encode() if value else None
 
 

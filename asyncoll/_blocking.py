@@ -8,7 +8,6 @@ ranks; ``group_src`` and ``group_dst`` are ranks within ``group``, as in torch.
 
 from __future__ import annotations
 
-import atexit
 import threading
 import warnings
 from collections.abc import Callable, Coroutine, Sequence
@@ -17,7 +16,7 @@ from datetime import timedelta
 from typing import Any, Union
 
 from asyncoll import aio
-from asyncoll._loop_thread import LoopThread
+from asyncoll._runtime.runtime import runtime
 from asyncoll._work import Work
 from asyncoll.errors import ConfigurationError
 from asyncoll.group import WORLD, AsyncProcessGroup, WorldGroup
@@ -27,7 +26,7 @@ from asyncoll.types import ReduceOp
 Group = Union[AsyncProcessGroup, WorldGroup, None]
 
 _lock = threading.Lock()
-_loop: LoopThread | None = None
+#: The default group (torch's default process group); the runtime runs everything else.
 _world: aio.World | None = None
 
 
@@ -46,7 +45,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         RendezvousError: the coordinator refused this peer, is unreachable, or the
             rendezvous timed out (RendezvousTimeoutError).
     """
-    global _loop, _world
+    global _world
     if store is not None:
         raise ConfigurationError("asyncoll does not use a torch Store: pass init_method "
                                  "(env:// or tcp://host:port) instead")
@@ -54,10 +53,12 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         if _world is not None:
             raise ConfigurationError("init_process_group was called twice; call "
                                      "destroy_process_group() first")
-        if _loop is None:
-            _loop = LoopThread()
-        _world = _loop.run(aio.init_process_group(backend, init_method, timeout, world_size,
-                                                  rank, job_id))
+        shared = runtime()
+        _world = shared.run(aio.init_process_group(backend, init_method, timeout, world_size,
+                                                   rank, job_id))
+        # A program that forgets destroy_process_group still leaves the job
+        # cleanly, so its peers and an embedded coordinator are not left waiting.
+        shared.at_exit(destroy_process_group)
 
 
 def destroy_process_group(group: Group = None) -> None:
@@ -67,8 +68,8 @@ def destroy_process_group(group: Group = None) -> None:
         return
     with _lock:
         world, _world = _world, None
-        if world is not None and _loop is not None:
-            _loop.run(world.destroy())
+        if world is not None:
+            runtime().run(world.destroy())
 
 
 def is_available() -> bool:
@@ -407,25 +408,14 @@ def _collective(what: str, group: Group, async_op: bool,
 
 
 def _submit(coro: Coroutine[Any, Any, Any], what: str) -> Work:
-    assert _loop is not None  # set by init_process_group
-    return Work(_loop.submit(coro), what)
+    return Work(runtime().submit(coro), what)
 
 
 def _run(coro: Any) -> Any:
-    assert _loop is not None  # set by init_process_group
-    return _loop.run(coro)
+    return runtime().run(coro)
 
 
 def _warn_not_member(what: str, group: AsyncProcessGroup, stacklevel: int = 3) -> None:
     warnings.warn(f"Running {what} on global rank {group.global_rank} which does not belong "
                   f"to the given group {list(group.ranks)}; the call does nothing.",
                   stacklevel=stacklevel)
-
-
-@atexit.register
-def _destroy_at_exit() -> None:
-    # A program that forgets destroy_process_group still leaves the job
-    # cleanly, so its peers and an embedded coordinator are not left waiting.
-    destroy_process_group()
-    if _loop is not None:
-        _loop.stop()

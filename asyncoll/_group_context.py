@@ -6,6 +6,7 @@ the runtime's Session provides it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from asyncoll._group_faults import GroupFaults
@@ -29,6 +30,10 @@ class Membership(Protocol):
     @property
     def faults(self) -> GroupFaults:
         """Which groups are broken on this rank, and why."""
+
+    @property
+    def forced_algorithms(self) -> Mapping[str, str]:
+        """The algorithm forced per collective (ASYNCOLL_ALGORITHM), read at join."""
 
     def check_open(self, what: str) -> None:
         """Raise ClosedError once this rank has destroyed its process group."""

@@ -11,9 +11,7 @@ calls raise GroupBrokenError from it.
 from __future__ import annotations
 
 import asyncio
-import functools
 import math
-import os
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any
@@ -59,21 +57,6 @@ def seconds(timeout: float | timedelta | None, default: float) -> float:
         raise ConfigurationError(f"timeout must be a positive number of seconds or a "
                                  f"timedelta, got {timeout!r}")
     return float(value)
-
-
-def _forced(collective: str) -> str | None:
-    """The algorithm ASYNCOLL_ALGORITHM forces for ``collective``, if any.
-
-    The variable is read at every call (tests and benchmarks change it), its
-    parse only when it changes.
-    """
-    spec = os.environ.get("ASYNCOLL_ALGORITHM", "")
-    return _parsed(spec).get(collective) if spec else None
-
-
-@functools.lru_cache(maxsize=8)
-def _parsed(spec: str) -> dict[str, str]:
-    return selection.parse_forced(spec)
 
 
 class GroupCore:
@@ -129,8 +112,8 @@ class GroupCore:
         return reduce_op
 
     def _choose(self, collective: str, nbytes: int, algorithm: str | None) -> str:
-        return selection.choose(collective, nbytes, self.size,
-                                algorithm or _forced(collective))
+        forced = algorithm or self._session.forced_algorithms.get(collective)
+        return selection.choose(collective, nbytes, self.size, forced)
 
     def _root_list(self, items: Sequence[Any] | None, root: int, name: str,
                    what: str) -> list[Any] | None:

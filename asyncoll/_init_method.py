@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
@@ -25,7 +24,7 @@ ACCEPTED_BACKENDS = ("asyncoll", "gloo", "cpu:gloo")
 
 def resolve(backend: str | None, init_method: str | None, world_size: int, rank: int,
             timeout: float, job_id: str | None,
-            environ: Mapping[str, str] = os.environ) -> Rendezvous:
+            environ: Mapping[str, str]) -> Rendezvous:
     """Work out where to join, as torch.distributed would from the same arguments.
 
     ``env://`` (the default) reads MASTER_ADDR, MASTER_PORT, WORLD_SIZE and,

@@ -8,27 +8,23 @@ import errno
 import logging
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from asyncoll import _auth
 from asyncoll._addresses import ListenPlan, listen_plan
-from asyncoll._compat import timeout as timeout_after
 from asyncoll._group_faults import GroupFaults
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._rendezvous.waiting import missing_text
+from asyncoll._runtime.settings import Settings
 from asyncoll._settings import (
     COORDINATOR_GRACE_S,
     EMBEDDED_DRAIN_TIMEOUT_S,
-    HANDSHAKE_TIMEOUT_S,
     HEARTBEAT_INTERVAL_S,
-    HEARTBEAT_TIMEOUT_S,
     LEAVE_TIMEOUT_S,
     PROTOCOL_VERSION,
     WAITING_REPORT_INTERVAL_S,
 )
-from asyncoll._transport import shm
 from asyncoll._transport.mesh import TcpMesh
-from asyncoll._transport.settings import EARLY_LIMIT_BYTES, TransportSettings
 from asyncoll._wire.messages import (
     Barrier,
     GroupCreated,
@@ -74,7 +70,8 @@ class Session:
     """This process's link to its coordinator and peers, from join to leave."""
 
     def __init__(self, client: CoordinatorClient, mesh: TcpMesh, welcome: Welcome,
-                 job: str, timeout: float, embedded: Coordinator | None) -> None:
+                 job: str, timeout: float, embedded: Coordinator | None,
+                 settings: Settings) -> None:
         self.client = client
         self.mesh = mesh
         #: Which groups are broken, and why; told of lost peers and ABORT frames.
@@ -84,35 +81,45 @@ class Session:
         self.job = job
         self.timeout = timeout
         self._embedded = embedded
+        #: What the runtime read from the environment when this process joined.
+        self.settings = settings
         self._barriers: dict[int, int] = {}
         self._closed = False
         #: Operations started on this rank, in every group (reported in heartbeats).
         self.ops = 0
-        self._heartbeat_interval = min(HEARTBEAT_INTERVAL_S, heartbeat_timeout() / 4)
+        self._heartbeat_interval = min(HEARTBEAT_INTERVAL_S,
+                                       settings.heartbeat_timeout / 4)
         self._heartbeat = asyncio.ensure_future(self._beat())
         client.on_notice = self._notice
         client.on_lost = self._coordinator_lost
 
     @classmethod
-    async def join(cls, where: Rendezvous) -> Session:
-        """Reach (or host) the coordinator, start the data plane and wait for the world.
+    async def join(cls, where: Rendezvous, settings: Settings,
+                   embedded: Coordinator | None = None) -> Session:
+        """Reach the coordinator, start the data plane and wait for the world.
+
+        Args:
+            where: the coordinator's address, the job, this rank.
+            settings: what the runtime read from the environment.
+            embedded: the coordinator this process hosts for the job (the runtime
+                started it): the session stops it when it closes, or fails to join.
 
         Raises:
             RendezvousError: refused, unreachable, or timed out (subclasses say which).
             ConfigurationError: the coordinator refused this peer's arguments.
         """
-        embedded = await _maybe_host(where) if where.may_host else None
         client: CoordinatorClient | None = None
         mesh: TcpMesh | None = None
         try:
-            client = await CoordinatorClient.connect(where.host, where.port, where.timeout)
-            mesh = TcpMesh(where.job, transport_settings())
-            plan = listen_plan(client.local_host)
+            client = await CoordinatorClient.connect(where.host, where.port, where.timeout,
+                                                     settings.token)
+            mesh = TcpMesh(where.job, settings.transport)
+            plan = listen_plan(client.local_host, settings.environment)
             port = await _listen(mesh, plan)
             join = Join(job=where.job, rank=where.rank, world_size=where.world_size,
                         host=plan.advertise, port=port, hostname=socket.gethostname(),
                         pid=os.getpid(), version=PROTOCOL_VERSION, timeout=where.timeout,
-                        heartbeat_timeout=heartbeat_timeout())
+                        heartbeat_timeout=settings.heartbeat_timeout)
             reporter = asyncio.ensure_future(_report_while_waiting(client, where.job))
             try:
                 welcome = await client.request(join, where.timeout + GRACE_S,
@@ -126,7 +133,7 @@ class Session:
         except BaseException:
             await _close_quietly(client, mesh, embedded)
             raise
-        return cls(client, mesh, welcome, where.job, where.timeout, embedded)
+        return cls(client, mesh, welcome, where.job, where.timeout, embedded, settings)
 
     async def new_group(self, ranks: tuple[int, ...],
                         timeout: float) -> tuple[int, tuple[int, ...]]:
@@ -170,6 +177,11 @@ class Session:
             f"{message.reason} (the coordinator's notice)", rank=message.rank,
             host=message.hostname))
 
+    @property
+    def forced_algorithms(self) -> Mapping[str, str]:
+        """The algorithm forced per collective (ASYNCOLL_ALGORITHM), read at join."""
+        return self.settings.forced_algorithms
+
     def check_open(self, what: str) -> None:
         """Refuse ``what`` once this rank has destroyed its process group.
 
@@ -209,34 +221,6 @@ class Session:
         await _close_quietly(self.client, self.mesh, self._embedded, self.job)
 
 
-def heartbeat_timeout() -> float:
-    """Seconds of silence after which the coordinator declares a member lost.
-
-    Raises:
-        ConfigurationError: ASYNCOLL_HEARTBEAT_TIMEOUT is not a positive number.
-    """
-    text = os.environ.get("ASYNCOLL_HEARTBEAT_TIMEOUT")
-    if text is None:
-        return HEARTBEAT_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise ConfigurationError(f"ASYNCOLL_HEARTBEAT_TIMEOUT must be a positive number of "
-                                 f"seconds, got {text!r}")
-    return value
-
-
-def transport_settings() -> TransportSettings:
-    """The data plane's settings, from the environment (the runtime will own this read)."""
-    return TransportSettings(
-        token=_auth.token_from_environment(),
-        shm_min_bytes=shm.min_bytes() if shm.enabled() else 0,
-        shm_ring_bytes=shm.ring_bytes(),
-        early_limit_bytes=shm.positive_env("ASYNCOLL_MAX_EARLY_BYTES", EARLY_LIMIT_BYTES))
-
-
 async def _report_while_waiting(client: CoordinatorClient, job: str) -> None:
     """Log who is missing every few seconds while the rendezvous waits."""
     while True:
@@ -268,30 +252,6 @@ async def _listen(mesh: TcpMesh, plan: ListenPlan) -> int:
         where = f"ports {ports.start}-{ports.stop - 1}" if isinstance(ports, range) else "a port"
         raise ConfigurationError(f"cannot listen for peers on {plan.bind} ({plan.source}) at "
                                  f"{where}: {exc}") from exc
-
-
-async def _maybe_host(where: Rendezvous) -> Coordinator | None:
-    """Host the coordinator at the rendezvous address unless something listens there.
-
-    This is env:// with RANK=0, as torch's rank 0 hosts its TCPStore. A daemon
-    already listening there is used instead.
-    """
-    with contextlib.suppress(OSError, TimeoutError):
-        async with timeout_after(HANDSHAKE_TIMEOUT_S):
-            _, probe = await asyncio.open_connection(where.host, where.port)
-        probe.close()
-        return None
-    coordinator = Coordinator(where.host, where.port, _auth.token_from_environment())
-    try:
-        await coordinator.start()
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            return None  # another process won the race; use its coordinator
-        raise RendezvousError(f"RANK=0 could not host the coordinator at {where.host}:"
-                              f"{where.port}: {exc}; check MASTER_ADDR (it must be an "
-                              "address of this machine) and MASTER_PORT") from exc
-    log.info("rank 0 hosts the coordinator at %s:%d", where.host, coordinator.port)
-    return coordinator
 
 
 async def _close_quietly(client: CoordinatorClient | None, mesh: TcpMesh | None,

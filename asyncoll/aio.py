@@ -21,6 +21,8 @@ from types import TracebackType
 from typing import Sequence
 
 from asyncoll._init_method import resolve
+from asyncoll._runtime.runtime import runtime
+from asyncoll._runtime.settings import Settings
 from asyncoll._session import Session
 from asyncoll._settings import DEFAULT_TIMEOUT_S
 from asyncoll.errors import ConfigurationError
@@ -92,6 +94,7 @@ async def init_process_group(backend: str | None = None, init_method: str | None
         RendezvousTimeoutError: the world was not complete within the timeout.
         RendezvousError: the coordinator refused this peer or is unreachable.
     """
+    settings = Settings.from_environment()
     where = resolve(backend, init_method, world_size, rank,
-                    seconds(timeout, DEFAULT_TIMEOUT_S), job_id)
-    return World(await Session.join(where))
+                    seconds(timeout, DEFAULT_TIMEOUT_S), job_id, settings.environment)
+    return World(await runtime().join(where, settings))

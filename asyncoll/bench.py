@@ -87,8 +87,6 @@ class _Rank:
             self._torch = torch
         else:
             import asyncoll
-            if system == "asyncoll-tcp":
-                os.environ["ASYNCOLL_SHM"] = "0"
             asyncoll.init_process_group(init_method="env://")
             self.dist = asyncoll
         self.rank: int = self.dist.get_rank()
@@ -250,6 +248,8 @@ def _run(system: str, world_size: int, argv: Sequence[str]) -> list[dict[str, An
     for rank in range(world_size):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        if system == "asyncoll-tcp":
+            env["ASYNCOLL_SHM"] = "0"  # read by the worker's asyncoll when it joins
         procs.append(subprocess.Popen([sys.executable, "-m", "asyncoll.bench", *argv,
                                        "--worker", system], env=env,
                                       stdout=subprocess.PIPE if rank == 0 else

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from asyncoll import _auth
 from asyncoll._compat import loop_factory
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._settings import DEFAULT_PORT
@@ -32,7 +34,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _fetch(host: str, port: int, job: str, timeout: float) -> tuple[JobStatus, ...]:
-    client = await CoordinatorClient.connect(host, port, timeout)
+    client = await CoordinatorClient.connect(host, port, timeout,
+                                             _auth.token_from_environment(os.environ))
     try:
         reply = await client.request(Status(job=job), timeout, "status")
     finally:

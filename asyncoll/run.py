@@ -33,9 +33,10 @@ import time
 from collections.abc import Sequence
 
 from asyncoll import _auth
-from asyncoll._loop_thread import LoopThread
-from asyncoll._transport import shm
+from asyncoll._runtime import hosting
+from asyncoll._runtime.runtime import runtime
 from asyncoll._settings import DEFAULT_JOB_ID, DEFAULT_PORT, EMBEDDED_DRAIN_TIMEOUT_S
+from asyncoll._transport import shm
 from asyncoll.coordinator import Coordinator
 from asyncoll.errors import ConfigurationError
 
@@ -188,19 +189,15 @@ def _check(args: argparse.Namespace) -> None:
                          "address of this machine that the other nodes reach")
 
 
-def _start_coordinator(args: argparse.Namespace) -> tuple[LoopThread, Coordinator]:
+def _start_coordinator(args: argparse.Namespace, token: bytes | None) -> Coordinator:
     host = args.master_addr or "127.0.0.1"
     port = args.master_port if args.master_port is not None else (
         DEFAULT_PORT if args.nnodes > 1 else 0)
-    loop_thread = LoopThread()
-    coordinator = Coordinator(host, port, _auth.token_from_environment())
     try:
-        loop_thread.run(coordinator.start())
+        return runtime().run(hosting.start(host, port, token))
     except OSError as exc:
-        loop_thread.stop()
         raise SystemExit(f"asyncoll-run: cannot start a coordinator on {host}:{port}: "
                          f"{exc}") from exc
-    return loop_thread, coordinator
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -209,19 +206,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="asyncoll-run: %(name)s: %(message)s")
     _check(args)
+    token = _auth.token_from_environment(os.environ)
+    #: What every worker gets on top of this process's environment.
+    passed: dict[str, str] = {}
     if args.token_file:
         try:
             token = _auth.read_token_file(args.token_file)
         except ConfigurationError as exc:
             raise SystemExit(f"asyncoll-run: {exc}") from exc
-        # The embedded coordinator and every worker read it from here.
-        os.environ[_auth.TOKEN_VARIABLE] = token.decode(errors="surrogateescape")
-    embedded: tuple[LoopThread, Coordinator] | None = None
+        passed[_auth.TOKEN_VARIABLE] = token.decode(errors="surrogateescape")
+    embedded: Coordinator | None = None
     if args.coordinator:
         host, port = _split_address(args.coordinator)
     else:
-        embedded = _start_coordinator(args)
-        host, port = embedded[1].host, embedded[1].port
+        embedded = _start_coordinator(args, token)
+        host, port = embedded.host, embedded.port
     default_job = (DEFAULT_JOB_ID if args.nnodes > 1 else
                    f"run-{socket.gethostname()}-{os.getpid()}-{time.time_ns()}")
     job = args.job_id or default_job
@@ -246,8 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for sig in previous:
             signal.signal(sig, forward)
         for local in range(n):
-            env = dict(os.environ, RANK=str(args.node_rank * n + local), LOCAL_RANK=str(local),
-                       WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(n),
+            env = dict(os.environ, **passed, RANK=str(args.node_rank * n + local),
+                       LOCAL_RANK=str(local), WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(n),
                        GROUP_RANK=str(args.node_rank), MASTER_ADDR=host,
                        MASTER_PORT=str(store_port), ASYNCOLL_JOB_ID=job,
                        ASYNCOLL_COORDINATOR=f"[{host}]:{port}" if ":" in host else
@@ -257,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _supervise(procs)
         if embedded is not None and code == 0:
             # Workers of other nodes may still be leaving: let them.
-            embedded[0].run(embedded[1].wait_until_idle(job, EMBEDDED_DRAIN_TIMEOUT_S))
+            runtime().run(embedded.wait_until_idle(job, EMBEDDED_DRAIN_TIMEOUT_S))
         return code
     finally:
         _stop(procs)
@@ -269,8 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if embedded is not None:
-            embedded[0].run(embedded[1].stop())
-            embedded[0].stop()
+            runtime().run(embedded.stop())
 
 
 if __name__ == "__main__":

@@ -21,8 +21,12 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from asyncoll._compat import timeout as timeout_after
-from asyncoll.aio import World, init_process_group
-from asyncoll.coordinator import Coordinator
+from asyncoll._init_method import resolve
+from asyncoll._runtime import hosting
+from asyncoll._runtime.runtime import runtime
+from asyncoll._runtime.settings import Settings
+from asyncoll.aio import World
+from asyncoll.group import seconds
 
 __all__ = ["run_ranks"]
 
@@ -43,16 +47,17 @@ async def run_ranks(world_size: int, body: Callable[[World], Awaitable[T]], *,
     Raises:
         Whatever the first failing rank raised; the others are cancelled.
     """
-    coordinator = Coordinator("127.0.0.1", 0)
-    await coordinator.start()
+    # Read once for every rank, as each process of a real job would at its start.
+    settings = Settings.from_environment()
+    coordinator = await hosting.start("127.0.0.1", 0, settings.token)
     job = f"test-{next(_jobs)}"
     try:
         async with timeout_after(timeout):
-            worlds = await asyncio.gather(*(
-                init_process_group(init_method=f"tcp://127.0.0.1:{coordinator.port}",
-                                   world_size=world_size, rank=rank, timeout=op_timeout,
-                                   job_id=job)
-                for rank in range(world_size)))
+            joining = [runtime().join(resolve(None, f"tcp://127.0.0.1:{coordinator.port}",
+                                              world_size, rank, seconds(op_timeout, 0), job,
+                                              settings.environment), settings)
+                       for rank in range(world_size)]
+            worlds = [World(session) for session in await asyncio.gather(*joining)]
             try:
                 return list(await asyncio.gather(*(body(world) for world in worlds)))
             finally:

@@ -26,6 +26,7 @@ import time
 import numpy as np
 
 import asyncoll as dist
+from asyncoll import _blocking
 from asyncoll._algorithms import selection
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -52,13 +53,14 @@ def max_across(values: np.ndarray) -> np.ndarray:
 
 def time_one(collective: str, algorithm: str, count: int, target_s: float) -> float:
     """Median microseconds of one op, the max over ranks per op."""
-    # Zeros: repeated SUMs never overflow. The variable is read at each call.
+    # Zeros: repeated SUMs never overflow. The blocking API has no algorithm
+    # argument: run the default group's coroutines on the runtime's loop, as it does.
     buf = np.zeros(count, dtype=np.float32)
-    os.environ["ASYNCOLL_ALGORITHM"] = f"{collective}={algorithm}"
+    world = _blocking._default()
     run = {
-        "all_reduce": lambda: dist.all_reduce(buf),
-        "broadcast": lambda: dist.broadcast(buf, src=0),
-        "reduce": lambda: dist.reduce(buf, dst=0),
+        "all_reduce": lambda: _blocking._run(world.all_reduce(buf, algorithm=algorithm)),
+        "broadcast": lambda: _blocking._run(world.broadcast(buf, 0, algorithm=algorithm)),
+        "reduce": lambda: _blocking._run(world.reduce(buf, 0, algorithm=algorithm)),
     }[collective]
 
     warmup = 10 if count * 4 <= (1 << 20) else 2
@@ -73,7 +75,6 @@ def time_one(collective: str, algorithm: str, count: int, target_s: float) -> fl
         began = time.perf_counter_ns()
         run()
         times[i] = time.perf_counter_ns() - began
-    del os.environ["ASYNCOLL_ALGORITHM"]
     return float(np.median(max_across(times))) / 1e3
 
 

@@ -118,7 +118,7 @@ class CoordinatorClient:
                       token: bytes | None = None) -> CoordinatorClient:
         """Connect to the coordinator at ``host:port`` (see :func:`open_with_retry`).
 
-        Answers the coordinator's challenge with ``token`` (ASYNCOLL_TOKEN by default).
+        Answers the coordinator's challenge with ``token`` (None: this peer has no secret).
 
         Raises:
             AuthenticationError: the coordinator needs a secret this peer lacks, or
@@ -128,9 +128,7 @@ class CoordinatorClient:
         reader, writer = await open_with_retry(host, port, timeout)
         address = f"{host}:{port}"
         try:
-            await _answer_challenge(reader, writer, address,
-                                    token if token is not None
-                                    else _auth.token_from_environment())
+            await _answer_challenge(reader, writer, address, token)
         except BaseException:
             writer.close()
             raise

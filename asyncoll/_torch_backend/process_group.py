@@ -248,7 +248,7 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             # Each step checks its arguments as it is made; a refusal must not
             # leave the steps made before it unawaited.
             made.extend(steps)
-            future = self._world.loop.submit(_in_order(made))
+            future = self._world.runtime.submit(_in_order(made))
         except BaseException:
             for coro, _ in made:
                 coro.close()

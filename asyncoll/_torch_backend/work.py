@@ -1,5 +1,6 @@
 """AsyncollWork: what the torch backend's collectives return, as torch's Work.
 
+It wraps asyncoll's own Work (asyncoll._work), which waits and reports errors:
 ``wait()`` blocks and re-raises the operation's asyncoll error unchanged;
 ``get_future()`` gives a torch Future that completes with the output tensors
 (DDP's reducer chains its gradient averaging onto it), or with the error.
@@ -16,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from asyncoll._torch_backend.world import TorchWorld
-from asyncoll.errors import CollectiveTimeoutError
+from asyncoll._work import Work
 
 _WorkBase: Any = dist.distributed_c10d.Work
 
@@ -27,7 +28,7 @@ class AsyncollWork(_WorkBase):  # type: ignore[misc]
     def __init__(self, future: concurrent.futures.Future[Any], outputs: list[Any], what: str,
                  world: TorchWorld, source: int = -1) -> None:
         super().__init__()
-        self._future = future
+        self._work = Work(future, what)
         self._outputs = outputs
         self._what = what
         self._world = world
@@ -47,26 +48,19 @@ class AsyncollWork(_WorkBase):  # type: ignore[misc]
             AsyncollError: the operation failed; the error is asyncoll's, unchanged.
         """
         limit = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-        try:
-            self._future.result(limit if limit else None)
-        except concurrent.futures.TimeoutError:
-            if self._future.done():
-                raise  # the operation's own CollectiveTimeoutError (a TimeoutError too)
-            raise CollectiveTimeoutError(f"{self._what} did not complete within {limit} s of "
-                                         "wait(); it is still running") from None
-        return True
+        return self._work.wait(limit if limit else None)
 
     def is_completed(self) -> bool:
         """Whether the operation has finished, successfully or not."""
-        return self._future.done()
+        return self._work.is_completed()
 
     def is_success(self) -> bool:
         """Whether the operation has finished without error."""
-        return self._future.done() and self._future.exception() is None
+        return self._work.is_success()
 
     def exception(self) -> BaseException | None:
         """The operation's error once it has failed, else None."""
-        return self._future.exception() if self._future.done() else None
+        return self._work.exception()
 
     def result(self) -> list[Any]:
         """The output tensors (valid once the operation has completed)."""
@@ -90,7 +84,7 @@ class AsyncollWork(_WorkBase):  # type: ignore[misc]
         with self._lock:
             if self._torch_future is None:
                 self._torch_future = torch.futures.Future()
-                self._future.add_done_callback(self._settle_later)
+                self._work.get_future().add_done_callback(self._settle_later)
             return self._torch_future
 
     def _settle_later(self, done: concurrent.futures.Future[Any]) -> None:
@@ -99,7 +93,7 @@ class AsyncollWork(_WorkBase):  # type: ignore[misc]
         self._world.complete_later(lambda: _settle(self._torch_future, done, self._outputs))
 
     def __repr__(self) -> str:
-        state = "completed" if self._future.done() else "running"
+        state = "completed" if self._work.is_completed() else "running"
         return f"<AsyncollWork {self._what} {state}>"
 
 

@@ -36,51 +36,16 @@ try:
 except ImportError:  # not a POSIX system: the TCP transport carries everything
     _posixshmem = None
 
+#: Whether this platform has POSIX shared memory (the runtime turns it off otherwise).
+AVAILABLE = _posixshmem is not None
+
 #: Prefix of every segment name, so a leak would be easy to see and sweep.
 PREFIX = "asyncoll-"
 _NAME = re.compile(r"asyncoll-[0-9]+-[0-9a-f]{12}\Z")
-#: Payloads at least this large go through shared memory (ASYNCOLL_SHM_MIN_BYTES).
-MIN_BYTES = 64 << 10
-#: Ring size per direction of a same-host pair (ASYNCOLL_SHM_BYTES).
-RING_BYTES = 8 << 20
 #: The smallest ring: two pieces of 64-byte multiples.
 MIN_RING_BYTES = 4096
 #: The largest ring a receiver agrees to map.
 MAX_RING_BYTES = 1 << 30
-
-
-def enabled() -> bool:
-    """Whether same-host peers use shared memory (ASYNCOLL_SHM, on by default)."""
-    return _posixshmem is not None and os.environ.get("ASYNCOLL_SHM", "1") != "0"
-
-
-def ring_bytes() -> int:
-    """The ring size a sender makes, from ASYNCOLL_SHM_BYTES or the default."""
-    size = positive_env("ASYNCOLL_SHM_BYTES", RING_BYTES)
-    if size < MIN_RING_BYTES:
-        from asyncoll.errors import ConfigurationError
-        raise ConfigurationError(f"ASYNCOLL_SHM_BYTES must be at least {MIN_RING_BYTES}, got "
-                                 f"{size}")
-    return size
-
-
-def min_bytes() -> int:
-    """The smallest payload sent through shared memory (ASYNCOLL_SHM_MIN_BYTES)."""
-    return positive_env("ASYNCOLL_SHM_MIN_BYTES", MIN_BYTES)
-
-
-def positive_env(name: str, default: int) -> int:
-    from asyncoll.errors import ConfigurationError
-    text = os.environ.get(name)
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ConfigurationError(f"{name} must be a positive number of bytes, got {text!r}")
-    return value
 
 
 def new_name() -> str:

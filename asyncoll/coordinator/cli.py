@@ -58,7 +58,7 @@ def _is_loopback(host: str) -> bool:
 async def _serve(args: argparse.Namespace) -> int:
     try:
         token = (_auth.read_token_file(args.token_file) if args.token_file
-                 else _auth.token_from_environment())
+                 else _auth.token_from_environment(os.environ))
     except ConfigurationError as exc:
         log.error("%s", exc)
         return 2

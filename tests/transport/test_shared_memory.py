@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from asyncoll._runtime.settings import Settings
 from asyncoll._transport import shm
 from asyncoll.errors import ConfigurationError, MismatchError
 from asyncoll.testing import run_ranks
@@ -89,10 +90,9 @@ async def test_breaking_a_group_fails_its_sends_waiting_for_ring_space_only():
     assert await asyncio.wait_for(other, 1) == (0, 4160)
 
 
-def test_settings_refuse_a_size_that_is_not_a_positive_number(monkeypatch):
-    monkeypatch.setenv("ASYNCOLL_SHM_BYTES", "lots")
+def test_settings_refuse_a_size_that_is_not_a_positive_number():
     with pytest.raises(ConfigurationError, match="ASYNCOLL_SHM_BYTES must be a positive"):
-        shm.ring_bytes()
+        Settings.from_environment({"ASYNCOLL_SHM_BYTES": "lots"})
 
 
 # -- between ranks ----------------------------------------------------------------

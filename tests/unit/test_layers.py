@@ -420,3 +420,190 @@ def test_the_group_word_rule_catches_the_old_mesh() -> None:
     old = "def register_group(self, group_id, ranks):\n    self._broken_groups = {}"
     assert [w for w in _GROUP_WORDS if re.search(w, old)] != []
     assert not [w for w in _GROUP_WORDS if re.search(w, "asyncio.get_running_loop()")]
+
+
+# -- the runtime owns the environment, threads and exit hooks ---------------------------
+
+# The one reader of the environment, and the tools that are programs of their own
+# (launcher, benchmark driver, operator's command, daemon): they may read it.
+ENVIRONMENT_READERS = ("_runtime/settings.py", "run.py", "bench.py", "cli.py",
+                       "coordinator/cli.py")
+# What may start threads and register exit hooks: the runtime alone (asyncoll-run uses it).
+THREAD_OWNERS = ("_runtime/",)
+_ENVIRONMENT_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
+_ENVIRONMENT_WRITERS = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__",
+                        "__delitem__"}
+
+
+def _dotted(node: ast.AST) -> str:
+    """``a.b.c`` for a Name or an Attribute chain, else ""."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return ""
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _aliases(tree: ast.AST, module: str, names: set[str]) -> set[str]:
+    """Local names bound by ``from module import name`` (or ``as``) for ``names``."""
+    return {alias.asname or alias.name for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module == module
+            for alias in node.names if alias.name in names}
+
+
+def _environment_uses(source: str) -> list[str]:
+    """Every read or write of the process environment: os.environ, os.getenv and kin."""
+    tree = ast.parse(source)
+    found = [f"line {node.lineno}: {_dotted(node)}" for node in ast.walk(tree)
+             if isinstance(node, ast.Attribute) and node.attr in _ENVIRONMENT_NAMES
+             and _dotted(node.value) == "os"]
+    imported = _aliases(tree, "os", _ENVIRONMENT_NAMES)
+    found += [f"line {node.lineno}: {node.id} (from os)" for node in ast.walk(tree)
+              if isinstance(node, ast.Name) and node.id in imported]
+    return found
+
+
+def _environment_writes(source: str) -> list[str]:
+    """Assignments to os.environ[...] , del os.environ[...], os.environ.update(...), putenv."""
+    tree = ast.parse(source)
+    found = []
+    for node in ast.walk(tree):
+        targets: list[ast.AST] = []
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = list(node.targets) if isinstance(node, ast.Assign) else [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = list(node.targets)
+        found += [f"line {node.lineno}: writes {_dotted(t.value)}[...]" for t in targets
+                  if isinstance(t, ast.Subscript) and _dotted(t.value) == "os.environ"]
+        if isinstance(node, ast.Call):
+            name = _dotted(node.func)
+            if name in ("os.putenv", "os.unsetenv") or (
+                    name.startswith("os.environ.")
+                    and name.rpartition(".")[2] in _ENVIRONMENT_WRITERS):
+                found.append(f"line {node.lineno}: calls {name}")
+    return found
+
+
+def _threads_and_exit_hooks(source: str) -> list[str]:
+    """Every threading.Thread(...) made, LoopThread(...) made, and atexit.register use."""
+    tree = ast.parse(source)
+    thread_names = {"threading.Thread", "LoopThread"} | _aliases(tree, "threading", {"Thread"})
+    register_names = {"atexit.register"} | _aliases(tree, "atexit", {"register"})
+    found = [f"line {node.lineno}: {_dotted(node.func)}(...)" for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and _dotted(node.func) in thread_names]
+    found += [f"line {node.lineno}: {_dotted(node)}" for node in ast.walk(tree)
+              if isinstance(node, (ast.Attribute, ast.Name))
+              and _dotted(node) in register_names]
+    return found
+
+
+def _package_files() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def _relative(path: Path) -> str:
+    return path.relative_to(PACKAGE).as_posix()
+
+
+def _is_in(path: Path, places: tuple[str, ...]) -> bool:
+    name = _relative(path)
+    return any(name.startswith(place) if place.endswith("/") else name == place
+               for place in places)
+
+
+@pytest.mark.parametrize("path", [p for p in _package_files()
+                                  if not _is_in(p, ENVIRONMENT_READERS)], ids=_relative)
+def test_only_the_runtime_reads_the_environment(path: Path) -> None:
+    found = _environment_uses(path.read_text())
+
+    assert found == [], (f"{_relative(path)} reads the environment ({', '.join(found)}); "
+                         "read it in asyncoll/_runtime/settings.py and pass it down")
+
+
+@pytest.mark.parametrize("path", _package_files(), ids=_relative)
+def test_no_module_writes_the_environment(path: Path) -> None:
+    # A worker process gets its variables in the environment it is started with.
+    found = _environment_writes(path.read_text())
+
+    assert found == [], f"{_relative(path)}: {', '.join(found)}"
+
+
+@pytest.mark.parametrize("path", [p for p in _package_files()
+                                  if not _is_in(p, THREAD_OWNERS)], ids=_relative)
+def test_only_the_runtime_starts_threads_and_registers_exit_hooks(path: Path) -> None:
+    found = _threads_and_exit_hooks(path.read_text())
+
+    assert found == [], (f"{_relative(path)}: {', '.join(found)}; the runtime "
+                         "(asyncoll/_runtime) owns threads and exit hooks")
+
+
+def test_the_environment_reader_is_there_and_reads_it() -> None:
+    assert _environment_uses((PACKAGE / "_runtime" / "settings.py").read_text()) != []
+
+
+@pytest.mark.parametrize("source", [
+    "import os\nx = os.environ.get('A')",
+    "import os\nx = os.environ['A']",
+    "import os\nx = os.getenv('A')",
+    "import os\ndef f(environ=os.environ): pass",
+    "from os import environ\nx = environ.get('A')",
+    "from os import getenv as g\nx = g('A')",
+])
+def test_the_environment_linter_catches_reads(source: str) -> None:
+    assert _environment_uses(source) != []
+
+
+@pytest.mark.parametrize("source", [
+    "import os\nos.environ['A'] = '1'",
+    "import os\ndel os.environ['A']",
+    "import os\nos.environ.update(A='1')",
+    "import os\nos.environ.setdefault('A', '1')",
+    "import os\nos.putenv('A', '1')",
+])
+def test_the_environment_linter_catches_writes(source: str) -> None:
+    assert _environment_writes(source) != []
+
+
+@pytest.mark.parametrize("source", ["import os\nos.getpid()", "env = dict(environ)",
+                                    "import os\nx = os.path.join('a')"])
+def test_the_environment_linter_allows_the_rest_of_os(source: str) -> None:
+    assert _environment_uses(source) == []
+    assert _environment_writes(source) == []
+
+
+@pytest.mark.parametrize("source", [
+    "import threading\nthreading.Thread(target=f).start()",
+    "from threading import Thread\nThread(target=f)",
+    "from threading import Thread as T\nT(target=f)",
+    "LoopThread()",
+    "import atexit\n@atexit.register\ndef f(): pass",
+    "import atexit\natexit.register(f)",
+    "from atexit import register\nregister(f)",
+])
+def test_the_thread_linter_catches_threads_and_exit_hooks(source: str) -> None:
+    assert _threads_and_exit_hooks(source) != []
+
+
+@pytest.mark.parametrize("source", ["import threading\nlock = threading.Lock()",
+                                    "import threading\nthreading.current_thread()"])
+def test_the_thread_linter_allows_locks(source: str) -> None:
+    assert _threads_and_exit_hooks(source) == []
+
+
+# The transport is told its settings (asyncoll._transport.settings); nothing below the
+# runtime reaches up to it, or to the faces above.
+LOWER_LAYERS = ("_wire", "_transport", "_algorithms", "_rendezvous")
+UPPER_LAYERS = ("asyncoll._runtime", "asyncoll._session", "asyncoll._group_core",
+                "asyncoll.group", "asyncoll.aio", "asyncoll._blocking",
+                "asyncoll._torch_backend", "asyncoll.testing")
+
+
+@pytest.mark.parametrize("path", [p for layer in LOWER_LAYERS for p in _files(layer)],
+                         ids=_relative)
+def test_lower_layers_import_nothing_above_them(path: Path) -> None:
+    bad = sorted(n for n in _asyncoll_imports_of(path) if _within(n, UPPER_LAYERS))
+
+    assert bad == [], f"{_relative(path)} imports {bad}"

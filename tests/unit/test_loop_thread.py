@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from asyncoll._loop_thread import LoopThread
+from asyncoll._runtime.loop import LoopThread
 
 pytestmark = pytest.mark.timeout(30)
 

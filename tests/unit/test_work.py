@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+from datetime import timedelta
 
 import pytest
 
@@ -23,3 +24,35 @@ def test_wait_with_a_timeout_on_a_running_operation_says_it_is_still_running():
     future: concurrent.futures.Future[None] = concurrent.futures.Future()
     with pytest.raises(CollectiveTimeoutError, match="did not complete within 0.01 s of wait"):
         Work(future, "all_reduce").wait(0.01)
+
+
+def _torch_work(future: concurrent.futures.Future[None]):
+    pytest.importorskip("torch")
+    from asyncoll._torch_backend.work import AsyncollWork
+    return AsyncollWork(future, [], "all_reduce", world=None)
+
+
+def test_the_torch_backends_work_waits_through_asyncolls_work(monkeypatch):
+    # One wait(): the torch face converts torch's timeout and delegates.
+    future: concurrent.futures.Future[None] = concurrent.futures.Future()
+    work = _torch_work(future)
+    waited = []
+    monkeypatch.setattr(Work, "wait", lambda self, timeout=None: waited.append(timeout) or True)
+
+    assert work.wait(timedelta(seconds=2)) is True
+    assert work.wait(0) is True
+    assert work.wait() is True
+    assert waited == [2.0, None, None]
+
+
+def test_the_torch_backends_work_reraises_the_operations_error_and_its_own_timeout():
+    failed: concurrent.futures.Future[None] = concurrent.futures.Future()
+    error = CollectiveTimeoutError("all_reduce #3 did not complete within 5 s")
+    failed.set_exception(error)
+    with pytest.raises(CollectiveTimeoutError) as raised:
+        _torch_work(failed).wait()
+    assert raised.value is error
+    assert _torch_work(failed).exception() is error
+    assert not _torch_work(failed).is_success()
+    with pytest.raises(CollectiveTimeoutError, match="did not complete within 0.01 s of wait"):
+        _torch_work(concurrent.futures.Future()).wait(timedelta(milliseconds=10))

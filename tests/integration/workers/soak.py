@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 import asyncoll as dist
-from asyncoll import _blocking
+from asyncoll._runtime.runtime import runtime
 
 address, world_size, job = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 operations, warmup = int(sys.argv[4]), int(sys.argv[5])
@@ -23,8 +23,7 @@ def sample(done: int) -> None:
     with open("/proc/self/statm") as statm:
         rss_kib = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
     fds = len(os.listdir("/proc/self/fd"))
-    assert _blocking._loop is not None
-    tasks = _blocking._loop.submit(_count_tasks()).result()
+    tasks = runtime().submit(_count_tasks()).result()
     print(f"SAMPLE {done} {rss_kib} {fds} {tasks}", flush=True)
 
 

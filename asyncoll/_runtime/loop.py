@@ -1,14 +1,18 @@
-"""The one background event loop thread behind the blocking API."""
+"""The runtime's threads: the event loop thread, and threads that run callbacks off it."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
+import queue
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from asyncoll._compat import loop_factory
+
+log = logging.getLogger("asyncoll")
 
 T = TypeVar("T")
 
@@ -75,3 +79,50 @@ class LoopThread:
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
+
+
+class CallbackThread:
+    """Runs callables one at a time, in order, on a daemon thread of its own.
+
+    For callbacks that must not run on the event loop thread (a torch
+    future's callback may start a collective, which waits for that loop).
+    """
+
+    def __init__(self, name: str) -> None:
+        self._actions: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
+        self._thread.start()
+
+    def put(self, action: Callable[[], None]) -> None:
+        """Run ``action`` on the thread; once the thread is stopped and gone, here."""
+        if self._stopped and not self._thread.is_alive():
+            action()
+        else:
+            self._actions.put(action)
+
+    def stop(self) -> None:
+        """Run what is queued, then end and join the thread (not from the thread itself)."""
+        self._stopped = True
+        self._actions.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+        # Anything queued after the thread's last look runs here.
+        while not self._actions.empty():
+            action = self._actions.get()
+            if action is not None:
+                _call(action)
+
+    def _run(self) -> None:
+        while True:
+            action = self._actions.get()
+            if action is None:
+                return
+            _call(action)
+
+
+def _call(action: Callable[[], None]) -> None:
+    try:
+        action()
+    except Exception:  # noqa: BLE001 - a callback's error must not stop the thread
+        log.exception("asyncoll: a callback raised")

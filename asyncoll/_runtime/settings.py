@@ -1,0 +1,107 @@
+"""Everything asyncoll takes from the environment, read once per job (the only reader).
+
+``Settings.from_environment()`` runs when a process joins a job
+(init_process_group, the torch backend's first group, ``testing.run_ranks``):
+a variable changed later affects the next job, never one that is running.
+Bad values are refused there, with the variable and its value named, before
+anything is sent. The layers below get what they need as arguments.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from asyncoll import _auth
+from asyncoll._algorithms import selection
+from asyncoll._settings import HEARTBEAT_TIMEOUT_S
+from asyncoll._transport import shm
+from asyncoll._transport.settings import (
+    EARLY_LIMIT_BYTES,
+    SHM_MIN_BYTES,
+    SHM_RING_BYTES,
+    TransportSettings,
+)
+from asyncoll.errors import ConfigurationError
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """One job's settings from the environment.
+
+    The launch variables (MASTER_ADDR, RANK, ASYNCOLL_DATA_PORTS, ...) are kept
+    as read in ``environment``: where to join and where to listen are decided
+    from them with the call's own arguments (asyncoll._init_method,
+    asyncoll._addresses).
+    """
+
+    #: The job's shared secret (ASYNCOLL_TOKEN; None when unset or empty).
+    token: bytes | None = None
+    #: Seconds of silence after which the coordinator declares a member lost
+    #: (ASYNCOLL_HEARTBEAT_TIMEOUT).
+    heartbeat_timeout: float = HEARTBEAT_TIMEOUT_S
+    #: {collective: algorithm} that ASYNCOLL_ALGORITHM forces.
+    forced_algorithms: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False)
+    #: What the data plane is told (ASYNCOLL_SHM, ASYNCOLL_SHM_BYTES, ...).
+    transport: TransportSettings = TransportSettings()
+    #: The environment as read, for the launch variables.
+    environment: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False,
+                                             repr=False)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Settings:
+        """Read and check every asyncoll variable of ``environ`` (the process's, by default).
+
+        Raises:
+            ConfigurationError: a variable's value is not valid; the message names both.
+        """
+        token = _auth.token_from_environment(environ)
+        return cls(token=token, heartbeat_timeout=_heartbeat_timeout(environ),
+                   forced_algorithms=MappingProxyType(
+                       selection.parse_forced(environ.get("ASYNCOLL_ALGORITHM", ""))),
+                   transport=_transport(environ, token),
+                   environment=MappingProxyType(dict(environ)))
+
+
+def _heartbeat_timeout(environ: Mapping[str, str]) -> float:
+    text = environ.get("ASYNCOLL_HEARTBEAT_TIMEOUT")
+    if text is None:
+        return HEARTBEAT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < math.inf:
+        raise ConfigurationError(f"ASYNCOLL_HEARTBEAT_TIMEOUT must be a positive number of "
+                                 f"seconds, got {text!r}")
+    return value
+
+
+def _transport(environ: Mapping[str, str], token: bytes | None) -> TransportSettings:
+    ring = _positive(environ, "ASYNCOLL_SHM_BYTES", SHM_RING_BYTES)
+    if ring < shm.MIN_RING_BYTES:
+        raise ConfigurationError(f"ASYNCOLL_SHM_BYTES must be at least {shm.MIN_RING_BYTES}, "
+                                 f"got {ring}")
+    smallest = _positive(environ, "ASYNCOLL_SHM_MIN_BYTES", SHM_MIN_BYTES)
+    enabled = shm.AVAILABLE and environ.get("ASYNCOLL_SHM", "1") != "0"
+    return TransportSettings(
+        token=token, shm_min_bytes=smallest if enabled else 0, shm_ring_bytes=ring,
+        early_limit_bytes=_positive(environ, "ASYNCOLL_MAX_EARLY_BYTES", EARLY_LIMIT_BYTES))
+
+
+def _positive(environ: Mapping[str, str], name: str, default: int) -> int:
+    text = environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigurationError(f"{name} must be a positive number of bytes, got {text!r}")
+    return value
