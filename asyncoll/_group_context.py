@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from asyncoll._group_faults import GroupFaults
-from asyncoll._transport.base import Mesh
+from asyncoll._transport.base import MeshControl
 
 
 class Membership(Protocol):
@@ -23,8 +23,8 @@ class Membership(Protocol):
         """This process's global rank."""
 
     @property
-    def mesh(self) -> Mesh:
-        """The data plane: the seam the algorithms speak to."""
+    def mesh(self) -> MeshControl:
+        """The data plane: the seam the algorithms speak to, and what the group layer adds."""
 
     @property
     def faults(self) -> GroupFaults:
