@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from asyncoll._group_faults import GroupFaults
-from asyncoll._transport.base import Mesh
+from asyncoll._transport.base import MeshControl
 
 
 class Membership(Protocol):
@@ -24,8 +24,8 @@ class Membership(Protocol):
         """This process's global rank."""
 
     @property
-    def mesh(self) -> Mesh:
-        """The data plane: the seam the algorithms speak to."""
+    def mesh(self) -> MeshControl:
+        """The data plane: the seam the algorithms speak to, and what the group layer adds."""
 
     @property
     def faults(self) -> GroupFaults:

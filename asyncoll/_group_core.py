@@ -36,6 +36,7 @@ from asyncoll.errors import (
     ConfigurationError,
     GroupBrokenError,
     broken_by,
+    timed_out_words,
 )
 from asyncoll.types import ReduceOp
 
@@ -173,7 +174,7 @@ class GroupCore:
                 raise CollectiveTimeoutError(
                     f"{what} #{seq} on group {self.group_id} (ranks {list(self.ranks)}) did "
                     f"not complete within {limit:g} s; still waiting for "
-                    f"{_ranks_phrase(silent)}") from None
+                    f"{_ranks_phrase(silent)}. {timed_out_words(limit)}") from None
             faults.complete(self.group_id, seq)
         except (GroupBrokenError, ClosedError):
             raise

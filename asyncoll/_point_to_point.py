@@ -9,6 +9,27 @@ arrive in the order they were sent, as MPI promises, with no negotiation.
 A message that times out or is cancelled leaves the two counts out of step,
 so it breaks the group's point-to-point channel here and on the peer
 (sticky, like a collective's failure); the collectives are not affected.
+
+A receive from any source (torch's ``recv`` without ``src``) takes the first
+message with its tag to arrive from any of the peers. It must not take a count
+it does not use: the count of a peer's next message is the only thing that
+matches it, so a receive posted on every peer and cancelled on all but one
+would either leave a cancelled receive holding a count (the peer's next
+message would then match nobody) or, once a second message had started to
+arrive into it, lose that message. So it claims nothing until a message is
+here: it *watches* the next frame of every peer (the transport's ``watch``:
+resolved when the frame is kept as an early frame, taking nothing), takes the
+peer whose frame arrived first (arrival stamps order frames across peers),
+and only then counts and posts the receive for that peer, which the kept
+frame completes at once. Cancelled watches leave no trace. Until it has chosen,
+a timeout or cancellation costs nothing, and does not break the channel.
+
+Receives with one tag match in call order, as MPI's do: a receive called
+while an earlier receive from any source with that tag has not chosen its
+sender waits for that choice before it takes a count, so a later
+``recv(src=p)`` cannot take p's next message (and count) from under an
+earlier receive from any source, which would then watch a frame no longer
+coming to it.
 """
 
 from __future__ import annotations
@@ -24,7 +45,12 @@ from asyncoll._group_context import Membership
 from asyncoll._tensors import Buffer
 from asyncoll._wire.dtypes import dtype_code
 from asyncoll._wire.frames import Fingerprint, Operation
-from asyncoll.errors import CollectiveError, CollectiveTimeoutError, broken_by
+from asyncoll.errors import (
+    CollectiveError,
+    CollectiveTimeoutError,
+    broken_by,
+    timed_out_words,
+)
 
 #: The largest tag a message may carry (the frame's 32-bit step).
 MAX_TAG = (1 << 32) - 1
@@ -45,6 +71,8 @@ class Messages:
         session.faults.register(self._channel, ranks)
         self._sent: dict[tuple[int, int], int] = {}
         self._received: dict[tuple[int, int], int] = {}
+        #: Per tag, the latest receive from any source, resolved once it has chosen.
+        self._choosing: dict[int, asyncio.Future[None]] = {}
 
     async def send(self, peer: int, tag: int, data: np.ndarray, limit: float) -> None:
         """Send ``data`` to global rank ``peer``; done when its memory may be reused."""
@@ -56,6 +84,40 @@ class Messages:
 
     async def recv(self, peer: int, tag: int, buffer: Buffer, limit: float) -> int:
         """Receive the next message from global rank ``peer`` with ``tag``; return ``peer``."""
+        earlier = self._choosing.get(tag)
+        if earlier is not None:
+            await self._after(earlier, f"recv from rank {peer} (tag {tag})", limit)
+        return await self._take(peer, tag, buffer, limit)
+
+    async def recv_any(self, peers: Sequence[int], tag: int, buffer: Buffer,
+                       limit: float) -> int:
+        """Receive the first message with ``tag`` to arrive from any of ``peers``; return
+        its sender (a global rank). See the module's docstring for how.
+        """
+        what = f"recv from any of ranks {list(peers)} (tag {tag})"
+        earlier = self._choosing.get(tag)
+        chosen: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._choosing[tag] = chosen
+        try:
+            async with timeout_after(limit) as deadline:
+                if earlier is not None:
+                    await _settled(earlier)
+                self._check(what)
+                peer = await self._first_arrival(peers, tag)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise CollectiveTimeoutError(_timed_out(f"{what} on group {self._group_id}",
+                                                    limit)) from None
+        finally:
+            # Receives called after this one may take counts now.
+            chosen.set_result(None)
+            if self._choosing.get(tag) is chosen:
+                del self._choosing[tag]
+        # Its frame is here: the receive completes at once (within the same deadline).
+        return await self._take(peer, tag, buffer, limit)
+
+    async def _take(self, peer: int, tag: int, buffer: Buffer, limit: float) -> int:
         count = self._received[peer, tag] = self._received.get((peer, tag), 0) + 1
         frame = (self._channel, count, tag)
         await self._transfer(f"recv #{count} from rank {peer} (tag {tag})", peer, limit,
@@ -64,26 +126,78 @@ class Messages:
         buffer.write_back()
         return peer
 
+    async def _after(self, earlier: asyncio.Future[None], what: str, limit: float) -> None:
+        """Wait (within ``limit``) for an earlier receive from any source to choose."""
+        try:
+            async with timeout_after(limit) as deadline:
+                await _settled(earlier)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise CollectiveTimeoutError(_timed_out(f"{what} on group {self._group_id}",
+                                                    limit)) from None
+
+    async def _first_arrival(self, peers: Sequence[int], tag: int) -> int:
+        """The peer whose next frame with ``tag`` arrives first; nothing is taken.
+
+        A peer that fails (left the job, or was lost) drops out of the race; the
+        receive fails once every peer has, or when the channel itself breaks.
+        """
+        mesh = self._session.mesh
+        pending = {mesh.watch(peer, (self._channel, self._received.get((peer, tag), 0) + 1,
+                                     tag)): peer for peer in peers}
+        try:
+            while True:
+                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                arrivals, failures = [], []
+                for watch in done:
+                    peer = pending.pop(watch)
+                    error = watch.exception()
+                    if error is None:
+                        arrivals.append((watch.result(), peer))
+                    else:
+                        failures.append(error)
+                if arrivals:
+                    return min(arrivals)[1]
+                broken = self._session.faults.error(self._channel)
+                if broken is not None or not pending:
+                    raise broken or failures[0]
+        finally:
+            for watch in pending:
+                watch.cancel()
+
+    def _check(self, what: str) -> None:
+        self._session.check_open(what)
+        first = self._session.faults.error(self._channel)
+        if first is not None:
+            raise broken_by(f"point-to-point messages of group {self._group_id}",
+                            first) from first
+
     async def _transfer(self, what: str, peer: int, limit: float,
                         start: Callable[[], Awaitable[None]]) -> None:
         faults = self._session.faults
         self._session.ops += 1
-        self._session.check_open(what)
-        first = faults.error(self._channel)
-        if first is not None:
-            raise broken_by(f"point-to-point messages of group {self._group_id}",
-                               first) from first
+        self._check(what)
         try:
             async with timeout_after(limit) as deadline:
                 await start()
         except TimeoutError:
             if not deadline.expired():
                 raise
-            error = CollectiveTimeoutError(f"{what} on group {self._group_id} did not "
-                                           f"complete within {limit:g} s")
+            error = CollectiveTimeoutError(_timed_out(f"{what} on group {self._group_id}",
+                                                      limit))
             faults.abort(self._channel, 0, error, (peer,))
             raise error from None
         except asyncio.CancelledError:
             faults.abort(self._channel, 0, CollectiveError(f"{what} was cancelled"),
                              (peer,))
             raise
+
+
+async def _settled(future: asyncio.Future[None]) -> None:
+    """Wait for ``future`` without cancelling it when this task is cancelled."""
+    await asyncio.wait([future])
+
+
+def _timed_out(what: str, limit: float) -> str:
+    return f"{what} did not complete within {limit:g} s. {timed_out_words(limit)}"

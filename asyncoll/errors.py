@@ -133,6 +133,16 @@ _CODES: dict[str, type[AsyncollError]] = {
 _CLASS_TO_CODE = {cls: code for code, cls in _CODES.items()}
 
 
+def timed_out_words(seconds: float) -> str:
+    """What a timeout's message ends with: gloo's words, which torch's callers match on.
+
+    torch's own tests match a timeout with ``" (Timed out|closed|timeout) "``
+    (distributed_test.py, _test_barrier_timeout) and ``"Timed out waiting 1ms"``
+    on gloo's "Timed out waiting 1000ms for recv operation to complete".
+    """
+    return f"Timed out waiting {round(seconds * 1000)}ms"
+
+
 def broken_by(what: str, first: AsyncollError) -> GroupBrokenError:
     """The sticky error of a call on ``what`` after ``first`` broke it.
 

@@ -495,15 +495,31 @@ class AsyncProcessGroup(GroupCore):
         data = as_source(tensor, "send")
         return self._messages.send(peer, tag, data, seconds(timeout, self.timeout))
 
-    def recv(self, tensor: Any, src: int, tag: int = 0,
+    def recv(self, tensor: Any, src: int | None, tag: int = 0,
              timeout: float | timedelta | None = None) -> Coroutine[Any, Any, int]:
-        """Receive into ``tensor`` what global rank ``src`` sends with ``tag``; return ``src``.
+        """Receive into ``tensor`` what global rank ``src`` sends with ``tag``; return the sender.
 
-        Receiving from any source (src=None in torch) is not supported.
+        With ``src`` None (torch's receive from any source), the first message
+        with ``tag`` to arrive from any other member is received, and its
+        sender's global rank returned; one member's messages with one tag still
+        arrive in the order it sent them, and receives with one tag match in
+        the order they were called (see asyncoll._point_to_point).
+
+        Raises:
+            ConfigurationError: bad ``src`` or ``tag``, or ``src`` None in a group of one.
+            CollectiveTimeoutError: no message within the timeout. One from any source
+                that has not yet received breaks nothing; any other breaks the group's
+                point-to-point messages.
         """
         if src is None:
-            raise ConfigurationError("recv needs src: asyncoll does not receive from any "
-                                     "source; pass the global rank of the sender")
+            self._check_member("recv")
+            _check_tag(tag, "recv")
+            peers = [rank for rank in self.ranks if rank != self.global_rank]
+            if not peers:
+                raise ConfigurationError("recv without src in a group of one rank: no other "
+                                         "member can send to it")
+            buffer = as_buffer(tensor, "recv")
+            return self._messages.recv_any(peers, tag, buffer, seconds(timeout, self.timeout))
         peer = self._peer(src, "src", tag, "recv")
         buffer = as_buffer(tensor, "recv")
         return self._messages.recv(peer, tag, buffer, seconds(timeout, self.timeout))
@@ -514,10 +530,13 @@ class AsyncProcessGroup(GroupCore):
         if rank == self.global_rank:
             raise ConfigurationError(f"{what}: {role} {rank} is this process's own rank; "
                                      "a rank cannot send to or receive from itself")
-        if isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag <= MAX_TAG:
-            raise ConfigurationError(f"{what}: tag must be an int from 0 to {MAX_TAG}, got "
-                                     f"{tag!r}")
+        _check_tag(tag, what)
         return int(rank)
+
+
+def _check_tag(tag: int, what: str) -> None:
+    if isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag <= MAX_TAG:
+        raise ConfigurationError(f"{what}: tag must be an int from 0 to {MAX_TAG}, got {tag!r}")
 
 
 def _cut(flat: np.ndarray, rows: list[int], width: int) -> list[np.ndarray]:

@@ -19,6 +19,7 @@ import logging
 from dataclasses import dataclass, field
 
 from asyncoll._settings import PROTOCOL_VERSION
+from asyncoll.errors import timed_out_words
 from asyncoll._wire.messages import (
     Barrier,
     Error,
@@ -221,7 +222,8 @@ class RendezvousState:
                     missing = gathering.expected - gathering.arrivals.keys()
                     text = (f"{gathering.what} in job {job.name!r} timed out after "
                             f"{now - gathering.started:.1f} s: ranks {_ranks_text(missing)} "
-                            f"did not arrive (ranks {_ranks_text(gathering.arrivals)} did)")
+                            f"did not arrive (ranks {_ranks_text(gathering.arrivals)} did). "
+                            f"{timed_out_words(gathering.deadline - gathering.started)}")
                     log.warning("%s", text)
                     replies += [_error(c, r, gathering.timeout_code, text)
                                 for c, r, _ in gathering.arrivals.values()]

@@ -14,11 +14,12 @@ are defined.
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 
-from asyncoll._torch_backend import dtypes
+from asyncoll._torch_backend import device_backend, dtypes
 from asyncoll._torch_backend.work import AsyncollWork
 from asyncoll._torch_backend.world import TorchWorld
 from asyncoll.errors import ConfigurationError
@@ -46,6 +47,9 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         self._world = world
         self._group = group
         self._owns_world = owns_world
+        self._name = ""
+        self._desc = ""
+        device_backend.attach(self, group.rank, group.size)
 
     def getBackendName(self) -> str:
         """The backend's name, "asyncoll"."""
@@ -54,6 +58,26 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
     def name(self) -> str:
         """The backend's name, "asyncoll"."""
         return "asyncoll"
+
+    def _set_group_name(self, name: str) -> None:
+        # torch names the group after creating it; C++ keeps the name on the
+        # group's backends, which torch < 2.14 cannot give it (device_backend).
+        self._name = name
+        super()._set_group_name(name)
+
+    @property
+    def group_name(self) -> str:
+        """The name torch gave the group (its key in torch's registry of groups)."""
+        return self._name
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._desc = desc
+        super()._set_group_desc(desc)
+
+    @property
+    def group_desc(self) -> str:
+        """The description torch gave the group."""
+        return self._desc
 
     def shutdown(self) -> None:
         """Leave the asyncoll job when this group owns it; join its threads."""
@@ -213,6 +237,30 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         """Complete once every member has called barrier."""
         return self._start("barrier", [], [(self._group.barrier(_timeout(opts)), None)])
 
+    def monitored_barrier(self, timeout: timedelta | float | None = None,
+                          wait_all_ranks: bool = False) -> None:
+        """Block until every member has arrived; a timeout names every rank that has not.
+
+        torch routes ``dist.monitored_barrier`` here from 2.14 on, for a group with a
+        backend for "cpu" (2.13 allows gloo only). asyncoll's coordinator always names
+        every missing rank, as gloo does with ``wait_all_ranks=True``. It watches the
+        groups it made: the default group (or a group with a job of its own), not the
+        sub-groups made over the default group's connections, on their members only.
+
+        Raises:
+            ConfigurationError: a sub-group made on its members only.
+            CollectiveTimeoutError: ``timeout`` passed before every member arrived.
+        """
+        if not self._owns_world:
+            raise ConfigurationError(
+                "monitored_barrier on the asyncoll backend runs on the default group only: "
+                "asyncoll's coordinator, which names the ranks that do not arrive, does not "
+                f"know the sub-group {list(self._group.ranks)} (torch creates it on its "
+                "members only); call it on the default group, or use barrier")
+        limit = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        self._start("monitored_barrier", [], [(self._group.monitored_barrier(limit), None)]
+                    ).wait()
+
     # -- point to point ------------------------------------------------------------------
 
     def send(self, tensors: Sequence[Any], dstRank: int, tag: int = 0) -> AsyncollWork:
@@ -228,9 +276,20 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             dtypes.movable(tensor), self._global(srcRank, "src"), tag), None)], source=srcRank)
 
     def recv_anysource(self, tensors: Sequence[Any], tag: int = 0) -> AsyncollWork:
-        """Refused: asyncoll receives from a named rank only."""
-        raise ConfigurationError("recv without src is not supported by the asyncoll backend; "
-                                 "pass src (the sender's rank)")
+        """Receive into the tensor the first message with ``tag`` from any member.
+
+        The work's ``_source_rank()`` is then the sender's group rank (torch's
+        ``recv`` turns it into the global rank).
+        """
+        tensor = _single(tensors, "recv")
+        receiving = self._group.recv(dtypes.movable(tensor), None, tag)
+        sender: list[int] = []
+
+        async def noting_the_sender() -> None:
+            sender.append(self._group.ranks.index(await receiving))
+
+        return self._start("recv", [tensor], [(noting_the_sender(), None)],
+                           source=lambda: sender[0] if sender else -1)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -242,7 +301,7 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         return ranks[group_rank]
 
     def _start(self, what: str, outputs: list[Any], steps: Iterable[Step],
-               source: int = -1) -> AsyncollWork:
+               source: int | Callable[[], int] = -1) -> AsyncollWork:
         made: list[Step] = []
         try:
             # Each step checks its arguments as it is made; a refusal must not

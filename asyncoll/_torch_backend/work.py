@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -26,7 +27,7 @@ class AsyncollWork(_WorkBase):  # type: ignore[misc]
     """An asyncoll operation running on the loop thread, seen through torch's Work."""
 
     def __init__(self, future: concurrent.futures.Future[Any], outputs: list[Any], what: str,
-                 world: TorchWorld, source: int = -1) -> None:
+                 world: TorchWorld, source: int | Callable[[], int] = -1) -> None:
         super().__init__()
         self._work = Work(future, what)
         self._outputs = outputs
@@ -67,11 +68,12 @@ class AsyncollWork(_WorkBase):  # type: ignore[misc]
         return self._outputs
 
     def source_rank(self) -> int:
-        """For a receive, the group rank of the sender."""
-        return self._source
+        """For a receive, the group rank of the sender (-1 until a receive from any
+        source has completed)."""
+        return self._source() if callable(self._source) else self._source
 
     def _source_rank(self) -> int:
-        return self._source
+        return self.source_rank()
 
     def synchronize(self) -> None:
         """Nothing to do on the CPU."""

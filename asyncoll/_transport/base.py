@@ -104,6 +104,11 @@ class MeshControl(Mesh, Protocol):
     def send_control(self, peer: int, tag: Tag, payload: memoryview) -> None:
         """Send an ABORT frame about ``tag`` to ``peer`` if connected; best effort."""
 
+    def watch(self, peer: int, tag: Tag) -> asyncio.Future[int]:
+        """A future for frame ``tag`` from ``peer`` having arrived (kept early), taking
+        nothing: it resolves with the frame's arrival stamp (larger for later
+        arrivals), and a receive posted afterwards gets the frame."""
+
     def fail_group(self, group: int, error: AsyncollError) -> None:
         """Fail every send and receive of tag group ``group``, pending and later (sticky)."""
 

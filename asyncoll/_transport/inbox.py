@@ -11,13 +11,18 @@ carries from:
   carrier then discards the payload), or None: the carrier keeps the payload
   in a buffer of its own and hands it to ``arrived`` once complete, which
   gives it to a receive posted meanwhile or keeps it as an early frame;
-- ``fail`` fails every receive, pending and later, of one tag group or all.
+- ``watch`` waits for a frame to have arrived without taking it: it resolves
+  once the frame is kept early (with its arrival stamp, a number that grows
+  with arrival order across every inbox of the process), and cancelling it
+  changes nothing. A receive from any of several peers (the group layer's
+  ``recv`` without ``src``) watches each and then posts for the first;
+- ``fail`` fails every receive and watch, pending and later, of one tag group or all.
 
 Early frames are bounded while this rank waits for nothing from the peer:
 once they hold more than ``limit`` bytes and no receive is posted, the inbox
 asks its carrier to stop reading from the peer (``on_full(True)``), and to
 go on (``on_full(False)``) once receives have taken enough of them, or as
-soon as a receive is posted: its frame may be behind the early ones, and a
+soon as a receive (or a watch) is posted: its frame may be behind the early ones, and a
 connection delivers in order, so holding back then could only deadlock. A
 peer that floods this rank with frames it does not ask for is then slowed
 by TCP's flow control (or by its shared-memory ring filling) instead of
@@ -28,6 +33,7 @@ before reading stops, so the bound is ``limit`` plus the frames in flight.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +45,8 @@ from asyncoll.errors import AsyncollError, MismatchError, ProtocolError
 
 log = logging.getLogger("asyncoll.transport")
 
+#: Arrival stamps of early frames, in arrival order across this process's inboxes.
+_arrivals = itertools.count()
 
 
 @dataclass(slots=True, eq=False)
@@ -90,7 +98,9 @@ class Inbox:
         self._posted: dict[Tag, Receive] = {}
         #: Matched receives whose payload is arriving.
         self._filling: dict[Tag, Receive] = {}
-        self._early: dict[Tag, tuple[bytearray, Fingerprint]] = {}
+        self._early: dict[Tag, tuple[bytearray, Fingerprint, int]] = {}
+        #: Watches of frames not yet here (see watch).
+        self._watches: dict[Tag, list[asyncio.Future[int]]] = {}
         #: Bytes held by early frames.
         self.kept_bytes = 0
         self._full = False
@@ -111,7 +121,7 @@ class Inbox:
         future: asyncio.Future[None] = loop.create_future()
         kept = self._early.pop(tag, None)
         if kept is not None:
-            payload, theirs = kept
+            payload, theirs, _ = kept
             self._release(len(payload))
             receive = Receive(tag, out, future, fingerprint, consume)
             if self._fits(receive, len(payload), theirs) and receive.put(
@@ -124,6 +134,29 @@ class Inbox:
             return future
         self._posted[tag] = Receive(tag, out, future, fingerprint, consume)
         future.add_done_callback(lambda done: self._forget(tag, done))
+        if self._full:
+            self._update_flow()
+        return future
+
+    def watch(self, tag: Tag) -> asyncio.Future[int]:
+        """A future resolved with frame ``tag``'s arrival stamp once it is kept early.
+
+        It takes nothing: a receive posted for ``tag`` afterwards gets the frame,
+        and cancelling the watch leaves everything as it was. It fails as a
+        receive of ``tag`` would. A receive posted for ``tag`` while it is
+        watched takes the frame before it is kept, and the watch never resolves.
+        """
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        kept = self._early.get(tag)
+        if kept is not None:
+            future.set_result(kept[2])
+            return future
+        error = self.error or self._failed_groups.get(tag[0])
+        if error is not None:
+            future.set_exception(error)
+            return future
+        self._watches.setdefault(tag, []).append(future)
+        future.add_done_callback(lambda done: self._unwatch(tag, done))
         if self._full:
             self._update_flow()
         return future
@@ -156,8 +189,12 @@ class Inbox:
             return  # nobody will ever want it
         if tag in self._early:
             raise ProtocolError(f"rank {self.peer} sent frame {tag} twice")
-        self._early[tag] = (payload, fingerprint)
+        stamp = next(_arrivals)
+        self._early[tag] = (payload, fingerprint, stamp)
         self.kept_bytes += len(payload)
+        for watch in self._watches.pop(tag, ()):
+            if not watch.done():
+                watch.set_result(stamp)
         if self.kept_bytes > self.limit:
             self._update_flow()
         if self.on_early is not None:
@@ -167,7 +204,7 @@ class Inbox:
         """The tags (and fingerprints) of the early frames of tag group ``group``."""
         if not self._early:
             return []
-        return [(tag, fp) for tag, (_, fp) in self._early.items() if tag[0] == group]
+        return [(tag, fp) for tag, (_, fp, _) in self._early.items() if tag[0] == group]
 
     @property
     def has_early(self) -> bool:
@@ -177,7 +214,8 @@ class Inbox:
     # -- failure --------------------------------------------------------------------------
 
     def fail(self, error: AsyncollError, group: int | None = None) -> None:
-        """Fail every receive of tag group ``group`` (None: of the peer), pending and later.
+        """Fail every receive and watch of tag group ``group`` (None: of the peer), pending
+        and later.
 
         The first error is sticky: later receives fail with it. A group's early
         frames are dropped (never wanted now); the peer's are kept, since a
@@ -194,6 +232,12 @@ class Inbox:
                     del receives[tag]
                     if not receive.future.done():
                         receive.future.set_exception(error)
+        for tag, watches in list(self._watches.items()):
+            if group is None or tag[0] == group:
+                del self._watches[tag]
+                for watch in watches:
+                    if not watch.done():
+                        watch.set_exception(error)
         if group is not None:
             for tag in [t for t in self._early if t[0] == group]:
                 self._release(len(self._early.pop(tag)[0]))
@@ -218,7 +262,7 @@ class Inbox:
 
     def _update_flow(self) -> None:
         """Stop reading while early frames are over the bound and nothing is awaited."""
-        waited = self._posted or self._filling
+        waited = self._posted or self._filling or self._watches
         full = self.kept_bytes > self.limit and not waited and self.error is None
         if full == self._full:
             return
@@ -235,6 +279,16 @@ class Inbox:
             receive = receives.get(tag)
             if receive is not None and receive.future is done:
                 del receives[tag]
+        if self.kept_bytes > self.limit:
+            self._update_flow()
+
+
+    def _unwatch(self, tag: Tag, done: asyncio.Future[int]) -> None:
+        watches = self._watches.get(tag)
+        if watches is not None and done in watches:
+            watches.remove(done)
+            if not watches:
+                del self._watches[tag]
         if self.kept_bytes > self.limit:
             self._update_flow()
 

@@ -66,6 +66,15 @@ class MemoryMesh:
             return _failed(error)
         return self._inboxes[peer].post(tag, out, fingerprint, consume)
 
+    def watch(self, peer: int, tag: Tag) -> asyncio.Future[int]:
+        """A future for frame ``tag`` from ``peer`` having arrived, taking nothing."""
+        error = self._failed_groups.get(tag[0])
+        if error is not None:
+            future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            future.set_exception(error)
+            return future
+        return self._inboxes[peer].watch(tag)
+
     @property
     def has_early(self) -> bool:
         """Whether any frame is kept early."""

@@ -195,6 +195,14 @@ class TcpMesh:
             return self._failed_future(self._failed_groups[tag[0]])
         return self._connected_channel(peer).inbox.post(tag, out, fingerprint, consume)
 
+    def watch(self, peer: int, tag: Tag) -> asyncio.Future[int]:
+        """A future for frame ``tag`` from ``peer`` having arrived, taking nothing."""
+        if self._failed_groups and tag[0] in self._failed_groups:
+            future: asyncio.Future[int] = self.loop.create_future()
+            future.set_exception(self._failed_groups[tag[0]])
+            return future
+        return self._connected_channel(peer).inbox.watch(tag)
+
     # -- for the layer above: control frames, early frames, failures ---------------
 
     def send_control(self, peer: int, tag: Tag, payload: memoryview) -> None:

@@ -47,3 +47,4 @@ async def test_monitored_barrier_timeout_names_the_rank_that_never_arrived():
 
     message = (await run_ranks(2, body))[0]
     assert "ranks 1 did not arrive" in message, message
+    assert message.endswith(". Timed out waiting 1000ms"), message

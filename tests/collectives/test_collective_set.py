@@ -342,7 +342,7 @@ async def test_bad_arguments_are_refused_before_anything_is_sent():
             lambda: world.all_to_all_single(np.zeros((3, 2)), np.zeros((3, 2))),
             lambda: world.all_to_all_single(np.zeros((2, 2)), np.zeros((2, 2)), [1, 2], [1, 1]),
             lambda: world.send(out, dst=world.rank),
-            lambda: world.recv(out, src=None),
+            lambda: world.recv(out, src=None, tag=-1),  # from any source, bad tag
             lambda: world.send(out, dst=1 - world.rank, tag=-1),
             lambda: world.all_gather_object([None], 1),
             lambda: world.all_gather_object([None, None], lambda: 1),
@@ -364,5 +364,5 @@ async def test_bad_arguments_are_refused_before_anything_is_sent():
         assert "share memory" in messages[4]
         assert "rows cannot be split evenly" in messages[9]
         assert "own rank" in messages[11]
-        assert "recv needs src" in messages[12]
+        assert "recv: tag must be an int from 0" in messages[12]
         assert "cannot pickle" in messages[15]

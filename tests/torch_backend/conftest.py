@@ -3,7 +3,7 @@
 The backend reaches torch through the ``torch.backends`` entry point of an
 installed asyncoll. A development checkout may be imported from PYTHONPATH
 while another copy's metadata is installed, so the processes started here
-get a small distribution on their path that declares the same entry point
+get a small distribution on their path that declares the same entry points
 as pyproject.toml (test_registration checks that the two agree); where the
 real one is installed too, registering twice is harmless.
 """
@@ -23,6 +23,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 WORKERS = Path(__file__).resolve().parent / "workers"
 ENTRY_POINT = "asyncoll._torch_backend:load"
+#: torch >= 2.14's lookup by backend name (Backend._ensure_backend_registered).
+REGISTRAR = "asyncoll._torch_backend:register"
 
 #: Variables a launcher sets; none may leak from the environment running the tests.
 LAUNCH_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK",
@@ -38,7 +40,9 @@ def entry_point_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: asyncoll-torch-backend-entry"
                                    "\nVersion: 0\n")
-    (info / "entry_points.txt").write_text(f"[torch.backends]\nasyncoll = {ENTRY_POINT}\n")
+    (info / "entry_points.txt").write_text(f"[torch.backends]\nasyncoll = {ENTRY_POINT}\n\n"
+                                           "[torch.distributed.backends]\n"
+                                           f"asyncoll = {REGISTRAR}\n")
     return root
 
 

@@ -83,10 +83,57 @@ def test_async_work_and_its_torch_future_complete_with_the_tensor(reports):
 
 def test_refused_call_raises_asyncolls_error_from_the_torch_call(reports):
     for r in reports:
-        assert r["recv_any_source"] == {
-            "type": "asyncoll.errors.ConfigurationError",
-            "message": "recv without src is not supported by the asyncoll backend; pass src "
-                       "(the sender's rank)"}
+        assert r["refused_op"]["type"] == "asyncoll.errors.ConfigurationError"
+        assert "needs an integer or bool array, got dtype float32" in r["refused_op"]["message"]
+
+
+def test_recv_without_src_takes_racing_senders_in_arrival_order_and_returns_the_sender(
+        reports):
+    got = reports[0]["any_source"]
+    assert sorted(sender for sender, _ in got) == [1, 1, 2, 2]
+    for sender in (1, 2):  # each sender's messages in the order it sent them
+        assert [value for s, value in got if s == sender] == [10.0 * sender, 10.0 * sender + 1]
+
+
+def test_irecv_without_src_gives_the_senders_group_rank_and_recv_its_global_rank(reports):
+    # Group [1, 2]: global rank 2 is group rank 1.
+    assert reports[1]["any_source_irecv"] == [1, 8.0, 2, 9.0]
+
+
+def test_destroying_a_sub_group_works_and_torch_knows_its_name(reports):
+    assert [r["destroy_sub_group"] for r in reports] == [None, None, None]
+    assert reports[0]["sub_group_name"] == reports[1]["sub_group_name"] != ""
+
+
+def _torch_at_least(version: str, reports: list[dict[str, Any]]) -> bool:
+    def numbers(text: str) -> tuple[int, ...]:
+        return tuple(int(n) for n in re.findall(r"\d+", text.split("+")[0])[:2])
+    return numbers(reports[0]["torch"]) >= numbers(version)
+
+
+def test_monitored_barrier_runs_on_asyncoll_where_torch_routes_it(reports):
+    if _torch_at_least("2.14", reports):
+        assert [r["monitored_barrier"] for r in reports] == [None, None, None]
+        error = reports[0]["monitored_barrier_timeout"]
+        assert error["type"] == "asyncoll.errors.CollectiveTimeoutError"
+        assert "ranks 1, 2 did not arrive" in error["message"]
+        assert re.search(" (Timed out|closed|timeout) ", error["message"]), error
+        for r in reports[:2]:
+            refused = r["monitored_barrier_sub_group"]
+            assert refused["type"] == "asyncoll.errors.ConfigurationError"
+            assert "runs on the default group only" in refused["message"]
+    else:  # torch 2.13 sends it to gloo only
+        for r in reports:
+            assert r["monitored_barrier"]["type"] == "builtins.ValueError"
+            assert "GLOO" in r["monitored_barrier"]["message"]
+
+
+def test_barrier_timeout_says_what_torchs_callers_match_on(reports):
+    error = reports[0]["barrier_timeout"]
+    assert error["type"] == "asyncoll.errors.CollectiveTimeoutError"
+    assert "did not complete within 1 s; still waiting for data from rank 1" in error["message"]
+    # torch's distributed_test.py (_test_barrier_timeout) matches this on gloo's message.
+    assert re.search(" (Timed out|closed|timeout) ", error["message"]), error
 
 
 def test_timeout_surfaces_from_wait_and_future_and_breaks_the_group(reports):
@@ -95,6 +142,7 @@ def test_timeout_surfaces_from_wait_and_future_and_breaks_the_group(reports):
         assert r[key]["type"] == "asyncoll.errors.CollectiveTimeoutError"
         assert "did not complete within 1 s; still waiting for data from rank 1" in \
             r[key]["message"]
+        assert re.search(" (Timed out|closed|timeout) ", r[key]["message"])
     assert r["broken_after"]["type"] == "asyncoll.errors.GroupBrokenError"
     assert "failed earlier" in r["broken_after"]["message"]
 

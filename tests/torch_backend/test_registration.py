@@ -13,11 +13,13 @@ from . import conftest
 pytestmark = pytest.mark.timeout(60)
 
 
-def test_pyproject_declares_the_entry_point_the_tests_use() -> None:
+def test_pyproject_declares_the_entry_points_the_tests_use() -> None:
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((conftest.REPO / "pyproject.toml").read_text())["project"]
 
     assert project["entry-points"]["torch.backends"] == {"asyncoll": conftest.ENTRY_POINT}
+    assert project["entry-points"]["torch.distributed.backends"] == {
+        "asyncoll": conftest.REGISTRAR}
     assert any(d.startswith("torch") for d in project["optional-dependencies"]["torch"])
 
 
@@ -61,3 +63,16 @@ def test_import_asyncoll_does_not_import_torch(tmp_path: Path) -> None:
     code = "import sys, asyncoll, asyncoll._torch_backend; print('torch' in sys.modules)"
 
     assert _run(code, conftest.environment(tmp_path)) == "False"
+
+
+def test_torch_finds_the_backend_by_name_without_the_autoload(entry_point_dir: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch.distributed.Backend, "_ensure_backend_registered"):
+        pytest.skip(f"torch {torch.__version__} looks backends up by name only from 2.14 on")
+    env = conftest.environment(entry_point_dir, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    # What init_process_group(backend="asyncoll") does first on torch 2.14 (BackendConfig).
+    code = ("import torch.distributed as d; before = 'ASYNCOLL' in d.Backend._plugins; "
+            "d.Backend._ensure_backend_registered('asyncoll'); "
+            "print(before, 'ASYNCOLL' in d.Backend._plugins)")
+
+    assert _run(code, env) == "False True"

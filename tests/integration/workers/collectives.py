@@ -169,6 +169,17 @@ def main():
                 dist.send(np.full(4, 0.5 + me), dst=other)
             expect(box, np.full(4, 0.5 + (n - 1) if me == 0 else 0.5), "send/recv")
             checks += 1
+        # recv without src: every other rank sends to rank 0, which takes them as they come.
+        if me == 0:
+            senders = []
+            for _ in range(n - 1):
+                box = np.zeros(2, np.int64)
+                senders.append(dist.recv(box, tag=6))
+                expect(box, np.full(2, senders[-1]), "recv without src")
+            assert sorted(senders) == list(range(1, n)), senders
+        else:
+            dist.send(np.full(2, me, np.int64), dst=0, tag=6)
+        checks += 1
     dist.destroy_process_group()
     print(f"Process {me} checked {checks} results", flush=True)
 

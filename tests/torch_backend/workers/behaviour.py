@@ -36,7 +36,7 @@ def main() -> None:
     faulthandler.dump_traceback_later(float(os.environ.get("DUMP_AFTER_S", "100")), exit=True)
     dist.init_process_group(backend="asyncoll")
     rank = dist.get_rank()
-    results: dict[str, Any] = {"rank": rank}
+    results: dict[str, Any] = {"rank": rank, "torch": torch.__version__}
     gloo = dist.new_group(backend="gloo")
 
     # Sub-groups, created by every rank; the backend's creator runs on members only.
@@ -106,8 +106,55 @@ def main() -> None:
         work.wait()
     results["ring_received"] = incoming.tolist()
 
+    # Receiving from any source: ranks 1 and 2 race two messages each to rank 0, which
+    # takes them in arrival order, each sender's in the order it sent them.
+    if rank == 0:
+        got = []
+        for _ in range(4):
+            t = torch.zeros(1)
+            sender = dist.recv(t, tag=7)
+            got.append([sender, t.item()])
+        results["any_source"] = got
+    else:
+        for k in range(2):
+            dist.send(torch.tensor([10.0 * rank + k]), 0, tag=7)
+    # irecv without src, on a group whose ranks are not the global ones: torch reads
+    # work._source_rank() (the group rank) and returns the global rank.
+    odd = dist.new_group([1, 2])
+    if rank == 1:
+        t = torch.zeros(1)
+        work = dist.irecv(t, group=odd, tag=8)
+        work.wait()
+        results["any_source_irecv"] = [work._source_rank(), t.item(),
+                                       dist.recv(t, group=odd, tag=9), t.item()]
+    elif rank == 2:
+        dist.send(torch.tensor([8.0]), 1, group=odd, tag=8)
+        dist.send(torch.tensor([9.0]), 1, group=odd, tag=9)
+
     # A refused call raises asyncoll's error, message intact, from the torch call.
-    results["recv_any_source"] = error_of(lambda: dist.recv(torch.zeros(1)))
+    results["refused_op"] = error_of(lambda: dist.all_reduce(torch.ones(1),
+                                                             op=dist.ReduceOp.BAND))
+
+    # destroy_process_group of a sub-group (torch reads the group's name); the others go on.
+    doomed = dist.new_group([0, 1])
+    if rank in (0, 1):
+        dist.all_reduce(torch.ones(1), group=doomed)
+        results["sub_group_name"] = doomed.group_name
+    results["destroy_sub_group"] = error_of(lambda: dist.destroy_process_group(doomed))
+
+    # monitored_barrier: torch 2.14 serves it for a group with a "cpu" backend (2.13:
+    # gloo only), on the default group: the coordinator does not know sub-groups.
+    results["monitored_barrier"] = error_of(
+        lambda: dist.monitored_barrier(timeout=timedelta(seconds=30)))
+    watched = dist.new_group([0, 1])
+    if rank in (0, 1):
+        results["monitored_barrier_sub_group"] = error_of(
+            lambda: dist.monitored_barrier(watched, timeout=timedelta(seconds=30)))
+
+    # A barrier only rank 0 calls times out with words torch's callers match on.
+    stalled = dist.new_group([0, 1], timeout=timedelta(seconds=1))
+    if rank == 0:
+        results["barrier_timeout"] = error_of(lambda: dist.barrier(group=stalled))
 
     # A collective only rank 0 calls: its group times out, and stays broken.
     lonely = dist.new_group([0, 1], timeout=timedelta(seconds=1))
@@ -121,6 +168,15 @@ def main() -> None:
     results["asyncoll_error_classes"] = [asyncoll.CollectiveTimeoutError.__name__,
                                          asyncoll.GroupBrokenError.__name__]
     dist.barrier()
+    # Last, as it breaks the default group: a monitored barrier ranks 1 and 2 never
+    # call; the coordinator's timeout names them. Point-to-point messages go on.
+    if rank == 0:
+        results["monitored_barrier_timeout"] = error_of(
+            lambda: dist.monitored_barrier(timeout=timedelta(seconds=1)))
+        for peer in (1, 2):
+            dist.send(torch.ones(1), peer, tag=99)
+    else:
+        dist.recv(torch.zeros(1), 0, tag=99)
     print(json.dumps(results), flush=True)
 
 
