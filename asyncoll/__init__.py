@@ -36,7 +36,7 @@ from asyncoll.types import ReduceOp
 
 if _typing.TYPE_CHECKING:
     from asyncoll import group
-    from asyncoll._blocking import (
+    from asyncoll._api.blocking import (
         P2POp,
         all_gather,
         all_gather_into_tensor,
@@ -72,7 +72,7 @@ if _typing.TYPE_CHECKING:
         scatter_object_list,
         send,
     )
-    from asyncoll._work import Work
+    from asyncoll._api.work import Work
     from asyncoll.group import AsyncProcessGroup
 
     #: torch's name for a group handle; here it is the asyncio group itself.
@@ -142,7 +142,7 @@ __all__ = [
 _ELSEWHERE: dict[str, tuple[str, str | None]] = {
     "AsyncProcessGroup": ("asyncoll.group", "AsyncProcessGroup"),
     "ProcessGroup": ("asyncoll.group", "AsyncProcessGroup"),
-    "Work": ("asyncoll._work", "Work"),
+    "Work": ("asyncoll._api.work", "Work"),
     "aio": ("asyncoll.aio", None),
     "coordinator": ("asyncoll.coordinator", None),
     "group": ("asyncoll.group", None),
@@ -154,7 +154,7 @@ def _load(name: str) -> object:
     if name in _ELSEWHERE:
         module_name, attribute = _ELSEWHERE[name]
     elif name in __all__:
-        module_name, attribute = "asyncoll._blocking", name
+        module_name, attribute = "asyncoll._api.blocking", name
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module = _importlib.import_module(module_name)

@@ -20,10 +20,10 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Sequence
 
-from asyncoll._init_method import resolve
+from asyncoll._runtime.init_method import resolve
 from asyncoll._runtime.runtime import runtime
 from asyncoll._runtime.settings import Settings
-from asyncoll._session import Session
+from asyncoll._runtime.session import Session
 from asyncoll._settings import DEFAULT_TIMEOUT_S
 from asyncoll.errors import ConfigurationError
 from asyncoll.group import AsyncProcessGroup, seconds

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from asyncoll._compat import timeout as timeout_after
-from asyncoll._init_method import resolve
+from asyncoll._runtime.init_method import resolve
 from asyncoll._runtime import hosting
 from asyncoll._runtime.runtime import runtime
 from asyncoll._runtime.settings import Settings

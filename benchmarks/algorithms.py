@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 import asyncoll as dist
-from asyncoll import _blocking
+from asyncoll._api import blocking as _blocking
 from asyncoll._algorithms import selection
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

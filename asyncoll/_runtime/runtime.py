@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from asyncoll._runtime import hosting
 from asyncoll._runtime.loop import LoopThread
 from asyncoll._runtime.settings import Settings
-from asyncoll._session import Rendezvous, Session
+from asyncoll._runtime.session import Rendezvous, Session
 from asyncoll.coordinator.server import Coordinator
 
 log = logging.getLogger("asyncoll")

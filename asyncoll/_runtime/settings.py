@@ -18,7 +18,7 @@ from types import MappingProxyType
 from asyncoll import _auth
 from asyncoll._algorithms import selection
 from asyncoll._settings import HEARTBEAT_TIMEOUT_S
-from asyncoll._transport import shm
+from asyncoll._transport.shm import segment as shm
 from asyncoll._transport.settings import (
     EARLY_LIMIT_BYTES,
     SHM_MIN_BYTES,
@@ -36,8 +36,8 @@ class Settings:
 
     The launch variables (MASTER_ADDR, RANK, ASYNCOLL_DATA_PORTS, ...) are kept
     as read in ``environment``: where to join and where to listen are decided
-    from them with the call's own arguments (asyncoll._init_method,
-    asyncoll._addresses).
+    from them with the call's own arguments (asyncoll._runtime.init_method,
+    asyncoll._runtime.addresses).
     """
 
     #: The job's shared secret (ASYNCOLL_TOKEN; None when unset or empty).

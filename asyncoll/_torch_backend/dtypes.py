@@ -1,12 +1,12 @@
 """torch dtypes numpy has no twin for, staged so asyncoll can carry them.
 
-asyncoll works on numpy views of torch tensors (asyncoll._tensors), which
+asyncoll works on numpy views of torch tensors (asyncoll._group.tensors), which
 cover every torch dtype numpy has, including float16, complex and bool.
 bfloat16 has no numpy twin: data movement carries its bits as int16 (exact),
 and reductions run on a float32 copy whose result is rounded back into the
 tensor, so a sum of bfloat16 values is rounded once instead of at every
 step. Other dtypes numpy lacks (the float8 family) are refused by
-asyncoll._tensors with a ConfigurationError naming the dtype.
+asyncoll._group.tensors with a ConfigurationError naming the dtype.
 """
 
 from __future__ import annotations

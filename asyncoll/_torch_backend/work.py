@@ -1,6 +1,6 @@
 """AsyncollWork: what the torch backend's collectives return, as torch's Work.
 
-It wraps asyncoll's own Work (asyncoll._work), which waits and reports errors:
+It wraps asyncoll's own Work (asyncoll._api.work), which waits and reports errors:
 ``wait()`` blocks and re-raises the operation's asyncoll error unchanged;
 ``get_future()`` gives a torch Future that completes with the output tensors
 (DDP's reducer chains its gradient averaging onto it), or with the error.
@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from asyncoll._torch_backend.world import TorchWorld
-from asyncoll._work import Work
+from asyncoll._api.work import Work
 
 _WorkBase: Any = dist.distributed_c10d.Work
 

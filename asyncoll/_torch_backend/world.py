@@ -26,7 +26,7 @@ from asyncoll._runtime import hosting
 from asyncoll._runtime.loop import CallbackThread
 from asyncoll._runtime.runtime import Runtime, runtime
 from asyncoll._runtime.settings import Settings
-from asyncoll._session import Rendezvous
+from asyncoll._runtime.session import Rendezvous
 from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import RendezvousTimeoutError
 

@@ -1,1 +1,8 @@
-"""The data plane: connections to peers and the mesh that routes frames to receives."""
+"""The transport: peers and tags, never groups or operations.
+
+``base.py`` holds the seams (Mesh for the algorithms, MeshControl and
+Listener for the group layer), ``inbox.py`` the one place a peer's frames
+meet their receives, ``tcp/`` the TCP carrier, ``shm/`` the shared-memory
+rings same-host peers use for large payloads, and ``memory.py`` a mesh of
+direct calls for tests.
+"""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from asyncoll._transport import shm
+from asyncoll._transport.shm import segment as shm
 
 
 @pytest.fixture(autouse=True, params=["tcp", "shm"])

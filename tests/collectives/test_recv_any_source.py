@@ -1,7 +1,7 @@
 """recv without src: the first message with the tag from any member, losing and reordering none.
 
 A receive from any source watches every peer's next frame and takes a count only for
-the one whose frame arrived first (asyncoll._point_to_point); these tests race
+the one whose frame arrived first (asyncoll._group.point_to_point); these tests race
 senders against it, cancel it, let it time out, and call named receives after it.
 """
 

@@ -14,7 +14,7 @@ import socket
 import numpy as np
 import pytest
 
-from asyncoll._transport.mesh import TcpMesh
+from asyncoll._transport.tcp.mesh import TcpMesh
 from asyncoll._transport.settings import TransportSettings
 from asyncoll._wire.messages import Join, Status, encode
 from asyncoll.errors import AuthenticationError

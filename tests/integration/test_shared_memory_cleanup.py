@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from asyncoll._transport import shm
+from asyncoll._transport.shm import segment as shm
 
 pytestmark = [pytest.mark.timeout(60),
               pytest.mark.skipif(shm._posixshmem is None, reason="no POSIX shared memory")]
 
 WORKER = '''
 import os, signal
-from asyncoll._transport import shm
+from asyncoll._transport.shm import segment as shm
 name = shm.new_name()
 shm.create(name, 4096)
 print(name, flush=True)

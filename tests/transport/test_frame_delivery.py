@@ -12,8 +12,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from asyncoll._transport.connection import PeerConnection
-from asyncoll._transport.mesh import TcpMesh
+from asyncoll._transport.tcp.connection import PeerConnection
+from asyncoll._transport.tcp.mesh import TcpMesh
 from asyncoll._wire.frames import HEADER_SIZE, NO_FINGERPRINT, FrameKind, pack_header
 from asyncoll.errors import MismatchError, PeerLostError, ProtocolError
 

@@ -7,8 +7,8 @@ import asyncio
 import numpy as np
 import pytest
 
-import asyncoll._transport.mesh as mesh_module
-from asyncoll._transport.mesh import TcpMesh
+import asyncoll._transport.tcp.mesh as mesh_module
+from asyncoll._transport.tcp.mesh import TcpMesh
 from asyncoll._wire.frames import HEADER_SIZE, FrameKind, pack_header
 
 pytestmark = pytest.mark.timeout(30)

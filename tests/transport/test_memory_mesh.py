@@ -16,7 +16,7 @@ from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
 from asyncoll._algorithms.ring import all_reduce_scratch_elements, ring_all_reduce
 from asyncoll._algorithms.team import Team
 from asyncoll._algorithms.tree import tree_broadcast
-from asyncoll._group_faults import GroupFaults
+from asyncoll._group.faults import GroupFaults
 from asyncoll._transport.memory import memory_meshes
 from asyncoll._wire.frames import Fingerprint, Operation
 from asyncoll.errors import MismatchError, PeerLostError

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from asyncoll._runtime.settings import Settings
-from asyncoll._transport import shm
+from asyncoll._transport.shm import segment as shm
 from asyncoll.errors import ConfigurationError, MismatchError
 from asyncoll.testing import run_ranks
 

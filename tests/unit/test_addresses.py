@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from asyncoll._addresses import interface_address, listen_plan
+from asyncoll._runtime.addresses import interface_address, listen_plan
 from asyncoll.errors import ConfigurationError
 
 pytestmark = pytest.mark.timeout(30)

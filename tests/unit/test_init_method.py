@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from asyncoll._init_method import resolve
+from asyncoll._runtime.init_method import resolve
 from asyncoll.errors import ConfigurationError
 
 pytestmark = pytest.mark.timeout(60)

@@ -83,7 +83,7 @@ PURE_FILES = [(path, False) for path in _files("_wire")] + \
 
 @pytest.mark.parametrize("module", ["asyncoll", "asyncoll.aio", "asyncoll.errors",
                                     "asyncoll.types", "asyncoll.testing",
-                                    "asyncoll.coordinator", "asyncoll._tensors",
+                                    "asyncoll.coordinator", "asyncoll._group.tensors",
                                     "asyncoll.group"])
 def test_all_is_sorted_and_every_name_exists(module: str) -> None:
     mod = importlib.import_module(module)
@@ -204,9 +204,9 @@ COORDINATOR_MAY_IMPORT = ("asyncoll._wire", "asyncoll._rendezvous", "asyncoll.er
 COORDINATOR_MAY_NOT_IMPORT = ("asyncoll._rendezvous.client",)
 
 # The data plane, by name, as the issue lists it.
-DATA_PLANE = ("asyncoll._blocking", "asyncoll.group", "asyncoll._group_core",
-              "asyncoll._session", "asyncoll._transport", "asyncoll._algorithms",
-              "asyncoll.aio", "asyncoll._torch_backend", "asyncoll._tensors")
+DATA_PLANE = ("asyncoll._api.blocking", "asyncoll.group", "asyncoll._group.core",
+              "asyncoll._runtime.session", "asyncoll._transport", "asyncoll._algorithms",
+              "asyncoll.aio", "asyncoll._torch_backend", "asyncoll._group.tensors")
 
 
 def _within(name: str, prefixes: tuple[str, ...]) -> bool:
@@ -250,9 +250,9 @@ def test_coordinator_module_imports_only_wire_rendezvous_errors_and_settings(
     assert plain == [], f"{path.relative_to(PACKAGE.parent)} imports the asyncoll package"
 
 
-@pytest.mark.parametrize("name", ["asyncoll._transport.mesh", "asyncoll._algorithms",
-                                  "asyncoll._session", "asyncoll.group", "asyncoll._blocking",
-                                  "asyncoll.all_reduce", "asyncoll.aio",
+@pytest.mark.parametrize("name", ["asyncoll._transport.tcp.mesh", "asyncoll._algorithms",
+                                  "asyncoll._runtime.session", "asyncoll.group",
+                                  "asyncoll._api.blocking", "asyncoll.all_reduce", "asyncoll.aio",
                                   "asyncoll._rendezvous.client",
                                   "asyncoll._rendezvous.client.RendezvousClient",
                                   "asyncoll._wiremesh", "asyncoll.errors_extra"])
@@ -284,7 +284,7 @@ def test_importing_the_coordinator_loads_no_module_of_the_data_plane() -> None:
 
 def test_importing_asyncoll_defers_the_blocking_api_to_its_first_use() -> None:
     assert _loaded_by("import asyncoll") == ["asyncoll", "asyncoll.errors", "asyncoll.types"]
-    assert "asyncoll._blocking" in _loaded_by("import asyncoll\nasyncoll.all_reduce")
+    assert "asyncoll._api.blocking" in _loaded_by("import asyncoll\nasyncoll.all_reduce")
 
 
 # -- the lazy public face ----------------------------------------------------------------
@@ -292,8 +292,8 @@ def test_importing_asyncoll_defers_the_blocking_api_to_its_first_use() -> None:
 
 # (name, the module that defines it, its name there; None for the module itself)
 PUBLIC_FACES = [
-    ("P2POp", "asyncoll._blocking", "P2POp"),
-    ("Work", "asyncoll._work", "Work"),
+    ("P2POp", "asyncoll._api.blocking", "P2POp"),
+    ("Work", "asyncoll._api.work", "Work"),
     ("AsyncProcessGroup", "asyncoll.group", "AsyncProcessGroup"),
     ("ProcessGroup", "asyncoll.group", "AsyncProcessGroup"),
     ("group", "asyncoll.group", None),
@@ -308,7 +308,7 @@ def test_public_names_are_the_defining_modules_objects_on_first_use() -> None:
     # whatever this process has imported already.
     functions = [n for n in asyncoll.__all__ if n[0].islower() and n != "group"]
     errors = [n for n in asyncoll.__all__ if n.endswith("Error")]
-    faces = PUBLIC_FACES + [(n, "asyncoll._blocking", n) for n in functions] + \
+    faces = PUBLIC_FACES + [(n, "asyncoll._api.blocking", n) for n in functions] + \
         [(n, "asyncoll.errors", n) for n in errors]
     script = f"""
 import importlib, json
@@ -346,23 +346,18 @@ LAYERS: dict[str, int] = {
     "asyncoll._settings": 0, "asyncoll._compat": 0, "asyncoll._auth": 0,
     "asyncoll._transport": 1,
     "asyncoll._algorithms": 2,
-    "asyncoll.group": 3, "asyncoll._group": 3, "asyncoll._point_to_point": 3,
-    "asyncoll._objects": 3, "asyncoll._tensors": 3, "asyncoll._arguments": 3,
-    "asyncoll._rendezvous": 4, "asyncoll._session": 4, "asyncoll._runtime": 4,
-    "asyncoll._loop_thread": 4, "asyncoll._init_method": 4, "asyncoll._addresses": 4,
-    "asyncoll.coordinator": 4,
-    "asyncoll._blocking": 5, "asyncoll._work": 5, "asyncoll.aio": 5,
-    "asyncoll._torch_backend": 5, "asyncoll.testing": 5, "asyncoll._api": 5,
+    "asyncoll._group": 3, "asyncoll.group": 3,
+    "asyncoll._runtime": 4, "asyncoll._rendezvous": 4, "asyncoll.coordinator": 4,
+    "asyncoll._api": 5, "asyncoll.aio": 5, "asyncoll._torch_backend": 5,
+    "asyncoll.testing": 5,
     "asyncoll.run": 6, "asyncoll.bench": 6, "asyncoll.cli": 6, "asyncoll.__main__": 6,
-    "asyncoll.tools": 6,
 }
 LAYER_NAMES = ["wire", "transport", "algorithms", "group", "runtime", "api", "tools"]
 
 
 def _layer(name: str) -> int | None:
-    best = max((p for p in LAYERS if name == p or name.startswith(p + ".")
-                or (name.startswith(p) and p.rsplit(".", 1)[-1].startswith("_group"))),
-               key=len, default=None)
+    best = max((p for p in LAYERS if name == p or name.startswith(p + ".")), key=len,
+               default=None)
     return LAYERS[best] if best is not None else None
 
 
@@ -388,8 +383,8 @@ def test_imports_point_down_the_layers(path: Path) -> None:
 
 
 @pytest.mark.parametrize("source, module", [
-    ("from asyncoll._session import Session", "asyncoll._group_core"),
-    ("from asyncoll._group_faults import GroupFaults", "asyncoll._transport.mesh"),
+    ("from asyncoll._runtime.session import Session", "asyncoll._group.core"),
+    ("from asyncoll._group.faults import GroupFaults", "asyncoll._transport.tcp.mesh"),
     ("from asyncoll import aio", "asyncoll._runtime.runtime"),
     ("import asyncoll._algorithms.ring", "asyncoll._wire.frames"),
 ])
@@ -399,7 +394,7 @@ def test_the_layer_rule_catches_an_upward_import(source: str, module: str) -> No
 
 def test_the_layer_rule_allows_downward_imports() -> None:
     source = "from asyncoll._transport.base import Mesh\nfrom asyncoll.errors import Closed"
-    assert _upward_imports(source, "asyncoll._group_core") == []
+    assert _upward_imports(source, "asyncoll._group.core") == []
 
 
 _GROUP_WORDS = [r"\bregister_group\b", r"\babort_group\b", r"\bgroup_error\b",
@@ -596,8 +591,8 @@ def test_the_thread_linter_allows_locks(source: str) -> None:
 # The transport is told its settings (asyncoll._transport.settings); nothing below the
 # runtime reaches up to it, or to the faces above.
 LOWER_LAYERS = ("_wire", "_transport", "_algorithms", "_rendezvous")
-UPPER_LAYERS = ("asyncoll._runtime", "asyncoll._session", "asyncoll._group_core",
-                "asyncoll.group", "asyncoll.aio", "asyncoll._blocking",
+UPPER_LAYERS = ("asyncoll._runtime", "asyncoll._runtime.session", "asyncoll._group.core",
+                "asyncoll.group", "asyncoll.aio", "asyncoll._api.blocking",
                 "asyncoll._torch_backend", "asyncoll.testing")
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from asyncoll._runtime.settings import Settings
 from asyncoll._settings import HEARTBEAT_TIMEOUT_S
-from asyncoll._transport import shm
+from asyncoll._transport.shm import segment as shm
 from asyncoll._transport.settings import (
     EARLY_LIMIT_BYTES,
     SHM_MIN_BYTES,

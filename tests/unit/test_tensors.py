@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from asyncoll._tensors import Buffer, as_buffer
+from asyncoll._group.tensors import Buffer, as_buffer
 from asyncoll.errors import ConfigurationError
 
 pytestmark = pytest.mark.timeout(60)

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from asyncoll._work import Work
+from asyncoll._api.work import Work
 from asyncoll.errors import CollectiveTimeoutError
 
 

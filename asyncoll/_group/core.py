@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from asyncoll import _arguments as check
+from asyncoll._group import arguments as check
 from asyncoll._algorithms import selection
 from asyncoll._algorithms.ops import coerce_op
 from asyncoll._algorithms.team import Team
 from asyncoll._compat import timeout as timeout_after
-from asyncoll._group_context import Membership
-from asyncoll._point_to_point import Messages
+from asyncoll._group.context import Membership
+from asyncoll._group.point_to_point import Messages
 from asyncoll._wire.dtypes import dtype_code
 from asyncoll._wire.frames import Fingerprint
 from asyncoll._wire.frames import Operation as Kind

@@ -5,7 +5,7 @@ receives from a peer, and always by the lower rank of the pair: every
 algorithm touches a pair from both sides, so the higher rank simply waits
 for the lower one to dial. Each peer's frames meet their receives in its
 :class:`~asyncoll._transport.inbox.Inbox`; large payloads to same-host
-peers go through shared memory (shm_link.py).
+peers go through shared memory (shm/link.py).
 
 The mesh knows peers and tags, never groups or operations: a failure is
 fanned out by one ``fail`` per peer (every receive and send with it, or
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._settings import HANDSHAKE_TIMEOUT_S, LINGER_S
 from asyncoll._transport.base import Consumer, Listener, Tag
-from asyncoll._transport.connection import PeerConnection
+from asyncoll._transport.tcp.connection import PeerConnection
 from asyncoll._transport.inbox import Inbox
 from asyncoll._transport.settings import TransportSettings
 from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint, FrameKind

@@ -11,8 +11,8 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from asyncoll._addresses import ListenPlan, listen_plan
-from asyncoll._group_faults import GroupFaults
+from asyncoll._runtime.addresses import ListenPlan, listen_plan
+from asyncoll._group.faults import GroupFaults
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._rendezvous.waiting import missing_text
 from asyncoll._runtime.settings import Settings
@@ -24,7 +24,7 @@ from asyncoll._settings import (
     PROTOCOL_VERSION,
     WAITING_REPORT_INTERVAL_S,
 )
-from asyncoll._transport.mesh import TcpMesh
+from asyncoll._transport.tcp.mesh import TcpMesh
 from asyncoll._wire.messages import (
     Barrier,
     GroupCreated,

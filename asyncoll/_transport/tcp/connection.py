@@ -20,11 +20,11 @@ import socket
 from collections.abc import Awaitable
 from typing import Protocol, cast
 
-from asyncoll._transport import handshake
+from asyncoll._transport.tcp import handshake
 from asyncoll._transport.base import Tag
 from asyncoll._transport.inbox import Inbox, Receive
 from asyncoll._transport.settings import TransportSettings
-from asyncoll._transport.shm_link import ShmLink
+from asyncoll._transport.shm.link import ShmLink
 from asyncoll._wire.frames import (
     HEADER_SIZE,
     MAX_CONTROL_PAYLOAD,

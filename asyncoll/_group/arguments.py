@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from asyncoll._tensors import Buffer, as_buffer, as_source
+from asyncoll._group.tensors import Buffer, as_buffer, as_source
 from asyncoll.errors import ConfigurationError
 
 

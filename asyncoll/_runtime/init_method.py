@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from asyncoll._session import Rendezvous
+from asyncoll._runtime.session import Rendezvous
 from asyncoll._settings import DEFAULT_JOB_ID
 from asyncoll.errors import ConfigurationError
 

@@ -17,7 +17,7 @@ from typing import Any, Union
 
 from asyncoll import aio
 from asyncoll._runtime.runtime import runtime
-from asyncoll._work import Work
+from asyncoll._api.work import Work
 from asyncoll.errors import ConfigurationError
 from asyncoll.group import WORLD, AsyncProcessGroup, WorldGroup
 from asyncoll.types import ReduceOp

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from asyncoll._group_faults import GroupFaults
+from asyncoll._group.faults import GroupFaults
 from asyncoll._transport.base import MeshControl
 
 

@@ -1,4 +1,4 @@
-"""The shared-memory side of one same-host data connection (see shm.py).
+"""The shared-memory side of one same-host data connection (see segment.py).
 
 A PeerConnection hands this link the SHM_* frames it receives and, for a
 large payload to a same-host peer, the payload itself. The first such send
@@ -15,7 +15,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Protocol
 
-from asyncoll._transport import shm
+from asyncoll._transport.shm import segment as shm
 from asyncoll._transport.base import Tag
 from asyncoll._transport.inbox import Inbox, Receive
 from asyncoll._wire.frames import (

@@ -41,8 +41,8 @@ import numpy as np
 
 from asyncoll._algorithms.team import as_bytes
 from asyncoll._compat import timeout as timeout_after
-from asyncoll._group_context import Membership
-from asyncoll._tensors import Buffer
+from asyncoll._group.context import Membership
+from asyncoll._group.tensors import Buffer
 from asyncoll._wire.dtypes import dtype_code
 from asyncoll._wire.frames import Fingerprint, Operation
 from asyncoll.errors import (

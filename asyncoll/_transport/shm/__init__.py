@@ -1,0 +1,1 @@
+"""The shared-memory carrier for large payloads between same-host peers."""
