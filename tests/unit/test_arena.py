@@ -1,0 +1,140 @@
+"""The arena's all-reduce, members as threads over one anonymous mapping.
+
+Threads share the mapping as processes share a /dev/shm segment; what is
+tested is the protocol: slots, phases, fingerprints, deadlines and the
+failure check, against a numpy oracle reduced in member order.
+"""
+
+from __future__ import annotations
+
+import mmap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from asyncoll._algorithms.arena_reduce import arena_all_reduce
+from asyncoll._transport.shm.arena import Arena, ArenaExpired, Waiter, arena_bytes
+from asyncoll._wire.frames import Fingerprint, Operation
+from asyncoll.errors import MismatchError, PeerLostError
+from asyncoll.types import ReduceOp
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def members(size: int, slot_bytes: int) -> list[Arena]:
+    memory = mmap.mmap(-1, arena_bytes(size, slot_bytes))
+    return [Arena(memory, size, me, slot_bytes) for me in range(size)]
+
+
+def run(size: int, body, slot_bytes: int = 1 << 16) -> list[object]:
+    """Run ``body(arena)`` on ``size`` threads; return results (or errors) by member."""
+    arenas = members(size, slot_bytes)
+    results: list[object] = [None] * size
+
+    def one(me: int) -> None:
+        try:
+            results[me] = body(arenas[me])
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            results[me] = exc
+
+    threads = [threading.Thread(target=one, args=(me,)) for me in range(size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not any(thread.is_alive() for thread in threads), "a member is stuck"
+    return results
+
+
+def waiter(seconds: float = 20.0, check=lambda: None) -> Waiter:
+    return Waiter(time.monotonic() + seconds, check)
+
+
+def fingerprint(data: np.ndarray, op: ReduceOp) -> Fingerprint:
+    return Fingerprint(Operation.ALL_REDUCE, 1, op.value + 1, 0, -1, data.size)
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("size, count", [(1, 5), (2, 1), (3, 1000), (4, 7), (5, 0)])
+def test_all_reduce_matches_numpy_bit_for_bit_over_several_operations(size, count, split):
+    rng = np.random.default_rng(size * 100 + count)
+    inputs = [[rng.standard_normal(count).astype(np.float32) for _ in range(size)]
+              for _ in range(3)]
+
+    def body(arena):
+        out = []
+        for k, per_member in enumerate(inputs, start=1):
+            data = per_member[arena.me].copy()
+            arena_all_reduce(arena, k, data, ReduceOp.SUM, fingerprint(data, ReduceOp.SUM),
+                             waiter(), split)
+            out.append(data)
+        return out
+
+    results = run(size, body)
+    for k, per_member in enumerate(inputs):
+        expected = per_member[0].copy()
+        for other in per_member[1:]:
+            expected += other
+        for member in range(size):
+            if split:  # each chunk reduced once, in member order: the same bits everywhere
+                np.testing.assert_allclose(results[member][k], expected, rtol=1e-6)
+                assert results[member][k].tobytes() == results[0][k].tobytes()
+            else:
+                assert results[member][k].tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("op, expected", [(ReduceOp.MAX, 3.0), (ReduceOp.MIN, 0.0),
+                                          (ReduceOp.AVG, 1.5), (ReduceOp.PRODUCT, 0.0)])
+def test_every_reduce_op(op, expected):
+    def body(arena):
+        data = np.full(10, float(arena.me))
+        arena_all_reduce(arena, 1, data, op, fingerprint(data, op), waiter(), True)
+        return data
+
+    assert all((r == expected).all() for r in run(4, body))
+
+
+def test_members_calling_different_operations_raise_mismatch_before_reading():
+    def body(arena):
+        data = np.ones(4 + arena.me % 2, dtype=np.float32)  # member 1 has 5 elements
+        arena_all_reduce(arena, 1, data, ReduceOp.SUM, fingerprint(data, ReduceOp.SUM),
+                         waiter(), False)
+        return data
+
+    errors = run(2, body)
+    assert all(isinstance(error, MismatchError) for error in errors), errors
+    assert "element count: 4 on rank 0, 5 on rank 1" in str(errors[0])
+    assert "element count: 5 on rank 1, 4 on rank 0" in str(errors[1])
+
+
+def test_a_member_that_never_comes_expires_the_others_deadline():
+    def body(arena):
+        if arena.me == 2:
+            return None
+        data = np.ones(3)
+        arena_all_reduce(arena, 1, data, ReduceOp.SUM, fingerprint(data, ReduceOp.SUM),
+                         waiter(0.3), False)
+        return data
+
+    results = run(3, body)
+    assert isinstance(results[0], ArenaExpired) and isinstance(results[1], ArenaExpired)
+
+
+def test_the_failure_check_ends_a_wait_long_before_its_deadline():
+    lost = PeerLostError("rank 1 on host h was lost", rank=1)
+
+    def check():
+        raise lost
+
+    def body(arena):
+        if arena.me == 1:
+            return None
+        data = np.ones(3)
+        # The deadline is far past the test's own timeout: only the check can end this.
+        arena_all_reduce(arena, 1, data, ReduceOp.SUM, fingerprint(data, ReduceOp.SUM),
+                         waiter(3600, check), False)
+        return data
+
+    assert run(2, body)[0] is lost
