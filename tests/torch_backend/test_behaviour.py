@@ -61,6 +61,12 @@ def test_coalesced_all_gather_orders_outputs_by_rank_then_tensor_as_gloo(reports
         assert r["gather_coalesced_asyncoll"] == r["gather_coalesced_gloo"] == expected
 
 
+def test_coalesced_all_reduce_reduces_each_tensor_as_gloo(reports):
+    for r in reports:
+        assert r["reduce_coalesced_asyncoll"] == r["reduce_coalesced_gloo"] == [[6.0] * 2,
+                                                                                 [60.0] * 3]
+
+
 def test_coalesced_all_gather_refuses_output_lists_that_do_not_fit_the_group(reports):
     for r in reports:
         error = r["gather_coalesced_short"]

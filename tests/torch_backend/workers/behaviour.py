@@ -88,6 +88,12 @@ def main() -> None:
                 dist.all_gather_coalesced(outputs, inputs, group=group)
             gathered.append([[t.tolist() for t in outs] for outs in outputs])
         results[f"gather_coalesced_{name}"] = gathered
+    for name, group in (("asyncoll", None), ("gloo", gloo)):
+        pair = [torch.full((2,), rank + 1.0), torch.full((3,), 10.0 * (rank + 1))]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch deprecates the call
+            dist.all_reduce_coalesced(pair, op=dist.ReduceOp.SUM, group=group)
+        results[f"reduce_coalesced_{name}"] = [t.tolist() for t in pair]
     results["gather_coalesced_short"] = error_of(lambda: dist.all_gather_coalesced(
         [[torch.zeros(1)]], [torch.zeros(1)]))
 
