@@ -87,12 +87,23 @@ class Receive:
             self.future.set_result(None)
 
 
+class EarlyCount:
+    """How many early frames the inboxes sharing it keep: a mesh's answer, per operation,
+    to whether any frame waits for its receive, without asking every inbox."""
+
+    __slots__ = ("frames",)
+
+    def __init__(self) -> None:
+        self.frames = 0
+
+
 class Inbox:
     """The receives posted for one peer, its early frames, and their matching."""
 
     def __init__(self, peer: int, local_rank: Callable[[], int],
-                 limit: int = EARLY_LIMIT_BYTES) -> None:
+                 limit: int = EARLY_LIMIT_BYTES, count: EarlyCount | None = None) -> None:
         self.peer = peer
+        self._count = count if count is not None else EarlyCount()
         self._local_rank = local_rank
         self.limit = limit
         self._posted: dict[Tag, Receive] = {}
@@ -122,6 +133,7 @@ class Inbox:
         kept = self._early.pop(tag, None)
         if kept is not None:
             payload, theirs, _ = kept
+            self._count.frames -= 1
             self._release(len(payload))
             receive = Receive(tag, out, future, fingerprint, consume)
             if self._fits(receive, len(payload), theirs) and receive.put(
@@ -191,6 +203,7 @@ class Inbox:
             raise ProtocolError(f"rank {self.peer} sent frame {tag} twice")
         stamp = next(_arrivals)
         self._early[tag] = (payload, fingerprint, stamp)
+        self._count.frames += 1
         self.kept_bytes += len(payload)
         for watch in self._watches.pop(tag, ()):
             if not watch.done():
@@ -240,6 +253,7 @@ class Inbox:
                         watch.set_exception(error)
         if group is not None:
             for tag in [t for t in self._early if t[0] == group]:
+                self._count.frames -= 1
                 self._release(len(self._early.pop(tag)[0]))
 
     # -- internals --------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Awaitable
 
 from asyncoll._transport.base import Consumer, Listener, Tag
-from asyncoll._transport.inbox import Inbox
+from asyncoll._transport.inbox import EarlyCount, Inbox
 from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint
 from asyncoll.errors import AsyncollError, PeerLostError
 
@@ -27,7 +27,9 @@ class MemoryMesh:
         self.listener: Listener | None = None
         #: Every rank's mesh, shared by all of them (see :func:`memory_meshes`).
         self.ranks: list[MemoryMesh] = []
-        self._inboxes = {peer: Inbox(peer, lambda: rank) for peer in range(size)}
+        self._early_count = EarlyCount()
+        self._inboxes = {peer: Inbox(peer, lambda: rank, count=self._early_count)
+                         for peer in range(size)}
         for inbox in self._inboxes.values():
             inbox.on_early = self._early_frame
         self._failed_groups: dict[int, AsyncollError] = {}
@@ -78,7 +80,7 @@ class MemoryMesh:
     @property
     def has_early(self) -> bool:
         """Whether any frame is kept early."""
-        return any(inbox.has_early for inbox in self._inboxes.values())
+        return self._early_count.frames > 0
 
     def early(self, group: int) -> list[tuple[int, Tag, Fingerprint]]:
         """(peer, tag, fingerprint) of every early frame of tag group ``group``."""

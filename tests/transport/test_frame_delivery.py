@@ -258,3 +258,15 @@ async def test_a_send_waiting_on_a_peer_declared_lost_fails_at_once(setup):
     mesh.fail_peer(0, PeerLostError("rank 0 on host h0 was lost: no heartbeat", rank=0))
     with pytest.raises(PeerLostError, match="no heartbeat"):
         await asyncio.wait_for(sent, 1)
+
+
+async def test_the_mesh_knows_whether_any_frame_waits_for_its_receive(setup):
+    mesh, connection = setup
+    assert not mesh.has_early
+    feed(connection, frame(TAG, np.arange(3, dtype=np.int32)))
+    feed(connection, frame((5, 1, 0), np.arange(2, dtype=np.int32)))
+    assert mesh.has_early and mesh.early(5) == [(0, (5, 1, 0), NO_FINGERPRINT)]
+    await asyncio.wait_for(mesh.recv_into(0, TAG, as_bytes(np.zeros(3, np.int32))), 1)
+    assert mesh.has_early  # group 5's frame is still kept
+    mesh.fail_group(5, MismatchError("broken elsewhere"))
+    assert not mesh.has_early and mesh.inbox(0).kept_bytes == 0

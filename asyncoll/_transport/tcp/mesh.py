@@ -26,7 +26,7 @@ from asyncoll._compat import timeout as timeout_after
 from asyncoll._settings import HANDSHAKE_TIMEOUT_S, LINGER_S
 from asyncoll._transport.base import Consumer, Listener, Tag
 from asyncoll._transport.tcp.connection import PeerConnection
-from asyncoll._transport.inbox import Inbox
+from asyncoll._transport.inbox import EarlyCount, Inbox
 from asyncoll._transport.settings import TransportSettings
 from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint, FrameKind
 from asyncoll.errors import (
@@ -104,6 +104,7 @@ class TcpMesh:
         self._accepted: set[PeerConnection] = set()
         #: Tag groups failed here: their sends and receives fail at once.
         self._failed_groups: dict[int, AsyncollError] = {}
+        self._early_count = EarlyCount()
         self._closed = False
 
     @property
@@ -223,7 +224,7 @@ class TcpMesh:
     @property
     def has_early(self) -> bool:
         """Whether any peer's inbox keeps an early frame."""
-        return any(channel.inbox.has_early for channel in self._channels.values())
+        return self._early_count.frames > 0
 
     def fail_group(self, group: int, error: AsyncollError) -> None:
         """Fail every send and receive of tag group ``group``, pending and later (sticky)."""
@@ -378,7 +379,8 @@ class TcpMesh:
     def _channel(self, peer: int) -> _Channel:
         channel = self._channels.get(peer)
         if channel is None:
-            inbox = Inbox(peer, lambda: self._rank, self.settings.early_limit_bytes)
+            inbox = Inbox(peer, lambda: self._rank, self.settings.early_limit_bytes,
+                          self._early_count)
             inbox.on_early = self._early_frame
             channel = self._channels[peer] = _Channel(inbox)
         return channel
