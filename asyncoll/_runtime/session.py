@@ -50,7 +50,6 @@ from asyncoll.errors import (
 
 log = logging.getLogger("asyncoll")
 
-GRACE_S = COORDINATOR_GRACE_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +121,7 @@ class Session:
                         heartbeat_timeout=settings.heartbeat_timeout)
             reporter = asyncio.ensure_future(_report_while_waiting(client, where.job))
             try:
-                welcome = await client.request(join, where.timeout + GRACE_S,
+                welcome = await client.request(join, where.timeout + COORDINATOR_GRACE_S,
                                                f"rendezvous of job {where.job!r}")
             finally:
                 reporter.cancel()
@@ -140,7 +139,8 @@ class Session:
         """Agree with every rank on a new group; return (group id, its ranks)."""
         self._need_coordinator("new_group")
         reply = await self.client.request(NewGroup(ranks=ranks, timeout=timeout),
-                                          timeout + GRACE_S, f"new_group({list(ranks)})")
+                                          timeout + COORDINATOR_GRACE_S,
+                                          f"new_group({list(ranks)})")
         if not isinstance(reply, GroupCreated):
             raise ProtocolError(f"the coordinator answered new_group with {reply.TYPE}")
         return reply.group_id, reply.ranks
@@ -149,13 +149,14 @@ class Session:
         """Wait until every member of the group has reached the same barrier.
 
         The coordinator enforces ``timeout`` and names the members that did not
-        arrive; this rank waits :data:`GRACE_S` longer for that answer.
+        arrive; this rank waits :data:`COORDINATOR_GRACE_S` longer for that answer.
         """
         self._need_coordinator("monitored_barrier")
         seq = self._barriers.get(group_id, 0) + 1
         self._barriers[group_id] = seq
         await self.client.request(Barrier(group_id=group_id, seq=seq, timeout=timeout),
-                                  timeout + GRACE_S, f"barrier #{seq} of group {group_id}")
+                                  timeout + COORDINATOR_GRACE_S,
+                                  f"barrier #{seq} of group {group_id}")
 
     async def _beat(self) -> None:
         """Tell the coordinator, every few seconds, that this rank is alive and how busy."""
