@@ -49,10 +49,29 @@ from asyncoll.errors import ConfigurationError
 
 #: The algorithms each collective can run.
 ALGORITHMS: dict[str, tuple[str, ...]] = {
-    "all_reduce": ("ring", "recursive_doubling"),
-    "broadcast": ("chain", "tree"),
-    "reduce": ("chain", "tree"),
+    "all_reduce": ("ring", "recursive_doubling", "arena"),
+    "broadcast": ("chain", "tree", "arena"),
+    "reduce": ("chain", "tree", "arena"),
+    "all_gather": ("ring", "arena"),
+    "reduce_scatter": ("ring", "arena"),
+    "barrier": ("recursive_doubling", "arena"),
 }
+
+#: The algorithm that runs in the calling thread through a shared-memory arena
+#: (asyncoll._algorithms.arena), for groups whose members share a host.
+ARENA = "arena"
+#: Each collective takes the arena up to this many bytes (its measure, see
+#: GroupCore), where the group has one.
+ARENA_UP_TO_BYTES: dict[str, int] = {
+    "all_reduce": 1 << 20,
+    "broadcast": 1 << 20,
+    "reduce": 1 << 20,
+    "all_gather": 1 << 20,
+    "reduce_scatter": 1 << 20,
+    "barrier": 0,
+}
+#: The arena's all-reduce splits the reduction among the members from this size.
+ARENA_SPLIT_FROM_BYTES = 32 << 10
 
 #: all_reduce runs recursive doubling below this many bytes, the ring from it ...
 ALL_REDUCE_RING_FROM_BYTES = 1 << 20
@@ -90,23 +109,44 @@ def parse_forced(spec: str) -> dict[str, str]:
     return forced
 
 
-def choose(collective: str, nbytes: int, group_size: int, forced: str | None = None) -> str:
+def choose(collective: str, nbytes: int, group_size: int, forced: str | None = None,
+           arena_bytes: int = 0) -> str:
     """The algorithm for ``collective`` on ``nbytes`` per member among ``group_size``.
 
+    Args:
+        arena_bytes: the group arena's slot, or 0 where the group has none.
+
     Raises:
-        ConfigurationError: ``forced`` is not an algorithm of ``collective``.
+        ConfigurationError: ``forced`` is not an algorithm of ``collective``, or
+            is the arena where the group has none or the array does not fit it.
     """
     if forced is not None:
         if forced not in ALGORITHMS[collective]:
             raise ConfigurationError(f"{collective} has no algorithm {forced!r}; choose "
                                      f"from {', '.join(ALGORITHMS[collective])}")
+        if forced == ARENA and nbytes > arena_bytes:
+            raise ConfigurationError(
+                f"{collective} of {nbytes} bytes cannot run on the shared-memory arena: "
+                + (f"its slots hold {arena_bytes} bytes (raise ASYNCOLL_ARENA_BYTES)"
+                   if arena_bytes else "this group has none (its members are not all on one "
+                   "host, shared memory is off, or this machine is not x86-64)")
+                + "; force another algorithm or none")
         return forced
+    if arena_bytes and nbytes <= min(ARENA_UP_TO_BYTES[collective], arena_bytes):
+        return ARENA
+    return socket_choice(collective, nbytes, group_size)
+
+
+def socket_choice(collective: str, nbytes: int, group_size: int) -> str:
+    """The algorithm over the transport (never the arena) for ``collective``."""
     if collective == "all_reduce":
         power_of_two = group_size & (group_size - 1) == 0
         ring_from = (ALL_REDUCE_RING_FROM_BYTES if power_of_two
                      else ALL_REDUCE_RING_FROM_BYTES_UNEVEN)
         return "ring" if nbytes >= ring_from else "recursive_doubling"
-    return "chain" if nbytes >= CHAIN_FROM_BYTES else "tree"
+    if collective in ("broadcast", "reduce"):
+        return "chain" if nbytes >= CHAIN_FROM_BYTES else "tree"
+    return ALGORITHMS[collective][0]
 
 
 def _choices() -> str:

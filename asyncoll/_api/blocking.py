@@ -2,12 +2,17 @@
 
 Every function checks its arguments in the caller's thread, then runs the
 group's coroutine (asyncoll.group) on the loop thread and waits for it, or
-returns a Work when ``async_op`` is True. ``src`` and ``dst`` are global
-ranks; ``group_src`` and ``group_dst`` are ranks within ``group``, as in torch.
+returns a Work when ``async_op`` is True. A collective that the group's
+shared-memory arena takes (same-host members, small and medium arrays) runs
+in the caller's thread instead, with no hop to the loop thread and back;
+with ``async_op`` it completes before the call returns, and its Work is done.
+``src`` and ``dst`` are global ranks; ``group_src`` and ``group_dst`` are
+ranks within ``group``, as in torch.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import warnings
 from collections.abc import Callable, Coroutine, Sequence
@@ -18,7 +23,8 @@ from typing import Any, Union
 from asyncoll import aio
 from asyncoll._runtime.runtime import runtime
 from asyncoll._api.work import Work
-from asyncoll.errors import ConfigurationError
+from asyncoll._group.core import Operation
+from asyncoll.errors import AsyncollError, ConfigurationError
 from asyncoll.group import WORLD, AsyncProcessGroup, WorldGroup
 from asyncoll.types import ReduceOp
 
@@ -408,10 +414,25 @@ def _collective(what: str, group: Group, async_op: bool,
 
 
 def _submit(coro: Coroutine[Any, Any, Any], what: str) -> Work:
+    if isinstance(coro, Operation):
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        try:
+            if coro.run_here():
+                done.set_result(None)
+                return Work(done, what)
+        except AsyncollError as exc:
+            # As for an operation on the loop: the error comes from wait().
+            done.set_exception(exc)
+            return Work(done, what)
+        coro.to_loop()
     return Work(runtime().submit(coro), what)
 
 
 def _run(coro: Any) -> Any:
+    if isinstance(coro, Operation):
+        if coro.run_here():
+            return None
+        coro.to_loop()
     return runtime().run(coro)
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from asyncoll._group import arguments as check
 from asyncoll._group import objects
+from asyncoll._algorithms import arena as in_arena
 from asyncoll._algorithms import selection
 from asyncoll._algorithms.direct import direct_all_to_all, direct_gather, direct_scatter
 from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
@@ -36,6 +37,7 @@ from asyncoll._algorithms.tree import (
     tree_broadcast,
     tree_reduce,
 )
+from asyncoll._group.arena_path import ArenaStep
 from asyncoll._group.core import GroupCore, Operation, seconds
 from asyncoll._group.core import algorithm_code as _algorithm_code
 from asyncoll._group.core import fingerprint_of as _fingerprint
@@ -80,7 +82,9 @@ class AsyncProcessGroup(GroupCore):
                 bitwise identical on every member.
             op: a ReduceOp (torch's ReduceOp is accepted too).
             timeout: seconds or a timedelta; the group's timeout by default.
-            algorithm: "ring" or "recursive_doubling"; chosen by size when None.
+            algorithm: "ring", "recursive_doubling" or "arena" (members on one
+                host: in the calling thread, through shared memory); chosen by
+                size when None.
 
         Raises:
             ConfigurationError: bad tensor, dtype/op pair, timeout or algorithm;
@@ -93,9 +97,10 @@ class AsyncProcessGroup(GroupCore):
         flat = buffer.flat
         check_op(reduce_op, flat.dtype)
         name = self._choose(what, flat.nbytes, algorithm)
+        socket = self._over_transport(what, name, flat.nbytes)
 
         async def body(team: Team) -> None:
-            if name == "ring":
+            if socket == "ring":
                 scratch = self._scratch_of(flat.dtype,
                                            all_reduce_scratch_elements(flat.size, team.size))
                 await ring_all_reduce(team, flat, reduce_op, scratch, selection.SEGMENT_BYTES)
@@ -104,9 +109,14 @@ class AsyncProcessGroup(GroupCore):
                                                     self._scratch_of(flat.dtype, flat.size))
             buffer.write_back()
 
+        def here(step: ArenaStep) -> None:
+            in_arena.all_reduce(step.arena, step.operation, flat, reduce_op, step.fingerprint,
+                                step.waiter, flat.nbytes >= selection.ARENA_SPLIT_FROM_BYTES)
+            buffer.write_back()
+
         return self._run(what, timeout, body, _fingerprint(
             Kind.ALL_REDUCE, flat.dtype, reduce_op, count=flat.size,
-            algorithm=_algorithm_code(what, name)))
+            algorithm=_algorithm_code(what, name)), here if name == selection.ARENA else None)
 
     def reduce(self, tensor: Any, dst: int, op: Any = ReduceOp.SUM,
                timeout: float | timedelta | None = None,
@@ -116,7 +126,7 @@ class AsyncProcessGroup(GroupCore):
         The other members' tensors are left as they were.
 
         Args:
-            algorithm: "chain" or "tree"; chosen by size when None.
+            algorithm: "chain", "tree" or "arena"; chosen by size when None.
         """
         what = "reduce"
         reduce_op = self._reduce_op(op, what)
@@ -125,9 +135,10 @@ class AsyncProcessGroup(GroupCore):
         flat = buffer.flat
         check_op(reduce_op, flat.dtype)
         name = self._choose(what, flat.nbytes, algorithm)
+        socket = self._over_transport(what, name, flat.nbytes)
 
         async def body(team: Team) -> None:
-            if name == "chain":
+            if socket == "chain":
                 await chain_reduce(team, flat, reduce_op, root, self._scratch_of(
                     flat.dtype, flat.size), selection.SEGMENT_BYTES)
             else:
@@ -136,24 +147,34 @@ class AsyncProcessGroup(GroupCore):
             if team.me == root:
                 buffer.write_back()
 
+        def here(step: ArenaStep) -> None:
+            in_arena.reduce(step.arena, step.operation, flat, reduce_op, root,
+                            step.fingerprint, step.waiter)
+            if step.arena.me == root:
+                buffer.write_back()
+
         return self._run(what, timeout, body, _fingerprint(
-            Kind.REDUCE, flat.dtype, reduce_op, root, flat.size, _algorithm_code(what, name)))
+            Kind.REDUCE, flat.dtype, reduce_op, root, flat.size, _algorithm_code(what, name)),
+            here if name == selection.ARENA else None)
 
     def reduce_scatter(self, output: Any, input_list: Sequence[Any], op: Any = ReduceOp.SUM,
-                       timeout: float | timedelta | None = None) -> Operation:
+                       timeout: float | timedelta | None = None,
+                       algorithm: str | None = None) -> Operation:
         """Reduce ``input_list[i]`` across the group into member i's ``output``.
 
         Sizes may differ between members: ``input_list[i]`` must have as many
-        elements as member i's output, on every member.
+        elements as member i's output, on every member. ``algorithm`` is
+        "ring" or "arena"; chosen by size when None.
         """
         what = "reduce_scatter"
         reduce_op = self._reduce_op(op, what)
         inputs = check.sources(check.tensor_list(input_list, self.size, "input_list", what),
                                "input_list", what)
-        return self._reduce_scatter(what, output, inputs, reduce_op, timeout)
+        return self._reduce_scatter(what, output, inputs, reduce_op, timeout, algorithm)
 
     def reduce_scatter_tensor(self, output: Any, input: Any, op: Any = ReduceOp.SUM,
-                              timeout: float | timedelta | None = None) -> Operation:
+                              timeout: float | timedelta | None = None,
+                              algorithm: str | None = None) -> Operation:
         """Reduce ``input`` across the group; member i gets block i of the result.
 
         ``input`` has group-size times as many elements as ``output``.
@@ -165,10 +186,11 @@ class AsyncProcessGroup(GroupCore):
         check.same_size(flat, count * self.size, "input", what,
                         f"group size {self.size} x the output's {count}")
         inputs = [flat[i * count:(i + 1) * count] for i in range(self.size)]
-        return self._reduce_scatter(what, output, inputs, reduce_op, timeout)
+        return self._reduce_scatter(what, output, inputs, reduce_op, timeout, algorithm)
 
     def _reduce_scatter(self, what: str, output: Any, inputs: list[np.ndarray],
-                        reduce_op: ReduceOp, timeout: float | timedelta | None) -> Operation:
+                        reduce_op: ReduceOp, timeout: float | timedelta | None,
+                        algorithm: str | None) -> Operation:
         buffer = as_buffer(output, what)
         out = buffer.flat
         me = self.rank
@@ -178,6 +200,7 @@ class AsyncProcessGroup(GroupCore):
         check.same_size(out, inputs[me].size, "output", what,
                         f"the size of this member's input block, {inputs[me].size}")
         sizes = [block.size for block in inputs]
+        name = self._choose("reduce_scatter", sum(sizes) * dtype.itemsize, algorithm)
 
         async def body(team: Team) -> None:
             partial = sum(sizes) - sizes[me]
@@ -194,8 +217,15 @@ class AsyncProcessGroup(GroupCore):
             finish(reduce_op, out, team.size)
             buffer.write_back()
 
+        def here(step: ArenaStep) -> None:
+            in_arena.reduce_scatter(step.arena, step.operation, inputs, out, reduce_op,
+                                    step.fingerprint, step.waiter)
+            buffer.write_back()
+
         return self._run(what, timeout, body, _fingerprint(
-            Kind.REDUCE_SCATTER, dtype, reduce_op, count=sum(sizes)))
+            Kind.REDUCE_SCATTER, dtype, reduce_op, count=sum(sizes),
+            algorithm=_algorithm_code("reduce_scatter", name)),
+            here if name == selection.ARENA else None)
 
     # -- one to all, all to one ----------------------------------------------------------
 
@@ -204,25 +234,32 @@ class AsyncProcessGroup(GroupCore):
         """Copy global rank ``src``'s ``tensor`` into every member's ``tensor``.
 
         Args:
-            algorithm: "chain" or "tree"; chosen by size when None.
+            algorithm: "chain", "tree" or "arena"; chosen by size when None.
         """
         what = "broadcast"
         self._check_member(what)
         root = check.member_index(self.ranks, src, "src", what)
         buffer = as_buffer(tensor, what)
         name = self._choose(what, buffer.flat.nbytes, algorithm)
+        socket = self._over_transport(what, name, buffer.flat.nbytes)
 
         async def body(team: Team) -> None:
-            if name == "chain":
+            if socket == "chain":
                 await chain_broadcast(team, buffer.flat, root, selection.SEGMENT_BYTES)
             else:
                 await tree_broadcast(team, buffer.flat, root)
             if team.me != root:
                 buffer.write_back()
 
+        def here(step: ArenaStep) -> None:
+            in_arena.broadcast(step.arena, step.operation, buffer.flat, root,
+                               step.fingerprint, step.waiter)
+            if step.arena.me != root:
+                buffer.write_back()
+
         return self._run(what, timeout, body, _fingerprint(
             Kind.BROADCAST, buffer.flat.dtype, root=root, count=buffer.flat.size,
-            algorithm=_algorithm_code(what, name)))
+            algorithm=_algorithm_code(what, name)), here if name == selection.ARENA else None)
 
     def gather(self, tensor: Any, gather_list: Sequence[Any] | None, dst: int,
                timeout: float | timedelta | None = None) -> Operation:
@@ -283,20 +320,23 @@ class AsyncProcessGroup(GroupCore):
     # -- all to all ----------------------------------------------------------------------
 
     def all_gather(self, tensor_list: Sequence[Any], tensor: Any,
-                   timeout: float | timedelta | None = None) -> Operation:
+                   timeout: float | timedelta | None = None,
+                   algorithm: str | None = None) -> Operation:
         """Copy member i's ``tensor`` into ``tensor_list[i]`` on every member.
 
         Sizes may differ between members: ``tensor_list[i]`` must have as many
-        elements as member i's tensor.
+        elements as member i's tensor. ``algorithm`` is "ring" or "arena";
+        chosen by size when None.
         """
         what = "all_gather"
         self._check_member(what)
         buffers = check.outputs(check.tensor_list(tensor_list, self.size, "tensor_list", what),
                                 "tensor_list", what)
-        return self._all_gather(what, tensor, buffers, timeout)
+        return self._all_gather(what, tensor, buffers, timeout, algorithm)
 
     def all_gather_into_tensor(self, output: Any, input: Any,
-                               timeout: float | timedelta | None = None) -> Operation:
+                               timeout: float | timedelta | None = None,
+                               algorithm: str | None = None) -> Operation:
         """Gather every member's ``input`` into ``output``, block i from member i.
 
         ``output`` has group-size times as many elements as ``input``.
@@ -307,10 +347,11 @@ class AsyncProcessGroup(GroupCore):
         count = as_source(input, what).size
         check.same_size(buffer.flat, count * self.size, "output", what,
                         f"group size {self.size} x the input's {count}")
-        return self._all_gather(what, input, [buffer], timeout, count)
+        return self._all_gather(what, input, [buffer], timeout, algorithm, count)
 
     def _all_gather(self, what: str, tensor: Any, buffers: list[Any],
-                    timeout: float | timedelta | None, block: int | None = None) -> Operation:
+                    timeout: float | timedelta | None, algorithm: str | None,
+                    block: int | None = None) -> Operation:
         mine = as_source(tensor, what)
         flats = [b.flat for b in buffers]
         if block is not None:  # one output cut into equal blocks
@@ -320,6 +361,8 @@ class AsyncProcessGroup(GroupCore):
                          what)
         check.same_size(flats[me], mine.size, f"output block {me}", what,
                         "the size of this rank's input")
+        # The largest block, which every member agrees on (not its own input's size).
+        name = self._choose("all_gather", max(f.nbytes for f in flats), algorithm)
 
         async def body(team: Team) -> None:
             if not (flats[me].size and np.shares_memory(flats[me], mine)
@@ -329,8 +372,16 @@ class AsyncProcessGroup(GroupCore):
             for b in buffers:
                 b.write_back()
 
+        def here(step: ArenaStep) -> None:
+            in_arena.all_gather(step.arena, step.operation, mine, flats, step.fingerprint,
+                                step.waiter)
+            for b in buffers:
+                b.write_back()
+
         return self._run(what, timeout, body, _fingerprint(
-            Kind.ALL_GATHER, mine.dtype, count=sum(f.size for f in flats)))
+            Kind.ALL_GATHER, mine.dtype, count=sum(f.size for f in flats),
+            algorithm=_algorithm_code("all_gather", name)),
+            here if name == selection.ARENA else None)
 
     def all_to_all(self, output_list: Sequence[Any], input_list: Sequence[Any],
                    timeout: float | timedelta | None = None) -> Operation:
@@ -386,11 +437,14 @@ class AsyncProcessGroup(GroupCore):
         return self._run(what, timeout, body, _fingerprint(Kind.ALL_TO_ALL,
                                                            outputs[0].dtype))
 
-    def barrier(self, timeout: float | timedelta | None = None) -> Operation:
+    def barrier(self, timeout: float | timedelta | None = None,
+                algorithm: str | None = None) -> Operation:
         """Wait until every member has called barrier, after this rank's earlier operations.
 
-        It runs on the data plane (a recursive-doubling all-reduce of one
-        byte), in line with the group's other operations.
+        It runs on the data plane, in line with the group's other operations:
+        through the group's arena where it has one, else as a
+        recursive-doubling all-reduce of one byte (``algorithm`` forces
+        "arena" or "recursive_doubling").
 
         Raises:
             ConfigurationError: this process is not a member.
@@ -398,12 +452,18 @@ class AsyncProcessGroup(GroupCore):
         """
         self._check_member("barrier")
         token = np.zeros(1, dtype=np.uint8)
+        name = self._choose("barrier", 0, algorithm)
 
         async def body(team: Team) -> None:
             await recursive_doubling_all_reduce(team, token, ReduceOp.MAX,
                                                 self._scratch_of(token.dtype, 1))
 
-        return self._run("barrier", timeout, body, _fingerprint(Kind.BARRIER))
+        def here(step: ArenaStep) -> None:
+            in_arena.barrier(step.arena, step.operation, step.fingerprint, step.waiter)
+
+        return self._run("barrier", timeout, body, _fingerprint(
+            Kind.BARRIER, algorithm=_algorithm_code("barrier", name)),
+            here if name == selection.ARENA else None)
 
     async def monitored_barrier(self, timeout: float | timedelta | None = None) -> None:
         """A barrier through the coordinator, whose timeout names every rank that is missing.
@@ -420,8 +480,8 @@ class AsyncProcessGroup(GroupCore):
 
         # The coordinator's deadline is the one that can name who did not arrive,
         # and the request's own (one grace later) comes next: this one is the last.
-        await self._in_turn("monitored_barrier", limit + 2 * COORDINATOR_GRACE_S, body,
-                            _fingerprint(Kind.BARRIER))
+        await Operation(self, "monitored_barrier", limit + 2 * COORDINATOR_GRACE_S, body,
+                        _fingerprint(Kind.BARRIER), None)
 
     # -- objects ---------------------------------------------------------------------------
 
@@ -486,7 +546,7 @@ class AsyncProcessGroup(GroupCore):
     # -- point to point ----------------------------------------------------------------------
 
     def send(self, tensor: Any, dst: int, tag: int = 0,
-             timeout: float | timedelta | None = None) -> Operation:
+             timeout: float | timedelta | None = None) -> Coroutine[Any, Any, None]:
         """Send ``tensor`` to global rank ``dst``, which calls recv with the same tag.
 
         Messages to one peer with one tag arrive in the order they were sent.

@@ -6,11 +6,13 @@ the runtime's Session provides it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, TypeVar
 
 from asyncoll._group.faults import GroupFaults
 from asyncoll._transport.base import MeshControl
+
+T = TypeVar("T")
 
 
 class Membership(Protocol):
@@ -34,6 +36,24 @@ class Membership(Protocol):
     @property
     def forced_algorithms(self) -> Mapping[str, str]:
         """The algorithm forced per collective (ASYNCOLL_ALGORITHM), read at join."""
+
+    @property
+    def arena_slot_bytes(self) -> int:
+        """Each member's slot in a same-host group's arena (0: no arenas), read at join."""
+
+    def run_blocking(self, action: Callable[[], T], lane: int) -> Awaitable[T]:
+        """Run ``action`` on ``lane``'s own thread, off the loop; await it.
+
+        For arena operations that must wait in order behind the group's
+        operations on the loop (a group is a lane): the loop keeps running
+        while they wait, and lanes never wait behind each other.
+        """
+
+    def call_soon(self, action: Callable[..., Any], *args: Any) -> None:
+        """Run ``action(*args)`` on the loop thread; callable from any thread."""
+
+    def on_close(self, action: Callable[[], None]) -> None:
+        """Call ``action`` when this membership closes (an arena to unmap)."""
 
     def check_open(self, what: str) -> None:
         """Raise ClosedError once this rank has destroyed its process group."""

@@ -6,23 +6,36 @@ under a deadline, tells the data plane which operation runs (its
 fingerprint), and makes the first failure sticky, as gloo's pairs do: the
 group is broken on every member (the mesh sends ABORT frames) and later
 calls raise GroupBrokenError from it.
+
+A collective is an :class:`Operation`: a coroutine the event loop runs, and,
+where the group's shared-memory arena takes it (asyncoll._group.arena_path),
+also something the blocking API can run in its own thread with
+:meth:`Operation.run_here`, skipping the hop to the loop thread and back.
+Which algorithm runs is decided when the call is made, from what every rank
+knows alike (the collective, its size, the group), so ranks always agree;
+only the thread that runs an arena operation differs: the caller's when no
+earlier operation of the group is still on the loop, otherwise a thread of
+the session's, in turn behind them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import math
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from datetime import timedelta
 from typing import Any
 
 import numpy as np
 
 from asyncoll._group import arguments as check
+from asyncoll._group.arena_path import ArenaStep, GroupArena
 from asyncoll._algorithms import selection
 from asyncoll._algorithms.ops import coerce_op
 from asyncoll._algorithms.team import Team
 from asyncoll._compat import timeout as timeout_after
+from asyncoll._transport.shm.arena import ArenaExpired
 from asyncoll._group.context import Membership
 from asyncoll._group.point_to_point import Messages
 from asyncoll._wire.dtypes import dtype_code
@@ -40,8 +53,8 @@ from asyncoll.errors import (
 )
 from asyncoll.types import ReduceOp
 
-#: The coroutine a collective method returns.
-Operation = Coroutine[Any, Any, None]
+#: What runs an operation on the arena, in whichever thread (see ArenaStep).
+Here = Callable[[ArenaStep], None]
 
 
 def seconds(timeout: float | timedelta | None, default: float) -> float:
@@ -79,6 +92,11 @@ class GroupCore:
         # buffer per call costs a page fault per 4 KiB touched.
         self._scratch = np.empty(0, dtype=np.uint8)
         self._messages = Messages(session, group_id, self.ranks)
+        self._arena = GroupArena(session, group_id, self.ranks)
+        # Operations handed to the loop, and those of them finished: written
+        # by one thread each (the caller's, the loop's), so no lock is needed.
+        self._handed = 0
+        self._finished = 0
         session.faults.register(group_id, self.ranks)
 
     @property
@@ -113,8 +131,19 @@ class GroupCore:
         return reduce_op
 
     def _choose(self, collective: str, nbytes: int, algorithm: str | None) -> str:
+        """The algorithm for ``collective`` moving ``nbytes`` (a size every member agrees on)."""
         forced = algorithm or self._session.forced_algorithms.get(collective)
-        return selection.choose(collective, nbytes, self.size, forced)
+        return selection.choose(collective, nbytes, self.size, forced, self._arena.slot_bytes)
+
+    def _over_transport(self, collective: str, name: str, nbytes: int) -> str:
+        """The algorithm over the transport: ``name``, or the one the arena stands in for.
+
+        An arena operation keeps one ready in case the group's arena cannot
+        be set up (every member then learns so, and runs it).
+        """
+        if name != selection.ARENA:
+            return name
+        return selection.socket_choice(collective, nbytes, self.size)
 
     def _root_list(self, items: Sequence[Any] | None, root: int, name: str,
                    what: str) -> list[Any] | None:
@@ -138,11 +167,90 @@ class GroupCore:
                                      "is not a member of")
 
     def _run(self, what: str, timeout: float | timedelta | None,
-             body: Callable[[Team], Awaitable[None]], fingerprint: Fingerprint) -> Operation:
-        return self._in_turn(what, seconds(timeout, self.timeout), body, fingerprint)
+             body: Callable[[Team], Awaitable[None]], fingerprint: Fingerprint,
+             here: Here | None = None) -> Operation:
+        """The operation: ``body`` over the transport, or ``here`` on the arena if given."""
+        return Operation(self, what, seconds(timeout, self.timeout), body, fingerprint, here)
 
-    async def _in_turn(self, what: str, limit: float, body: Callable[[Team], Awaitable[None]],
-                       fingerprint: Fingerprint) -> None:
+    def _start(self, what: str) -> int:
+        """Number a new operation, and refuse it on a closed session or a broken group."""
+        self._seq += 1
+        self._session.ops += 1
+        self._session.check_open(f"{what} on group {self.group_id}")
+        first = self._session.faults.error(self.group_id)
+        if first is not None:
+            raise broken_by(f"group {self.group_id} (ranks {list(self.ranks)})",
+                            first) from first
+        return self._seq
+
+    def _run_here(self, operation: Operation) -> bool:
+        """Run an arena operation in the calling thread, if nothing of the group is on the loop.
+
+        Returns False, having done nothing, where it must go to the loop instead.
+        """
+        if not self._arena.ready or self._handed != self._finished:
+            return False
+        what, fingerprint = operation.what, operation.fingerprint
+        seq = self._start(what)
+        faults, session = self._session.faults, self._session
+        # Taking note is safe from this thread; checking frames kept early is the loop's.
+        faults.begin(self.group_id, seq, fingerprint, scan=False)
+        if session.mesh.has_early:
+            session.call_soon(faults.scan, self.group_id)
+        try:
+            self._in_arena(what, seq, operation.limit, operation.here, fingerprint)
+        except (GroupBrokenError, ClosedError):
+            raise
+        except AsyncollError as exc:
+            if not isinstance(exc, ConfigurationError):
+                session.call_soon(faults.abort, self.group_id, seq, exc, self.ranks)
+            raise
+        except BaseException:
+            session.call_soon(faults.abort, self.group_id, seq, self._cancelled(what, seq),
+                              self.ranks)
+            raise
+        faults.complete(self.group_id, seq, scan=False)
+        if session.mesh.has_early:
+            session.call_soon(faults.scan, self.group_id)
+        return True
+
+    def _in_arena(self, what: str, seq: int, limit: float, here: Here | None,
+                  fingerprint: Fingerprint, step: list[ArenaStep] | None = None) -> None:
+        """Run ``here`` on the arena in this thread (the caller's or the session's).
+
+        ``step`` receives the step as soon as it exists, for a canceller.
+        """
+        assert here is not None
+        arena = self._arena
+        if not arena.lock.acquire(timeout=limit):
+            raise CollectiveTimeoutError(
+                f"{what} #{seq} on group {self.group_id} waited {limit:g} s for another "
+                f"thread of this process to finish its operation on the group. "
+                f"{timed_out_words(limit)}")
+        try:
+            current = arena.step(fingerprint, limit)
+            if step is not None:
+                step.append(current)
+            try:
+                here(current)
+            except ArenaExpired as exc:
+                error = CollectiveTimeoutError(
+                    f"{what} #{seq} on group {self.group_id} (ranks {list(self.ranks)}) did "
+                    f"not complete within {limit:g} s; still waiting for "
+                    f"{_ranks_phrase([self.ranks[i] for i in exc.behind])}. "
+                    f"{timed_out_words(limit)}")
+                arena.abandon(current, error)
+                raise error from None
+            except (GroupBrokenError, ClosedError, ConfigurationError):
+                raise
+            except BaseException as exc:
+                arena.abandon(current, exc)
+                raise
+        finally:
+            arena.lock.release()
+
+    async def _in_turn(self, operation: Operation) -> None:
+        what, limit, fingerprint = operation.what, operation.limit, operation.fingerprint
         # The sequence number and the place in line are taken before the first
         # await, so operations run in the order they were called.
         self._seq += 1
@@ -160,21 +268,22 @@ class GroupCore:
                 raise broken_by(f"group {self.group_id} (ranks {list(self.ranks)})",
                                    first) from first
             team = Team(mesh, self.ranks, self.group_id, seq, fingerprint=fingerprint)
-            try:
-                async with timeout_after(limit) as deadline:
-                    faults.begin(self.group_id, seq, fingerprint)
-                    await body(team)
-                    pending = team.check_neighbours()
-                    if pending is not None:
-                        await pending
-            except TimeoutError:
-                if not deadline.expired():
-                    raise  # another deadline's error (the coordinator's), not this one's
-                silent = team.waiting_for()
-                raise CollectiveTimeoutError(
-                    f"{what} #{seq} on group {self.group_id} (ranks {list(self.ranks)}) did "
-                    f"not complete within {limit:g} s; still waiting for "
-                    f"{_ranks_phrase(silent)}. {timed_out_words(limit)}") from None
+            faults.begin(self.group_id, seq, fingerprint)
+            arena = self._arena
+            if operation.here is not None and arena.undecided:
+                await self._under_deadline(what, seq, limit, team, arena.set_up)
+                team = team.phase(2)  # the two phases before were the set-up's
+            if operation.here is not None and arena.ready:
+                step: list[ArenaStep] = []
+                try:
+                    await self._session.run_blocking(lambda: self._in_arena(
+                        what, seq, limit, operation.here, fingerprint, step), self.group_id)
+                except asyncio.CancelledError:
+                    if step:
+                        step[0].cancelled.set()
+                    raise
+            else:
+                await self._under_deadline(what, seq, limit, team, operation.body)
             faults.complete(self.group_id, seq)
         except (GroupBrokenError, ClosedError):
             raise
@@ -185,12 +294,100 @@ class GroupCore:
             raise
         except asyncio.CancelledError:
             # Peers may be waiting for this rank's part of the operation.
-            faults.abort(self.group_id, seq, CollectiveError(
-                f"{what} #{seq} on group {self.group_id} was cancelled on rank "
-                f"{self._session.rank}"), self.ranks)
+            faults.abort(self.group_id, seq, self._cancelled(what, seq), self.ranks)
             raise
         finally:
+            if operation.handed:
+                self._finished += 1
             done.set_result(None)
+
+    async def _under_deadline(self, what: str, seq: int, limit: float, team: Team,
+                              body: Callable[[Team], Awaitable[None]]) -> None:
+        """Run ``body(team)`` and the neighbour check within ``limit`` seconds."""
+        try:
+            async with timeout_after(limit) as deadline:
+                await body(team)
+                pending = team.check_neighbours()
+                if pending is not None:
+                    await pending
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # another deadline's error (the coordinator's), not this one's
+            silent = team.waiting_for()
+            raise CollectiveTimeoutError(
+                f"{what} #{seq} on group {self.group_id} (ranks {list(self.ranks)}) did "
+                f"not complete within {limit:g} s; still waiting for "
+                f"{_ranks_phrase(silent)}. {timed_out_words(limit)}") from None
+
+    def _cancelled(self, what: str, seq: int) -> CollectiveError:
+        return CollectiveError(f"{what} #{seq} on group {self.group_id} was cancelled on rank "
+                               f"{self._session.rank}")
+
+
+class Operation(collections.abc.Coroutine):  # type: ignore[type-arg]
+    """One collective call, made and checked, not yet run.
+
+    It is a coroutine: awaiting it (or handing it to the loop) runs it in
+    the group's turn. An operation the group's arena takes can instead run
+    in the calling thread with :meth:`run_here`, the blocking API's fast path.
+    """
+
+    def __init__(self, core: GroupCore, what: str, limit: float,
+                 body: Callable[[Team], Awaitable[None]], fingerprint: Fingerprint,
+                 here: Here | None) -> None:
+        self.what = what
+        self.limit = limit
+        self.body = body
+        self.fingerprint = fingerprint
+        #: The arena algorithm chosen for it, or None: the transport's ``body``.
+        self.here = here
+        #: Whether the caller counted it as handed to the loop (see :meth:`to_loop`).
+        self.handed = False
+        self._core = core
+        self._coroutine: Coroutine[Any, Any, None] | None = None
+
+    def run_here(self) -> bool:
+        """Run it now, in this thread, if it is an arena operation that may; else False.
+
+        It may when the group's arena is set up and none of the group's
+        operations is still on the loop (they come first). Raises what the
+        operation raises; afterwards it must not be awaited.
+        """
+        return self.here is not None and self._core._run_here(self)
+
+    def to_loop(self) -> Operation:
+        """Count it as on its way to the loop (call in the caller's thread, before handing it).
+
+        Until it finishes there, later operations of the group do not run here.
+        """
+        self.handed = True
+        self._core._handed += 1
+        return self
+
+    def _started(self) -> Coroutine[Any, Any, None]:
+        if self._coroutine is None:
+            self._coroutine = self._core._in_turn(self)
+        return self._coroutine
+
+    def send(self, value: Any) -> Any:
+        return self._started().send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        if val is None and tb is None:
+            return self._started().throw(typ)
+        return self._started().throw(typ, val, tb)
+
+    def close(self) -> None:
+        if self._coroutine is not None:
+            self._coroutine.close()
+        elif self.handed:
+            self._core._finished += 1  # handed, never started: it will not finish
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self._started().__await__()
+
+    def __repr__(self) -> str:
+        return f"<Operation {self.what} on {self._core!r}>"
 
 
 def fingerprint_of(operation: Kind, dtype: np.dtype | None = None,

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from asyncoll._transport.base import MeshControl, Tag
-from asyncoll._transport.inbox import desync
+from asyncoll._transport.inbox import desync, left_error
 from asyncoll._wire.frames import Fingerprint, decode_abort, encode_abort
 from asyncoll.errors import (
     AsyncollError,
@@ -45,6 +45,8 @@ class GroupFaults:
         #: The operation each group runs now, and the last one each completed.
         self._running: dict[int, tuple[int, Fingerprint]] = {}
         self._completed: dict[int, int] = {}
+        #: Members that left the job, with the error of waiting for them.
+        self._left: dict[int, AsyncollError] = {}
         mesh.listener = self
 
     def register(self, group_id: int, ranks: Sequence[int]) -> None:
@@ -55,29 +57,40 @@ class GroupFaults:
         """The failure that broke group ``group_id``, or None while it is intact."""
         return self._broken.get(group_id)
 
-    def begin(self, group_id: int, seq: int, fingerprint: Fingerprint) -> None:
-        """Operation ``seq`` of ``group_id`` starts here: frames for it must match it."""
-        self._running[group_id] = (seq, fingerprint)
-        if not self._mesh.has_early:
-            return
-        for peer, tag, theirs in self._mesh.early(group_id):
-            if tag[1] == seq and theirs != fingerprint:
-                self.abort(group_id, seq, desync(self._mesh.rank, peer, tag, fingerprint,
-                                                 theirs))
-                return
+    def begin(self, group_id: int, seq: int, fingerprint: Fingerprint,
+              scan: bool = True) -> None:
+        """Operation ``seq`` of ``group_id`` starts here: frames for it must match it.
 
-    def complete(self, group_id: int, seq: int) -> None:
-        """Operation ``seq`` of ``group_id`` finished here.
+        With ``scan`` False it only takes note, which any thread may do; the
+        frames already kept are then checked by :meth:`scan`, on the loop.
+        """
+        self._running[group_id] = (seq, fingerprint)
+        if scan:
+            self.scan(group_id)
+
+    def complete(self, group_id: int, seq: int, scan: bool = True) -> None:
+        """Operation ``seq`` of ``group_id`` finished here (``scan``: as for begin).
 
         A frame kept for it (or for an earlier one) was sent by a rank that ran
         a different operation: the group is out of step and is broken.
         """
         self._completed[group_id] = seq
         self._running.pop(group_id, None)
+        if scan:
+            self.scan(group_id)
+
+    def scan(self, group_id: int) -> None:
+        """Check the frames kept early for ``group_id`` against what it runs and ran."""
         if not self._mesh.has_early:
             return
+        running = self._running.get(group_id)
+        completed = self._completed.get(group_id, 0)
         for peer, tag, theirs in self._mesh.early(group_id):
-            if tag[1] <= seq:
+            if running is not None and tag[1] == running[0] and theirs != running[1]:
+                self.abort(group_id, tag[1], desync(self._mesh.rank, peer, tag, running[1],
+                                                    theirs))
+                return
+            if tag[1] <= completed:
                 self._stale(peer, tag, theirs)
 
     def abort(self, group_id: int, seq: int, error: AsyncollError,
@@ -85,6 +98,20 @@ class GroupFaults:
         """Break group ``group_id`` here, and tell its other members to do the same."""
         if self._break(group_id, error):
             self._send_aborts(group_id, seq, error, members)
+
+    def member_left(self, peer: int, hostname: str) -> None:
+        """``peer`` left the job (the coordinator says so): nothing more can come from it.
+
+        No group breaks: the ranks' last operations with it may still be
+        completing. Only waiting for it fails (the mesh's receives, and
+        :meth:`left` for waits elsewhere).
+        """
+        self._left[peer] = left_error(peer, hostname)
+        self._mesh.peer_left(peer, hostname)
+
+    def left(self, peer: int) -> AsyncollError | None:
+        """The error of waiting for ``peer``, if it left the job; else None."""
+        return self._left.get(peer)
 
     def peer_lost(self, peer: int, error: AsyncollError) -> None:
         """``peer`` is gone: fail everything with it and break every group it is in.

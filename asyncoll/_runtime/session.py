@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import errno
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from asyncoll._runtime.addresses import ListenPlan, listen_plan
 from asyncoll._group.faults import GroupFaults
@@ -50,6 +52,8 @@ from asyncoll.errors import (
 
 log = logging.getLogger("asyncoll")
 
+T = TypeVar("T")
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,13 @@ class Session:
         self._heartbeat_interval = min(HEARTBEAT_INTERVAL_S,
                                        settings.heartbeat_timeout / 4)
         self._heartbeat = asyncio.ensure_future(self._beat())
+        self._loop = asyncio.get_running_loop()
+        # A thread per lane (a group), made on first use: arena operations
+        # queued behind their group's others wait there in order. Groups must
+        # not share one: their operations may run in a different order on
+        # another rank, and one waiting for a peer would stall the other.
+        self._lanes: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+        self._on_close: list[Callable[[], None]] = []
         client.on_notice = self._notice
         client.on_lost = self._coordinator_lost
 
@@ -169,7 +180,7 @@ class Session:
         if not isinstance(message, MemberGone) or message.rank == self.rank:
             return
         if message.how == "left":
-            self.mesh.peer_left(message.rank, message.hostname)
+            self.faults.member_left(message.rank, message.hostname)
             return
         log.warning("rank %d on %s was lost: %s", message.rank, message.hostname,
                     message.reason)
@@ -182,6 +193,28 @@ class Session:
     def forced_algorithms(self) -> Mapping[str, str]:
         """The algorithm forced per collective (ASYNCOLL_ALGORITHM), read at join."""
         return self.settings.forced_algorithms
+
+    @property
+    def arena_slot_bytes(self) -> int:
+        """Each member's slot in a same-host group's arena (0: no arenas), read at join."""
+        return self.settings.transport.arena_slot_bytes
+
+    def run_blocking(self, action: Callable[[], T], lane: int) -> Awaitable[T]:
+        """Run ``action`` on ``lane``'s own thread, off the loop; await its result."""
+        executor = self._lanes.get(lane)
+        if executor is None:
+            executor = self._lanes[lane] = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix=f"asyncoll-rank{self.rank}-group{lane}")
+        return self._loop.run_in_executor(executor, action)
+
+    def call_soon(self, action: Callable[..., Any], *args: Any) -> None:
+        """Run ``action(*args)`` on the loop thread; callable from any thread."""
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(action, *args)
+
+    def on_close(self, action: Callable[[], None]) -> None:
+        """Call ``action`` when the session closes."""
+        self._on_close.append(action)
 
     def check_open(self, what: str) -> None:
         """Refuse ``what`` once this rank has destroyed its process group.
@@ -219,6 +252,10 @@ class Session:
         self._heartbeat.cancel()
         with contextlib.suppress(AsyncollError, OSError):
             await self.client.request(Leave(), LEAVE_TIMEOUT_S, "leave")
+        for action in self._on_close:
+            action()
+        for executor in self._lanes.values():
+            executor.shutdown(wait=False)
         await _close_quietly(self.client, self.mesh, self._embedded, self.job)
 
 

@@ -18,8 +18,10 @@ from types import MappingProxyType
 from asyncoll import _auth
 from asyncoll._algorithms import selection
 from asyncoll._settings import HEARTBEAT_TIMEOUT_S
+from asyncoll._transport.shm import arena
 from asyncoll._transport.shm import segment as shm
 from asyncoll._transport.settings import (
+    ARENA_SLOT_BYTES,
     EARLY_LIMIT_BYTES,
     SHM_MIN_BYTES,
     SHM_RING_BYTES,
@@ -88,20 +90,23 @@ def _transport(environ: Mapping[str, str], token: bytes | None) -> TransportSett
         raise ConfigurationError(f"ASYNCOLL_SHM_BYTES must be at least {shm.MIN_RING_BYTES}, "
                                  f"got {ring}")
     smallest = _positive(environ, "ASYNCOLL_SHM_MIN_BYTES", SHM_MIN_BYTES)
+    slot = _positive(environ, "ASYNCOLL_ARENA_BYTES", ARENA_SLOT_BYTES, smallest=0)
     enabled = shm.AVAILABLE and environ.get("ASYNCOLL_SHM", "1") != "0"
     return TransportSettings(
         token=token, shm_min_bytes=smallest if enabled else 0, shm_ring_bytes=ring,
-        early_limit_bytes=_positive(environ, "ASYNCOLL_MAX_EARLY_BYTES", EARLY_LIMIT_BYTES))
+        early_limit_bytes=_positive(environ, "ASYNCOLL_MAX_EARLY_BYTES", EARLY_LIMIT_BYTES),
+        arena_slot_bytes=slot if enabled and arena.supported() else 0)
 
 
-def _positive(environ: Mapping[str, str], name: str, default: int) -> int:
+def _positive(environ: Mapping[str, str], name: str, default: int, smallest: int = 1) -> int:
     text = environ.get(name)
     if text is None:
         return default
     try:
         value = int(text)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise ConfigurationError(f"{name} must be a positive number of bytes, got {text!r}")
+        value = -1
+    if value < smallest:
+        kind = "a positive number" if smallest == 1 else "a number (0 or more)"
+        raise ConfigurationError(f"{name} must be {kind} of bytes, got {text!r}")
     return value

@@ -115,5 +115,8 @@ class MeshControl(Mesh, Protocol):
     def fail_peer(self, peer: int, error: AsyncollError) -> None:
         """Fail every send and receive with ``peer``, pending and later (sticky)."""
 
+    def peer_left(self, peer: int, hostname: str) -> None:
+        """``peer`` left the job: fail what waits for it once nothing more can come."""
+
     def hostname(self, peer: int) -> str:
         """The host name rank ``peer`` reported ("" when unknown)."""

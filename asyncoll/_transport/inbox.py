@@ -321,3 +321,10 @@ def size_mismatch(peer: int, tag: Tag, sent: int, expected: int) -> MismatchErro
     return MismatchError(f"rank {peer} sent {sent} bytes for step {tag[2]} of operation "
                          f"#{tag[1]} on group {tag[0]}; this rank expected {expected}: the "
                          "ranks called collectives of different sizes")
+
+
+def left_error(peer: int, hostname: str) -> MismatchError:
+    """The error of waiting for ``peer`` after it left the job."""
+    return MismatchError(f"rank {peer} on {hostname} left the job (destroy_process_group) "
+                         "while this rank still expected data from it: the ranks called "
+                         "different numbers of collectives")

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Awaitable
 
 from asyncoll._transport.base import Consumer, Listener, Tag
-from asyncoll._transport.inbox import EarlyCount, Inbox
+from asyncoll._transport.inbox import EarlyCount, Inbox, left_error
 from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint
 from asyncoll.errors import AsyncollError, PeerLostError
 
@@ -104,6 +104,10 @@ class MemoryMesh:
         """Fail every send and receive with ``peer``, pending and later."""
         self._lost.setdefault(peer, error)
         self._inboxes[peer].fail(error)
+
+    def peer_left(self, peer: int, hostname: str) -> None:
+        """``peer`` left: every frame it sent is here already, so fail what waits for it."""
+        self.fail_peer(peer, left_error(peer, hostname))
 
     def hostname(self, peer: int) -> str:
         """Every rank is on this host."""

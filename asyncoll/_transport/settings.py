@@ -8,6 +8,8 @@ from dataclasses import dataclass
 SHM_MIN_BYTES = 64 << 10
 #: Ring size per direction of a same-host pair, by default.
 SHM_RING_BYTES = 8 << 20
+#: Each member's slot in a group's shared-memory arena, by default.
+ARENA_SLOT_BYTES = 1 << 20
 #: Default bound of the bytes one peer's early frames may hold.
 EARLY_LIMIT_BYTES = 256 << 20
 
@@ -24,3 +26,7 @@ class TransportSettings:
     shm_ring_bytes: int = SHM_RING_BYTES
     #: Reading from a peer pauses while its early frames hold more than this.
     early_limit_bytes: int = EARLY_LIMIT_BYTES
+    #: Each member's slot in a same-host group's arena (0: no arenas; the
+    #: runtime sets 0 where shared memory is off or the platform lacks x86's
+    #: memory order, see asyncoll._transport.shm.arena).
+    arena_slot_bytes: int = ARENA_SLOT_BYTES

@@ -1,19 +1,28 @@
-"""Every test here runs on every transport: TCP, and shared memory for same-host peers.
+"""Every test here runs on every data path: TCP, shared memory, and the arena.
 
 In the shared-memory run every payload of at least one byte goes through a
 ring of 8 KiB, so larger payloads travel as many pieces, wrap around the ring
 and wait for the receiver to free it, as payloads over the ring size do in
-real use.
+real use; groups get no arena there. In the arena run (same-host groups'
+shared-memory arenas, see asyncoll._group.arena_path) slots are cut to
+64 KiB, so the small and medium arrays of a test take the arena and the
+larger ones (and point-to-point messages) the transport, over the same small
+rings as in the shared-memory run, in the same group, in turn.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from asyncoll._transport.shm import arena
 from asyncoll._transport.shm import segment as shm
 
 
-@pytest.fixture(autouse=True, params=["tcp", "shm"])
+#: Each member's arena slot in the arena run.
+ARENA_SLOT_BYTES = 64 << 10
+
+
+@pytest.fixture(autouse=True, params=["tcp", "shm", "arena"])
 def transport(request, monkeypatch):
     if request.param == "tcp":
         monkeypatch.setenv("ASYNCOLL_SHM", "0")
@@ -23,4 +32,10 @@ def transport(request, monkeypatch):
         monkeypatch.setenv("ASYNCOLL_SHM", "1")
         monkeypatch.setenv("ASYNCOLL_SHM_MIN_BYTES", "1")
         monkeypatch.setenv("ASYNCOLL_SHM_BYTES", "8192")
+        if request.param == "shm":
+            monkeypatch.setenv("ASYNCOLL_ARENA_BYTES", "0")
+        elif not arena.supported():
+            pytest.skip("no arena on this platform (POSIX shared memory on x86-64 only)")
+        else:
+            monkeypatch.setenv("ASYNCOLL_ARENA_BYTES", str(ARENA_SLOT_BYTES))
     return request.param

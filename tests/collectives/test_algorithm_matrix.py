@@ -4,7 +4,9 @@ The matrix is the all_reduce one (every dtype, every op the dtype allows,
 counts 0, 1, world_size - 1, 1000 and 10_007) at world sizes 1 to 7, for each
 algorithm of each collective, with every root for broadcast and reduce. The
 pipelining segment is cut to 1 KiB so the larger counts travel as many
-segments, as large arrays do by default.
+segments, as large arrays do by default. The arena algorithm runs in the
+arena run only (see conftest.py), with slots large enough for every case,
+both whole and split (the split size is cut to 256 bytes).
 """
 
 from __future__ import annotations
@@ -29,6 +31,17 @@ DTYPES = [np.dtype(d) for d in SUPPORTED_DTYPES]
 @pytest.fixture(autouse=True)
 def small_segments(monkeypatch):
     monkeypatch.setattr(selection, "SEGMENT_BYTES", 1024)
+    monkeypatch.setattr(selection, "ARENA_SPLIT_FROM_BYTES", 256)
+
+
+@pytest.fixture(autouse=True)
+def arena_only_in_the_arena_run(request, transport, monkeypatch):
+    algorithm = request.node.callspec.params.get("algorithm") if hasattr(
+        request.node, "callspec") else None
+    if algorithm == "arena":
+        if transport != "arena":
+            pytest.skip("the arena algorithm runs in the arena run")
+        monkeypatch.setenv("ASYNCOLL_ARENA_BYTES", str(1 << 20))
 
 
 def _cases(world_size):
@@ -36,7 +49,7 @@ def _cases(world_size):
             for count in counts_for(world_size)]
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling"])
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "arena"])
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 async def test_all_reduce_algorithm_matches_numpy_bitwise_on_every_rank(world_size, algorithm):
     cases = _cases(world_size)
@@ -58,7 +71,7 @@ async def test_all_reduce_algorithm_matches_numpy_bitwise_on_every_rank(world_si
             assert got.tobytes() == per_rank[0][index].tobytes(), "ranks differ bitwise"
 
 
-@pytest.mark.parametrize("algorithm", ["tree", "chain"])
+@pytest.mark.parametrize("algorithm", ["tree", "chain", "arena"])
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 async def test_reduce_algorithm_matches_numpy_on_root_and_leaves_others_alone(world_size,
                                                                               algorithm):
@@ -82,7 +95,7 @@ async def test_reduce_algorithm_matches_numpy_on_root_and_leaves_others_alone(wo
                                           err_msg=f"{dtype} {op} n={count} root={root}")
 
 
-@pytest.mark.parametrize("algorithm", ["tree", "chain"])
+@pytest.mark.parametrize("algorithm", ["tree", "chain", "arena"])
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 async def test_broadcast_algorithm_copies_the_root_everywhere(world_size, algorithm):
     cases = [(root, dtype, count) for root in range(world_size) for dtype in DTYPES
@@ -107,7 +120,9 @@ async def test_broadcast_algorithm_copies_the_root_everywhere(world_size, algori
 def test_forced_algorithm_spec_names_collectives_or_applies_everywhere():
     assert selection.parse_forced("all_reduce=recursive_doubling, chain") == {
         "all_reduce": "recursive_doubling", "broadcast": "chain", "reduce": "chain"}
-    assert selection.parse_forced("ring") == {"all_reduce": "ring"}
+    assert selection.parse_forced("ring") == {"all_reduce": "ring", "all_gather": "ring",
+                                              "reduce_scatter": "ring"}
+    assert set(selection.parse_forced("arena")) == set(selection.ALGORITHMS)
     with pytest.raises(ConfigurationError, match="'broadcast' has no algorithm 'ring'"):
         selection.parse_forced("broadcast=ring")
     with pytest.raises(ConfigurationError, match="'fastest', which is no algorithm"):
@@ -120,8 +135,8 @@ async def test_environment_forces_the_algorithm_a_collective_runs(monkeypatch, s
     ran = []
     real = selection.choose
 
-    def spy(collective, nbytes, size, forced=None):
-        choice = real(collective, nbytes, size, forced)
+    def spy(collective, nbytes, size, forced=None, arena_bytes=0):
+        choice = real(collective, nbytes, size, forced, arena_bytes)
         ran.append((collective, choice))
         return choice
 
@@ -140,6 +155,13 @@ async def test_environment_forces_the_algorithm_a_collective_runs(monkeypatch, s
 
 def test_selector_picks_the_latency_algorithm_for_small_arrays_and_the_ring_for_large():
     assert selection.choose("all_reduce", 4, 2) == "recursive_doubling"
+    assert selection.choose("all_reduce", 4, 2, arena_bytes=1 << 20) == "arena"
+    assert selection.choose("all_reduce", 2 << 20, 2, arena_bytes=4 << 20) == "ring"
+    assert selection.choose("barrier", 0, 3, arena_bytes=1) == "arena"
+    with pytest.raises(ConfigurationError, match="this group has none"):
+        selection.choose("all_reduce", 4, 2, forced="arena")
+    with pytest.raises(ConfigurationError, match="slots hold 1024 bytes"):
+        selection.choose("broadcast", 2048, 2, forced="arena", arena_bytes=1024)
     assert selection.choose("all_reduce", 64 << 20, 2) == "ring"
     assert selection.choose("broadcast", 4, 4) == "tree"
     assert selection.choose("broadcast", 64 << 20, 4) == "chain"

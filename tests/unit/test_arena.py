@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from asyncoll._algorithms.arena_reduce import arena_all_reduce
+from asyncoll._algorithms.arena import all_reduce as arena_all_reduce
 from asyncoll._transport.shm.arena import Arena, ArenaExpired, Waiter, arena_bytes
 from asyncoll._wire.frames import Fingerprint, Operation
 from asyncoll.errors import MismatchError, PeerLostError
@@ -49,7 +49,7 @@ def run(size: int, body, slot_bytes: int = 1 << 16) -> list[object]:
 
 
 def waiter(seconds: float = 20.0, check=lambda: None) -> Waiter:
-    return Waiter(time.monotonic() + seconds, check)
+    return Waiter(time.monotonic() + seconds, lambda poll: check())
 
 
 def fingerprint(data: np.ndarray, op: ReduceOp) -> Fingerprint:

@@ -15,7 +15,10 @@ line is read as int64 fields:
 - ``PID``: the member's process id, for a cheap liveness check;
 - ``FINGERPRINT`` (6 fields): what the published phase is, compared before
   anything is read, so members that called different collectives raise
-  MismatchError instead of reading each other's data.
+  MismatchError instead of reading each other's data;
+- ``ABANDONED``, ``ABANDONED_CODE``, ``ABANDONED_RANK``: the operation this
+  member gave up on (0: none), its error's code and the rank that error
+  names (-1: none), so the others stop waiting for it at once.
 
 Memory order: a member writes its slot, then its fingerprint, then
 PUBLISHED; a reader loads PUBLISHED, then the fingerprint and the slot.
@@ -47,6 +50,7 @@ from asyncoll._transport.shm import segment
 LINE_BYTES = 128
 PUBLISHED, RELEASED, PID = 0, 1, 2
 FINGERPRINT = slice(3, 9)
+ABANDONED, ABANDONED_CODE, ABANDONED_RANK = 9, 10, 11
 #: Slots start on this boundary.
 ALIGN = 128
 
@@ -73,21 +77,48 @@ def _aligned(nbytes: int) -> int:
 
 
 class ArenaExpired(Exception):
-    """A wait's deadline passed (the caller turns it into its own timeout error)."""
+    """A wait's deadline passed (the caller turns it into its own timeout error).
+
+    Attributes:
+        behind: the member indices the wait was still waiting for.
+    """
+
+    def __init__(self, behind: list[int]) -> None:
+        super().__init__(f"members {behind} did not arrive in time")
+        self.behind = behind
+
+
+class Poll:
+    """A wait's condition: has every member's control field reached a phase?"""
+
+    def __init__(self, column: np.ndarray, phase: int) -> None:
+        self._column = column
+        self._phase = phase
+
+    def __call__(self) -> bool:
+        return bool((self._column >= self._phase).all())
+
+    def behind(self) -> list[int]:
+        """The members whose field has not reached the phase yet."""
+        return [int(i) for i in np.flatnonzero(self._column < self._phase)]
 
 
 class Waiter:
-    """Adaptive waiting with a deadline and a failure check between polls."""
+    """Adaptive waiting with a deadline and a failure check between polls.
 
-    def __init__(self, deadline: float, check: Callable[[], None]) -> None:
+    The check is given the poll, so it can ask whom the wait is for.
+    """
+
+    def __init__(self, deadline: float, check: Callable[[Poll], None]) -> None:
         self.deadline = deadline
         self._check = check
 
-    def until(self, ready: Callable[[], bool]) -> None:
+    def until(self, ready: Poll) -> None:
         """Return once ``ready()`` is true.
 
         Raises:
-            ArenaExpired: the deadline (time.monotonic) passed first.
+            ArenaExpired: the deadline (time.monotonic) passed first; it names
+                the members ``ready`` still waited for.
             Whatever ``check`` raises (it is called between polls once the
             spinning is over).
         """
@@ -97,9 +128,9 @@ class Waiter:
             polls += 1
             if polls <= SPINS:
                 continue
-            self._check()
+            self._check(ready)
             if time.monotonic() >= self.deadline:
-                raise ArenaExpired
+                raise ArenaExpired(ready.behind())
             if polls <= SPINS + YIELDS:
                 os.sched_yield()
             else:
@@ -149,10 +180,24 @@ class Arena:
         """Say this member has finished reading every slot of ``phase``."""
         self.lines[self.me, RELEASED] = phase
 
-    def all_at_least(self, field: int, phase: int) -> Callable[[], bool]:
+    def all_at_least(self, field: int, phase: int) -> Poll:
         """A poll: has every member's ``field`` reached ``phase``?"""
-        column = self.lines[:, field]
-        return lambda: bool((column >= phase).all())
+        return Poll(self.lines[:, field], phase)
+
+    def abandon(self, operation: int, code: int, rank: int) -> None:
+        """Say this member gave up on ``operation`` with error ``code`` (naming ``rank``)."""
+        self.lines[self.me, ABANDONED_CODE] = code
+        self.lines[self.me, ABANDONED_RANK] = rank
+        self.lines[self.me, ABANDONED] = operation
+
+    def abandoned(self) -> tuple[int, int, int, int] | None:
+        """(member, operation, error code, rank named) of a member that gave up, or None."""
+        column = self.lines[:, ABANDONED]
+        if not column.any():
+            return None
+        member = int(np.flatnonzero(column)[0])
+        line = self.lines[member]
+        return member, int(line[ABANDONED]), int(line[ABANDONED_CODE]), int(line[ABANDONED_RANK])
 
     def fingerprints(self) -> list[tuple[int, ...]]:
         """Every member's published fingerprint, one tuple each."""

@@ -100,6 +100,29 @@ def attach(name: str, size: int) -> mmap.mmap:
         unlink(name)
 
 
+def attach_shared(name: str, size: int) -> mmap.mmap:
+    """Map the segment ``name`` read-write, leaving it in place for other members.
+
+    For a group's arena, which every member writes; its creator unlinks it
+    once every member has mapped it.
+
+    Raises:
+        OSError: no such segment here, or it is smaller than ``size``.
+        ValueError: ``name`` or ``size`` is not one asyncoll makes.
+    """
+    if _posixshmem is None:
+        raise OSError("shared memory is not available on this platform")
+    if not _NAME.match(name) or size <= 0:
+        raise ValueError(f"refusing shared-memory segment {name!r} of {size} bytes")
+    fd = _posixshmem.shm_open("/" + name, os.O_RDWR, 0)
+    try:
+        if os.fstat(fd).st_size < size:
+            raise OSError(f"shared-memory segment {name!r} is smaller than {size} bytes")
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
 def unlink(name: str) -> None:
     """Remove ``name`` from /dev/shm if it is still there."""
     if _posixshmem is None:

@@ -26,13 +26,12 @@ from asyncoll._compat import timeout as timeout_after
 from asyncoll._settings import HANDSHAKE_TIMEOUT_S, LINGER_S
 from asyncoll._transport.base import Consumer, Listener, Tag
 from asyncoll._transport.tcp.connection import PeerConnection
-from asyncoll._transport.inbox import EarlyCount, Inbox
+from asyncoll._transport.inbox import EarlyCount, Inbox, left_error
 from asyncoll._transport.settings import TransportSettings
 from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint, FrameKind
 from asyncoll.errors import (
     AsyncollError,
     ClosedError,
-    MismatchError,
     PeerLostError,
     ProtocolError,
 )
@@ -245,7 +244,7 @@ class TcpMesh:
         data; without one, nothing more can come from it.
         """
         if self._channel(peer).connection is None:
-            self.fail_peer(peer, _left_error(peer, hostname))
+            self.fail_peer(peer, left_error(peer, hostname))
 
     # -- the connections' owner (ConnectionOwner) -----------------------------------
 
@@ -287,7 +286,7 @@ class TcpMesh:
         if channel.connection is not connection:
             return
         if channel.leaving:
-            channel.fail(_left_error(peer, channel.hostname))
+            channel.fail(left_error(peer, channel.hostname))
             return
         how = f"broke: {exc}" if exc else "was closed without a goodbye"
         address = "{}:{}".format(*channel.address) if channel.address else "?"
@@ -453,8 +452,3 @@ class TcpMesh:
         future.set_exception(error)
         return future
 
-
-def _left_error(peer: int, hostname: str) -> MismatchError:
-    return MismatchError(f"rank {peer} on {hostname} left the job (destroy_process_group) "
-                         "while this rank still expected data from it: the ranks called "
-                         "different numbers of collectives")

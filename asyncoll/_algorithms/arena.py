@@ -1,0 +1,181 @@
+"""Collectives through a shared-memory arena, in the calling thread (same-host members).
+
+Operation k of an arena uses two phases, ``2k - 1`` and ``2k``:
+
+1. Every member waits until every slot of operation k - 1 has been read
+   (all RELEASED >= 2k - 2), writes its input into its own slot and
+   publishes phase 2k - 1 with the operation's fingerprint.
+2. Once every member has published it, the fingerprints are compared
+   (members that called different collectives raise MismatchError before
+   reading anything), and each member reads what it needs of the others'
+   slots. An all-reduce of a medium array works reduce-scatter style: member
+   i reduces only chunk i of every slot, writes the result over chunk i of
+   its own slot (no other member reads that chunk of it before phase 2k),
+   publishes phase 2k, and every member then copies chunk j from member
+   j's slot.
+3. It releases phase 2k: the slots may be overwritten by operation k + 1.
+
+Reductions add the members' contributions in member order 0, 1, ..., n - 1
+and each element is reduced by one member (or by every member in the same
+order), so every member gets the same bits.
+
+Why this is safe without locks: each member writes only its own slot and
+control line, and writes a slot only after every member released the last
+phase that read it; see asyncoll._transport.shm.arena for the memory order
+this relies on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from asyncoll._algorithms.chunking import chunk_bounds
+from asyncoll._algorithms.ops import finish, reduce_into
+from asyncoll._transport.shm.arena import PUBLISHED, RELEASED, Arena, Waiter
+from asyncoll._wire.frames import Fingerprint
+from asyncoll.errors import MismatchError
+from asyncoll.types import ReduceOp
+
+
+def all_reduce(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp,
+               fingerprint: Fingerprint, waiter: Waiter, split: bool) -> None:
+    """All-reduce the 1-D contiguous array ``data`` in place through ``arena``.
+
+    Args:
+        arena: this member's view of the group's arena.
+        operation: the operation's number on this arena (1, 2, ...; the same
+            on every member, one more each call).
+        data: the array; its bytes fit a slot.
+        op: the reduce op.
+        fingerprint: what this operation is; every member must pass the same.
+        waiter: the deadline and failure check of every wait.
+        split: reduce-scatter style (True) or every member reducing everything.
+
+    Raises:
+        MismatchError: a member published another operation.
+        ArenaExpired: the waiter's deadline passed.
+    """
+    n, me = arena.size, arena.me
+    slots = _exchange(arena, operation, data, fingerprint, waiter)
+    if not split or n == 1:
+        _reduce_slots(data, slots, op, n)
+    else:
+        bounds = chunk_bounds(data.size, n)
+        lo, hi = bounds[me]
+        _reduce_slots(data[lo:hi], [slot[lo:hi] for slot in slots], op, n)
+        slots[me][lo:hi] = data[lo:hi]
+        arena.publish(2 * operation, fingerprint)
+        waiter.until(arena.all_at_least(PUBLISHED, 2 * operation))
+        for j, (lo, hi) in enumerate(bounds):
+            if j != me:
+                data[lo:hi] = slots[j][lo:hi]
+    arena.release(2 * operation)
+
+
+def reduce(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp, root: int,
+           fingerprint: Fingerprint, waiter: Waiter) -> None:
+    """Reduce every member's ``data`` into member ``root``'s; the others' stay as they were."""
+    slots = _exchange(arena, operation, data, fingerprint, waiter)
+    if arena.me == root:
+        _reduce_slots(data, slots, op, arena.size)
+    arena.release(2 * operation)
+
+
+def broadcast(arena: Arena, operation: int, data: np.ndarray, root: int,
+              fingerprint: Fingerprint, waiter: Waiter) -> None:
+    """Copy member ``root``'s ``data`` into every member's ``data``."""
+    _enter(arena, operation, waiter)
+    if arena.me == root:
+        arena.slot(root, data.dtype, data.size)[:] = data
+    _publish_and_check(arena, operation, fingerprint, waiter)
+    if arena.me != root:
+        data[:] = arena.slot(root, data.dtype, data.size)
+    arena.release(2 * operation)
+
+
+def all_gather(arena: Arena, operation: int, mine: np.ndarray, outputs: Sequence[np.ndarray],
+               fingerprint: Fingerprint, waiter: Waiter) -> None:
+    """Copy member j's ``mine`` into ``outputs[j]`` on every member (sizes may differ).
+
+    This member's own block is copied from ``mine`` too, unless it is ``mine``.
+    """
+    me = arena.me
+    _exchange(arena, operation, mine, fingerprint, waiter)
+    for j, out in enumerate(outputs):
+        if j != me:
+            out[:] = arena.slot(j, out.dtype, out.size)
+        elif not np.shares_memory(out, mine):
+            out[:] = mine
+    arena.release(2 * operation)
+
+
+def reduce_scatter(arena: Arena, operation: int, inputs: Sequence[np.ndarray],
+                   output: np.ndarray, op: ReduceOp, fingerprint: Fingerprint,
+                   waiter: Waiter) -> None:
+    """Reduce block i (``inputs[i]``) across the members into member i's ``output``."""
+    n, me = arena.size, arena.me
+    dtype = output.dtype
+    offsets = np.concatenate(([0], np.cumsum([block.size for block in inputs]))).astype(int)
+    _enter(arena, operation, waiter)
+    mine = arena.slot(me, dtype, int(offsets[-1]))
+    for block, start in zip(inputs, offsets):
+        mine[start:start + block.size] = block
+    _publish_and_check(arena, operation, fingerprint, waiter)
+    lo, hi = int(offsets[me]), int(offsets[me + 1])
+    _reduce_slots(output, [arena.slot(j, dtype, hi)[lo:hi] for j in range(n)], op, n)
+    arena.release(2 * operation)
+
+
+def barrier(arena: Arena, operation: int, fingerprint: Fingerprint, waiter: Waiter) -> None:
+    """Return once every member has reached this operation."""
+    _enter(arena, operation, waiter)
+    _publish_and_check(arena, operation, fingerprint, waiter)
+    arena.release(2 * operation)
+
+
+# -- the phases ---------------------------------------------------------------------------
+
+
+def _enter(arena: Arena, operation: int, waiter: Waiter) -> None:
+    """Wait until every member has finished reading the slots of the operation before."""
+    waiter.until(arena.all_at_least(RELEASED, 2 * operation - 2))
+
+
+def _publish_and_check(arena: Arena, operation: int, fingerprint: Fingerprint,
+                       waiter: Waiter) -> None:
+    """Publish this member's input phase, wait for everyone's, compare fingerprints."""
+    arena.publish(2 * operation - 1, fingerprint)
+    waiter.until(arena.all_at_least(PUBLISHED, 2 * operation - 1))
+    _check_fingerprints(arena, fingerprint, operation)
+
+
+def _exchange(arena: Arena, operation: int, data: np.ndarray, fingerprint: Fingerprint,
+              waiter: Waiter) -> list[np.ndarray]:
+    """Put ``data`` in this member's slot once it is free, meet; return every slot."""
+    _enter(arena, operation, waiter)
+    arena.slot(arena.me, data.dtype, data.size)[:] = data
+    _publish_and_check(arena, operation, fingerprint, waiter)
+    return [arena.slot(j, data.dtype, data.size) for j in range(arena.size)]
+
+
+def _reduce_slots(out: np.ndarray, parts: Sequence[np.ndarray], op: ReduceOp, n: int) -> None:
+    """``out`` = parts[0] op parts[1] op ... in member order, then the op's finish (AVG)."""
+    out[:] = parts[0]
+    for part in parts[1:]:
+        reduce_into(op, out, part)
+    finish(op, out, n)
+
+
+def _check_fingerprints(arena: Arena, mine: Fingerprint, operation: int) -> None:
+    me = arena.ranks[arena.me]
+    for member, row in enumerate(arena.fingerprints()):
+        theirs = Fingerprint(*row)
+        if theirs != mine:
+            them = arena.ranks[member]
+            raise MismatchError(
+                f"ranks {me} and {them} called operation #{operation} of their shared-memory "
+                f"arena differently ({'; '.join(mine.differences(theirs, me, them))}): every "
+                "rank must call the same collectives in the same order, with the same "
+                "arguments")

@@ -1,0 +1,228 @@
+"""GroupArena: a same-host group's shared-memory arena, and what its operations share.
+
+A group whose members all run on one host (and where shared memory is on,
+on x86-64) gets an arena the first time one of its collectives picks the
+arena algorithm: every member's slot and control line in one segment
+(asyncoll._transport.shm.arena). Its operations then run in the calling
+thread, with no event loop, socket or thread hop on the way
+(asyncoll._algorithms.arena).
+
+Setting up runs inside that first operation, on the loop, over the
+transport: member 0 creates the segment and broadcasts its name, the others
+map it, and an all-reduce of "mapped" flags tells every member whether all
+did. Then member 0 unlinks the name, so nothing is left in /dev/shm even
+after kill -9 (the memory lives on while mapped); only member 0 killed
+during the set-up leaves it, named after its pid, which asyncoll-run sweeps. If any member could not map it
+(a full /dev/shm, a hostname shared by two machines), every member knows,
+and the group keeps the transport's algorithms: ranks always agree on the
+path.
+
+While an operation waits for a peer in the arena, between polls it checks
+(:meth:`GroupArena.check`) what the loop has learned (a lost peer, an ABORT:
+the group's sticky error), whether a member gave up on this operation (its
+control line says so), whether every member's process still exists, and
+whether the operation was cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
+from asyncoll._algorithms.team import Team
+from asyncoll._algorithms.tree import tree_broadcast
+from asyncoll._group.context import Membership
+from asyncoll._transport.shm import segment
+from asyncoll._transport.shm.arena import Arena, Poll, Waiter, arena_bytes
+from asyncoll._wire.frames import Fingerprint
+from asyncoll.errors import (
+    CollectiveError,
+    CollectiveTimeoutError,
+    MismatchError,
+    PeerLostError,
+    broken_by,
+)
+from asyncoll.types import ReduceOp
+
+log = logging.getLogger("asyncoll")
+
+#: Bytes of the broadcast that carries the segment's name.
+_NAME_BYTES = 64
+#: The errors a member that gave up can name in its control line (by index + 1),
+#: most specific first; anything else is told as a CollectiveError.
+_KINDS: tuple[type[CollectiveError], ...] = (PeerLostError, CollectiveTimeoutError,
+                                             MismatchError, CollectiveError)
+
+
+@dataclass
+class ArenaStep:
+    """One operation on the arena: what its algorithm is given."""
+
+    arena: Arena
+    #: The operation's number on this arena (1, 2, ...), the same on every member.
+    operation: int
+    fingerprint: Fingerprint
+    waiter: Waiter
+    #: Set by another thread to make the waits give up (the operation was cancelled).
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+class GroupArena:
+    """A group's arena: whether it can have one, setting it up, checks while waiting.
+
+    Args:
+        session: this process's membership in the job.
+        group_id: the group.
+        ranks: its members' global ranks, in group-rank order.
+    """
+
+    def __init__(self, session: Membership, group_id: int, ranks: tuple[int, ...]) -> None:
+        self._session = session
+        self._group_id = group_id
+        self._ranks = ranks
+        hosts = {session.mesh.hostname(rank) for rank in ranks}
+        same_host = len(hosts) == 1 and "" not in hosts
+        member = session.rank in ranks
+        #: The slot each member has (0: this group has no arena and never will).
+        self.slot_bytes = session.arena_slot_bytes if same_host and member else 0
+        self.arena: Arena | None = None
+        self._operations = 0
+        #: Held by the thread running an operation on the arena, for its length.
+        self.lock = threading.Lock()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the arena is mapped, so operations may run in the calling thread."""
+        return self.arena is not None
+
+    @property
+    def undecided(self) -> bool:
+        """Whether the next arena operation must set the arena up first."""
+        return self.slot_bytes > 0 and self.arena is None
+
+    async def set_up(self, team: Team) -> None:
+        """Make or map the arena with every member (inside the first arena operation).
+
+        Afterwards either :attr:`ready`, or :attr:`slot_bytes` is 0 on every member.
+        """
+        size = arena_bytes(team.size, self.slot_bytes)
+        memory = None
+        name = np.zeros(_NAME_BYTES, dtype=np.uint8)
+        created = ""
+        try:
+            if team.me == 0:
+                try:
+                    created = segment.new_name()
+                    memory = segment.create(created, size)
+                    name[:len(created)] = np.frombuffer(created.encode(), dtype=np.uint8)
+                except OSError as exc:
+                    log.info("no shared-memory arena for group %d (%d bytes): %s",
+                             self._group_id, size, exc)
+            await tree_broadcast(team.phase(0), name, 0)
+            text = bytes(name).rstrip(b"\0").decode()
+            if team.me != 0 and text:
+                try:
+                    memory = segment.attach_shared(text, size)
+                except (OSError, ValueError) as exc:
+                    log.info("cannot map group %d's arena %s: %s", self._group_id, text, exc)
+            mapped = np.array([memory is not None], dtype=np.uint8)
+            await recursive_doubling_all_reduce(team.phase(1), mapped, ReduceOp.MIN,
+                                                np.empty(1, dtype=np.uint8))
+        except BaseException:
+            if memory is not None:
+                memory.close()
+            raise
+        finally:
+            # Once the flags are reduced, every member has mapped it or given up;
+            # if the set-up failed, the name must not outlive it either.
+            if created:
+                segment.unlink(created)
+        if mapped[0]:
+            assert memory is not None
+            self.arena = Arena(memory, team.size, team.me, self.slot_bytes, self._ranks)
+            self._session.on_close(self.close)
+        else:
+            if memory is not None:
+                memory.close()
+            self.slot_bytes = 0
+
+    def step(self, fingerprint: Fingerprint, limit: float) -> ArenaStep:
+        """The next operation on the arena, with its deadline ``limit`` seconds from now."""
+        assert self.arena is not None
+        self._operations += 1
+        step = ArenaStep(self.arena, self._operations, fingerprint,
+                         Waiter(time.monotonic() + limit, lambda poll: None))
+        step.waiter = Waiter(step.waiter.deadline, lambda poll: self.check(step, poll))
+        return step
+
+    def check(self, step: ArenaStep, poll: Poll) -> None:
+        """Raise what stops ``step`` from waiting for ``poll`` any longer (see the module)."""
+        if step.cancelled.is_set():
+            raise CollectiveError(f"operation #{step.operation} of group {self._group_id}'s "
+                                  "arena was cancelled")
+        self._session.check_open(f"an operation of group {self._group_id}")
+        first = self._session.faults.error(self._group_id)
+        if first is not None:
+            raise broken_by(f"group {self._group_id} (ranks {list(self._ranks)})",
+                            first) from first
+        arena = step.arena
+        me = os.getpid()
+        for member in poll.behind():
+            rank = self._ranks[member]
+            left = self._session.faults.left(rank)
+            if left is not None:
+                raise type(left)(str(left))
+            pid = arena.pid(member)
+            if pid and pid != me and not _alive(pid):
+                host = self._session.mesh.hostname(rank)
+                raise PeerLostError(f"rank {rank} on host {host} was lost: its process "
+                                    f"(pid {pid}) is gone", rank=rank, host=host)
+        gave_up = arena.abandoned()
+        if gave_up is not None and gave_up[0] != arena.me:
+            member, operation, code, named = gave_up
+            rank = self._ranks[member]
+            kind = _KINDS[code - 1] if 0 < code <= len(_KINDS) else CollectiveError
+            error = kind(f"rank {rank} abandoned operation #{operation} of group "
+                         f"{self._group_id} (its shared-memory arena)")
+            if isinstance(error, PeerLostError):
+                error.rank = named if named >= 0 else rank
+                error.host = self._session.mesh.hostname(error.rank)
+                error.args = (f"rank {error.rank} on host {error.host} was lost (rank {rank} "
+                              f"gave up on operation #{operation} of group {self._group_id} "
+                              "for it)",)
+            raise error
+
+    def abandon(self, step: ArenaStep, error: BaseException) -> None:
+        """Tell the other members, through the arena, that this member gave up on ``step``."""
+        code = next((i + 1 for i, kind in enumerate(_KINDS) if isinstance(error, kind)),
+                    len(_KINDS))
+        named = error.rank if isinstance(error, PeerLostError) else -1
+        step.arena.abandon(step.operation, code, named)
+
+    def close(self) -> None:
+        """Unmap the arena (the session closes)."""
+        arena, self.arena = self.arena, None
+        self.slot_bytes = 0
+        # An operation still running in some thread keeps the mapping, which
+        # then goes with the process.
+        if arena is not None and self.lock.acquire(blocking=False):
+            try:
+                arena.close()
+            finally:
+                self.lock.release()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: it exists
+    return True
