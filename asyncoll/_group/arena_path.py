@@ -12,10 +12,10 @@ transport: member 0 creates the segment and broadcasts its name, the others
 map it, and an all-reduce of "mapped" flags tells every member whether all
 did. Then member 0 unlinks the name, so nothing is left in /dev/shm even
 after kill -9 (the memory lives on while mapped); only member 0 killed
-during the set-up leaves it, named after its pid, which asyncoll-run sweeps. If any member could not map it
-(a full /dev/shm, a hostname shared by two machines), every member knows,
-and the group keeps the transport's algorithms: ranks always agree on the
-path.
+during the set-up leaves it, named after its pid, which asyncoll-run sweeps.
+If any member could not map it (a full /dev/shm, a hostname shared by two
+machines), every member knows, and the group keeps the transport's
+algorithms: ranks always agree on the path.
 
 While an operation waits for a peer in the arena, between polls it checks
 (:meth:`GroupArena.check`) what the loop has learned (a lost peer, an ABORT:

@@ -4,7 +4,10 @@ torch calls these methods with lists of tensors and an options object
 (group ranks in ``rootRank``, ``reduceOp.op``, ``timeout``); each one checks
 its arguments here, in the caller's thread (so bad input raises from the
 torch call itself, before anything is sent), starts the asyncoll operation on
-the world's loop thread and returns an AsyncollWork. Both the names torch's
+the world's loop thread and returns an AsyncollWork. An operation the
+group's shared-memory arena takes (same-host members, small and medium
+tensors) runs in the caller's thread instead, before the call returns, as the
+blocking API's do; its Work is then already completed. Both the names torch's
 Python functions call (``all_gather_single``, ``reduce_scatter_single``,
 ``all_to_all_single``) and the C++ names DDP reaches through torch's
 trampoline (``_allgather_base``, ``_reduce_scatter_base``, ``alltoall_base``)
@@ -13,6 +16,7 @@ are defined.
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -22,7 +26,8 @@ import torch.distributed as dist
 from asyncoll._torch_backend import device_backend, dtypes
 from asyncoll._torch_backend.work import AsyncollWork
 from asyncoll._torch_backend.world import TorchWorld
-from asyncoll.errors import ConfigurationError
+from asyncoll._group.core import Operation
+from asyncoll.errors import AsyncollError, ConfigurationError
 from asyncoll.group import AsyncProcessGroup
 from asyncoll.types import ReduceOp
 
@@ -307,12 +312,45 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             # Each step checks its arguments as it is made; a refusal must not
             # leave the steps made before it unawaited.
             made.extend(steps)
-            future = self._world.runtime.submit(_in_order(made))
+            future = _here_first(made)
+            if future is None:
+                for coro, _ in made:
+                    if isinstance(coro, Operation):
+                        coro.to_loop()
+                future = self._world.runtime.submit(_in_order(made))
         except BaseException:
             for coro, _ in made:
                 coro.close()
             raise
         return AsyncollWork(future, outputs, f"{what} on {self!r}", self._world, source)
+
+
+def _here_first(made: list[Step]) -> concurrent.futures.Future[None] | None:
+    """Run the leading steps the group's arena takes in this thread (the fast path).
+
+    Returns a finished future once every step ran here (or one failed); else
+    None, with ``made`` left holding the steps for the loop, in order.
+    """
+    while made:
+        coro, finish = made[0]
+        if not isinstance(coro, Operation):
+            return None
+        try:
+            if not coro.run_here():
+                return None
+        except AsyncollError as exc:
+            for later, _ in made[1:]:
+                later.close()
+            made.clear()
+            failed: concurrent.futures.Future[None] = concurrent.futures.Future()
+            failed.set_exception(exc)  # raised by wait(), as from the loop
+            return failed
+        made.pop(0)
+        if finish is not None:
+            finish()
+    done: concurrent.futures.Future[None] = concurrent.futures.Future()
+    done.set_result(None)
+    return done
 
 
 async def _in_order(steps: list[Step]) -> None:

@@ -53,11 +53,18 @@ def outcomes(procs: list[subprocess.Popen[str]], victim: int
     return result
 
 
-def run_kill(tmp_path: Path, world_size: int, victim: int, job: str) -> float:
-    """SIGKILL ``victim`` mid-job; check every survivor; return the slowest's delay."""
+def run_kill(tmp_path: Path, world_size: int, victim: int, job: str,
+             elements: int | None = None) -> float:
+    """SIGKILL ``victim`` mid-job; check every survivor; return the slowest's delay.
+
+    ``elements`` per all_reduce: large by default (the transport); small ones
+    run in the ranks' shared-memory arena, survivors waiting in the calling thread.
+    """
     daemon = Daemon(tmp_path)
+    if elements is None:
+        elements = 4_000_000 if world_size < 8 else 1_000_000
     try:
-        procs = start_job(daemon, world_size, job, 4_000_000 if world_size < 8 else 1_000_000)
+        procs = start_job(daemon, world_size, job, elements)
         time.sleep(0.3)  # well inside the next all_reduces
         # Same-host ranks pass these payloads through shared memory: the rings
         # are mapped (and already unlinked) when the victim dies.
@@ -88,6 +95,13 @@ def run_kill(tmp_path: Path, world_size: int, victim: int, job: str) -> float:
 def test_kill_9_during_a_large_all_reduce_fails_every_survivor_naming_it(tmp_path, world_size,
                                                                          victim):
     run_kill(tmp_path, world_size, victim, f"kill-{world_size}")
+
+
+@pytest.mark.parametrize("world_size, victim", [(2, 1), (4, 0)])
+def test_kill_9_while_survivors_wait_in_the_arena_fails_every_survivor_naming_it(
+        tmp_path, world_size, victim):
+    slowest = run_kill(tmp_path, world_size, victim, f"arena-kill-{world_size}", elements=256)
+    print(f"slowest survivor failed {slowest:.3f} s after the kill")
 
 
 @pytest.mark.slow
@@ -130,10 +144,11 @@ def test_kill_9_between_two_operations_raises_peer_lost_naming_rank_and_host(tmp
     assert f"peer_lost=True rank=1 host={socket.gethostname()}" in out, out
 
 
-def test_stopped_rank_is_declared_lost_within_the_heartbeat_deadline(tmp_path):
+@pytest.mark.parametrize("elements", [1_000_000, 256], ids=["transport", "arena"])
+def test_stopped_rank_is_declared_lost_within_the_heartbeat_deadline(tmp_path, elements):
     heartbeat = 3.0
     daemon = Daemon(tmp_path)
-    procs = start_job(daemon, 3, "stopped", 1_000_000,
+    procs = start_job(daemon, 3, f"stopped-{elements}", elements,
                       env={"ASYNCOLL_HEARTBEAT_TIMEOUT": str(heartbeat)})
     try:
         time.sleep(0.3)

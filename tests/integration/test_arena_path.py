@@ -1,0 +1,79 @@
+"""The blocking API's fast path on one host: collectives in the calling thread.
+
+Real processes under asyncoll-run (workers/arena_path.py, 2 ranks): where the
+collectives run, in what order, and how they fail (see the worker's modes).
+Kill -9 and SIGSTOP during arena operations are in test_failures.py.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from asyncoll._transport.shm import arena
+
+from .conftest import WORKERS
+from .test_examples import JOB_TIMEOUT_S, TEST_TIMEOUT_S, clean_environment, finish, launcher, \
+    start
+
+pytestmark = [pytest.mark.timeout(TEST_TIMEOUT_S),
+              pytest.mark.skipif(not arena.supported(),
+                                 reason="the arena needs POSIX shared memory on x86-64")]
+
+
+def run(mode: str, **env: str) -> dict[int, str]:
+    """Run the worker's ``mode`` on 2 ranks; return each rank's RESULT lines, joined."""
+    proc = start([*launcher(), "--nproc-per-node", "2", str(WORKERS / "arena_path.py"), mode],
+                 clean_environment(**env))
+    stdout, stderr = finish(proc, JOB_TIMEOUT_S)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    results: dict[int, str] = {}
+    for rank, text in re.findall(r"^RESULT (\d+) (.*)$", stdout, re.MULTILINE):
+        results[int(rank)] = (results.get(int(rank), "") + " " + text).strip()
+    assert sorted(results) == [0, 1] or mode == "cpu", f"stdout:\n{stdout}\nstderr:\n{stderr}"
+    return results
+
+
+def test_small_blocking_collectives_run_in_the_calling_thread_in_call_order():
+    for rank, text in run("paths").items():
+        assert "async_done_at_return=True" in text, text
+        counts = dict(re.findall(r"(here|loop|here_before_async)=(\d+)", text))
+        # The first all_reduce sets the arena up, on the loop; then broadcast,
+        # all_gather, reduce_scatter, reduce and barrier run here.
+        assert int(counts["here_before_async"]) == 5, (rank, text)
+        # The broadcast behind the loop's large all_reduce went to the loop too;
+        # the async all_reduce and the last one ran here.
+        assert int(counts["loop"]) == 2 and int(counts["here"]) == 7, (rank, text)
+
+
+def test_with_shared_memory_off_nothing_runs_in_the_calling_thread():
+    for rank, text in run("nowhere", ASYNCOLL_SHM="0").items():
+        assert "here=0 " in text, (rank, text)
+
+
+def test_ranks_calling_different_collectives_raise_mismatch():
+    for rank, text in run("desync").items():
+        assert text.startswith("MismatchError"), (rank, text)
+
+
+def test_an_arena_size_against_a_large_array_raises_mismatch_on_both():
+    results = run("desync_mixed")
+    for rank, text in results.items():
+        assert text.startswith("MismatchError"), (rank, text)
+
+
+def test_a_late_peer_makes_the_arena_time_out_naming_it():
+    results = run("timeout")
+    assert results[0].startswith("CollectiveTimeoutError") and "rank 1" in results[0], results
+    # The late rank arrives to find the operation abandoned, and is told so.
+    assert results[1].startswith("CollectiveTimeoutError") and "rank 0" in results[1], results
+
+
+def test_a_rank_waiting_two_seconds_for_a_late_peer_does_not_burn_a_core():
+    text = run("cpu")[0]
+    waited, cpu = (float(v) for v in re.findall(r"=([\d.]+)", text))
+    assert waited > 1.5, text
+    # Spinning through the wait would take about as much CPU as the wait's length;
+    # waiting by sleeping takes a small fraction of it (reported, not timed: CPU time).
+    assert cpu < 0.5 * waited, text

@@ -1,0 +1,115 @@
+"""Blocking collectives of a same-host job: where they run, their order, their failures.
+
+Usage (under asyncoll-run, 2 ranks): arena_path.py MODE
+
+Modes, each printing "RESULT <rank> <words>" lines the test reads:
+
+- ``paths``: every small blocking collective runs in the calling thread (a
+  spy on GroupCore._run_here counts), with the right result; an async one
+  with nothing pending completes before the call returns; a blocking one
+  after an async operation still on the loop goes to the loop behind it,
+  in order (the broadcast of a slice of the array the all_reduce writes
+  sees its result).
+- ``nowhere``: counts the same, for a run with shared memory off.
+- ``desync``: rank 0 calls all_reduce, rank 1 broadcast (both arena sizes).
+- ``desync_mixed``: rank 0 all_reduces an arena size, rank 1 a large array.
+- ``timeout``: rank 1 calls 3 s late in a group with a 1 s timeout.
+- ``cpu``: rank 1 calls 2 s late; rank 0 says the CPU time it spent waiting.
+"""
+
+import sys
+import time
+
+import numpy as np
+
+import asyncoll as dist
+from asyncoll._group.core import GroupCore
+
+mode = sys.argv[1]
+ran = {True: 0, False: 0}
+real_run_here = GroupCore._run_here
+
+
+def spy(self, operation):
+    result = real_run_here(self, operation)
+    ran[result] += 1
+    return result
+
+
+GroupCore._run_here = spy
+dist.init_process_group(init_method="env://", timeout=30)
+rank, size = dist.get_rank(), dist.get_world_size()
+
+
+def check(condition, what):
+    if not condition:
+        print(f"RESULT {rank} wrong {what}", flush=True)
+        sys.exit(4)
+
+
+def raised(call):
+    try:
+        call()
+    except dist.AsyncollError as exc:
+        error = exc.__cause__ if isinstance(exc, dist.GroupBrokenError) and exc.__cause__ \
+            else exc
+        return f"{type(error).__name__}: {error}"
+    return "nothing"
+
+
+if mode in ("paths", "nowhere"):
+    x = np.full(1000, rank + 1, np.float32)
+    dist.all_reduce(x)
+    check((x == size * (size + 1) / 2).all(), "all_reduce")
+    y = np.full(10, rank, np.int64)
+    dist.broadcast(y, src=1)
+    check((y == 1).all(), "broadcast")
+    out = [np.zeros(3, np.int32) for _ in range(size)]
+    dist.all_gather(out, np.full(3, rank, np.int32))
+    check(all((o == r).all() for r, o in enumerate(out)), "all_gather")
+    block = np.zeros(4, np.float64)
+    dist.reduce_scatter_tensor(block, np.arange(4 * size, dtype=np.float64))
+    check((block == size * np.arange(4 * rank, 4 * rank + 4)).all(), "reduce_scatter")
+    z = np.full(5, rank + 1.0)
+    dist.reduce(z, dst=0)
+    check((z == (size * (size + 1) / 2 if rank == 0 else rank + 1)).all(), "reduce")
+    dist.barrier()
+    here_before = ran[True]
+    work = dist.all_reduce(x, async_op=True)
+    print(f"RESULT {rank} async_done_at_return={work.is_completed()}", flush=True)
+    work.wait()
+    # An all_reduce on the loop (too large for the arena), then a blocking
+    # broadcast of a slice of its array: the broadcast must come second.
+    big = np.full(1 << 20, rank + 1, np.float32)
+    work = dist.all_reduce(big, async_op=True)
+    dist.broadcast(big[:16], src=0)
+    work.wait()
+    check((big == size * (size + 1) / 2).all(), "all_reduce then broadcast, in order")
+    dist.all_reduce(x)
+    print(f"RESULT {rank} here={ran[True]} loop={ran[False]} here_before_async={here_before}",
+          flush=True)
+elif mode == "desync":
+    x = np.ones(100, np.float32)
+    print(f"RESULT {rank} " + raised(lambda: dist.all_reduce(x) if rank == 0 else
+                            dist.broadcast(x, src=0)), flush=True)
+elif mode == "desync_mixed":
+    x = np.ones(100 if rank == 0 else 1 << 21, np.float32)
+    print(f"RESULT {rank} " + raised(lambda: dist.all_reduce(x)), flush=True)
+elif mode == "timeout":
+    group = dist.new_group([0, 1], timeout=1)
+    x = np.ones(100, np.float32)
+    dist.all_reduce(x, group=group)
+    if rank == 1:
+        time.sleep(3)
+    print(f"RESULT {rank} " + raised(lambda: dist.all_reduce(x, group=group)), flush=True)
+elif mode == "cpu":
+    x = np.ones(100, np.float32)
+    dist.all_reduce(x)
+    if rank == 1:
+        time.sleep(2)
+    began, cpu = time.monotonic(), time.process_time()
+    dist.all_reduce(x)
+    if rank == 0:
+        print(f"RESULT {rank} waited={time.monotonic() - began:.2f} "
+              f"cpu={time.process_time() - cpu:.3f}", flush=True)
+dist.destroy_process_group()
