@@ -15,9 +15,12 @@ redop, root, time (us), algbw = size / time and busbw = algbw x the
 collective's bus factor (GB/s, 1e9 bytes), and #wrong (ranks whose check
 failed; each size is checked once before it is timed).
 
-Systems: ``asyncoll`` with its default transports (shared memory between
-ranks on one host, unless ASYNCOLL_SHM=0), ``asyncoll-tcp`` (loopback TCP
-only), ``gloo`` (torch.distributed over loopback TCP; needs torch) and
+Systems: ``asyncoll`` with its default paths (shared memory between ranks
+on one host, unless ASYNCOLL_SHM=0: small and medium collectives in each
+caller's thread through a group arena, larger ones through rings),
+``asyncoll-noarena`` (the same without arenas: every operation through
+the event loop thread), ``asyncoll-tcp`` (loopback TCP only), ``gloo``
+(torch.distributed over loopback TCP; needs torch) and
 ``mpi`` (Open MPI through mpi4py, started with mpirun; it uses shared
 memory on one host). ``--plot`` needs matplotlib (``pip install
 asyncoll[plot]``).
@@ -47,10 +50,16 @@ BUS_FACTORS: dict[str, Callable[[int], float]] = {
     "all_to_all": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
     "reduce": lambda n: 1.0,
+    "barrier": lambda n: 0.0,  # moves no data: one row of size 0, whatever --sizes says
 }
-#: asyncoll with its default transports (shared memory between same-host
-#: ranks), asyncoll over TCP only, and the systems to compare with.
-SYSTEMS = ("asyncoll", "asyncoll-tcp", "gloo", "mpi")
+#: asyncoll with its default paths (a shared-memory arena and rings between
+#: same-host ranks), asyncoll without arenas (ASYNCOLL_ARENA_BYTES=0: every
+#: operation through the event loop), asyncoll over TCP only, and the
+#: systems to compare with.
+SYSTEMS = ("asyncoll", "asyncoll-noarena", "asyncoll-tcp", "gloo", "mpi")
+#: The environment each asyncoll system's ranks get.
+_SYSTEM_ENV = {"asyncoll-noarena": {"ASYNCOLL_ARENA_BYTES": "0"},
+               "asyncoll-tcp": {"ASYNCOLL_SHM": "0"}}
 COLUMNS = ("system", "ranks", "collective", "size", "count", "type", "redop", "root",
            "time_us", "algbw_GBps", "busbw_GBps", "wrong")
 _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -127,6 +136,7 @@ class _Rank:
             "all_to_all": (lambda: dist.all_to_all_single(large, sent),
                            lambda: bool((view_large == np.repeat(np.arange(1, n + 1),
                                                                  count)).all())),
+            "barrier": (lambda: dist.barrier(), lambda: True),
         }
         run, right = ops[collective]
 
@@ -205,17 +215,19 @@ def _rank_main(args: argparse.Namespace) -> int:
     me = _Rank(args.worker)
     n = me.size
     for collective in args.collectives.split(","):
-        for size in (parse_size(s) for s in args.sizes.split(",")):
+        sizes = [0] if collective == "barrier" else [parse_size(s)
+                                                      for s in args.sizes.split(",")]
+        for size in sizes:
             per_rank = size // 4 // (n if collective in
                                      ("all_gather", "reduce_scatter", "all_to_all") else 1)
-            count = max(1, per_rank)
+            count = 0 if collective == "barrier" else max(1, per_rank)
             run, check = me.prepare(collective, count)
             wrong = int(me.max_across(np.array([0.0 if check() else 1.0]))[0])
             median_us = me.time(run, args.target_s, size)
             nbytes = count * 4 * (n if collective in
                                   ("all_gather", "reduce_scatter", "all_to_all") else 1)
             if me.rank == 0:
-                algbw = nbytes / (median_us * 1e-6) / 1e9
+                algbw = nbytes / max(median_us * 1e-6, 1e-12) / 1e9
                 row = {"system": args.worker, "ranks": n, "collective": collective,
                        "size": nbytes, "count": count, "type": "float",
                        "redop": "sum" if collective in ("all_reduce", "reduce",
@@ -248,8 +260,7 @@ def _run(system: str, world_size: int, argv: Sequence[str]) -> list[dict[str, An
     for rank in range(world_size):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        if system == "asyncoll-tcp":
-            env["ASYNCOLL_SHM"] = "0"  # read by the worker's asyncoll when it joins
+        env.update(_SYSTEM_ENV.get(system, {}))  # read by the worker's asyncoll at join
         procs.append(subprocess.Popen([sys.executable, "-m", "asyncoll.bench", *argv,
                                        "--worker", system], env=env,
                                       stdout=subprocess.PIPE if rank == 0 else

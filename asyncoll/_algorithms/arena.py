@@ -1,10 +1,10 @@
 """Collectives through a shared-memory arena, in the calling thread (same-host members).
 
-Operation k of an arena uses two phases, ``2k - 1`` and ``2k``:
+Operation k of an arena uses the slot set k mod 2 and two phases, ``2k - 1``
+and ``2k``:
 
-1. Every member waits until every slot of operation k - 1 has been read
-   (all RELEASED >= 2k - 2), writes its input into its own slot and
-   publishes phase 2k - 1 with the operation's fingerprint.
+1. Every member writes its input into its own slot and publishes phase
+   2k - 1 with the operation's fingerprint.
 2. Once every member has published it, the fingerprints are compared
    (members that called different collectives raise MismatchError before
    reading anything), and each member reads what it needs of the others'
@@ -13,16 +13,16 @@ Operation k of an arena uses two phases, ``2k - 1`` and ``2k``:
    its own slot (no other member reads that chunk of it before phase 2k),
    publishes phase 2k, and every member then copies chunk j from member
    j's slot.
-3. It releases phase 2k: the slots may be overwritten by operation k + 1.
 
 Reductions add the members' contributions in member order 0, 1, ..., n - 1
 and each element is reduced by one member (or by every member in the same
 order), so every member gets the same bits.
 
 Why this is safe without locks: each member writes only its own slot and
-control line, and writes a slot only after every member released the last
-phase that read it; see asyncoll._transport.shm.arena for the memory order
-this relies on.
+control line. It writes its slot of set k mod 2 again at operation k + 2
+only after every member published phase 2k + 1, that is, started operation
+k + 1, so finished reading operation k's slots. See
+asyncoll._transport.shm.arena for the memory order this relies on.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from asyncoll._algorithms.chunking import chunk_bounds
-from asyncoll._algorithms.ops import finish, reduce_into
-from asyncoll._transport.shm.arena import PUBLISHED, RELEASED, Arena, Waiter
+from asyncoll._algorithms.ops import combine, finish, reduce_into
+from asyncoll._transport.shm.arena import PUBLISHED, Arena, Waiter
 from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import MismatchError
 from asyncoll.types import ReduceOp
@@ -61,17 +61,16 @@ def all_reduce(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp,
     slots = _exchange(arena, operation, data, fingerprint, waiter)
     if not split or n == 1:
         _reduce_slots(data, slots, op, n)
-    else:
-        bounds = chunk_bounds(data.size, n)
-        lo, hi = bounds[me]
-        _reduce_slots(data[lo:hi], [slot[lo:hi] for slot in slots], op, n)
-        slots[me][lo:hi] = data[lo:hi]
-        arena.publish(2 * operation, fingerprint)
-        waiter.until(arena.all_at_least(PUBLISHED, 2 * operation))
-        for j, (lo, hi) in enumerate(bounds):
-            if j != me:
-                data[lo:hi] = slots[j][lo:hi]
-    arena.release(2 * operation)
+        return
+    bounds = chunk_bounds(data.size, n)
+    lo, hi = bounds[me]
+    _reduce_slots(data[lo:hi], [slot[lo:hi] for slot in slots], op, n)
+    slots[me][lo:hi] = data[lo:hi]
+    arena.publish(2 * operation, fingerprint)
+    waiter.until(arena.all_at_least(PUBLISHED, 2 * operation))
+    for j, (lo, hi) in enumerate(bounds):
+        if j != me:
+            data[lo:hi] = slots[j][lo:hi]
 
 
 def reduce(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp, root: int,
@@ -80,19 +79,17 @@ def reduce(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp, root: i
     slots = _exchange(arena, operation, data, fingerprint, waiter)
     if arena.me == root:
         _reduce_slots(data, slots, op, arena.size)
-    arena.release(2 * operation)
 
 
 def broadcast(arena: Arena, operation: int, data: np.ndarray, root: int,
               fingerprint: Fingerprint, waiter: Waiter) -> None:
     """Copy member ``root``'s ``data`` into every member's ``data``."""
-    _enter(arena, operation, waiter)
+    slot = arena.slots(operation, data.dtype, data.size)[root]
     if arena.me == root:
-        arena.slot(root, data.dtype, data.size)[:] = data
+        np.copyto(slot, data)
     _publish_and_check(arena, operation, fingerprint, waiter)
     if arena.me != root:
-        data[:] = arena.slot(root, data.dtype, data.size)
-    arena.release(2 * operation)
+        np.copyto(data, slot)
 
 
 def all_gather(arena: Arena, operation: int, mine: np.ndarray, outputs: Sequence[np.ndarray],
@@ -105,10 +102,9 @@ def all_gather(arena: Arena, operation: int, mine: np.ndarray, outputs: Sequence
     _exchange(arena, operation, mine, fingerprint, waiter)
     for j, out in enumerate(outputs):
         if j != me:
-            out[:] = arena.slot(j, out.dtype, out.size)
+            np.copyto(out, arena.slots(operation, out.dtype, out.size)[j])
         elif not np.shares_memory(out, mine):
-            out[:] = mine
-    arena.release(2 * operation)
+            np.copyto(out, mine)
 
 
 def reduce_scatter(arena: Arena, operation: int, inputs: Sequence[np.ndarray],
@@ -116,31 +112,21 @@ def reduce_scatter(arena: Arena, operation: int, inputs: Sequence[np.ndarray],
                    waiter: Waiter) -> None:
     """Reduce block i (``inputs[i]``) across the members into member i's ``output``."""
     n, me = arena.size, arena.me
-    dtype = output.dtype
     offsets = np.concatenate(([0], np.cumsum([block.size for block in inputs]))).astype(int)
-    _enter(arena, operation, waiter)
-    mine = arena.slot(me, dtype, int(offsets[-1]))
+    slots = arena.slots(operation, output.dtype, int(offsets[-1]))
     for block, start in zip(inputs, offsets):
-        mine[start:start + block.size] = block
+        slots[me][start:start + block.size] = block
     _publish_and_check(arena, operation, fingerprint, waiter)
     lo, hi = int(offsets[me]), int(offsets[me + 1])
-    _reduce_slots(output, [arena.slot(j, dtype, hi)[lo:hi] for j in range(n)], op, n)
-    arena.release(2 * operation)
+    _reduce_slots(output, [slot[lo:hi] for slot in slots], op, n)
 
 
 def barrier(arena: Arena, operation: int, fingerprint: Fingerprint, waiter: Waiter) -> None:
     """Return once every member has reached this operation."""
-    _enter(arena, operation, waiter)
     _publish_and_check(arena, operation, fingerprint, waiter)
-    arena.release(2 * operation)
 
 
 # -- the phases ---------------------------------------------------------------------------
-
-
-def _enter(arena: Arena, operation: int, waiter: Waiter) -> None:
-    """Wait until every member has finished reading the slots of the operation before."""
-    waiter.until(arena.all_at_least(RELEASED, 2 * operation - 2))
 
 
 def _publish_and_check(arena: Arena, operation: int, fingerprint: Fingerprint,
@@ -153,26 +139,30 @@ def _publish_and_check(arena: Arena, operation: int, fingerprint: Fingerprint,
 
 def _exchange(arena: Arena, operation: int, data: np.ndarray, fingerprint: Fingerprint,
               waiter: Waiter) -> list[np.ndarray]:
-    """Put ``data`` in this member's slot once it is free, meet; return every slot."""
-    _enter(arena, operation, waiter)
-    arena.slot(arena.me, data.dtype, data.size)[:] = data
+    """Put ``data`` in this member's slot, meet; return every member's slot."""
+    slots = arena.slots(operation, data.dtype, data.size)
+    np.copyto(slots[arena.me], data)
     _publish_and_check(arena, operation, fingerprint, waiter)
-    return [arena.slot(j, data.dtype, data.size) for j in range(arena.size)]
+    return slots
 
 
 def _reduce_slots(out: np.ndarray, parts: Sequence[np.ndarray], op: ReduceOp, n: int) -> None:
     """``out`` = parts[0] op parts[1] op ... in member order, then the op's finish (AVG)."""
-    out[:] = parts[0]
-    for part in parts[1:]:
-        reduce_into(op, out, part)
+    if len(parts) == 1:
+        np.copyto(out, parts[0])
+    else:
+        combine(op, parts[0], parts[1], out)
+        for part in parts[2:]:
+            reduce_into(op, out, part)
     finish(op, out, n)
 
 
 def _check_fingerprints(arena: Arena, mine: Fingerprint, operation: int) -> None:
     me = arena.ranks[arena.me]
-    for member, row in enumerate(arena.fingerprints()):
-        theirs = Fingerprint(*row)
-        if theirs != mine:
+    for member in range(arena.size):
+        row = arena.fingerprint(member, operation)
+        if row != mine:
+            theirs = Fingerprint(*row)
             them = arena.ranks[member]
             raise MismatchError(
                 f"ranks {me} and {them} called operation #{operation} of their shared-memory "

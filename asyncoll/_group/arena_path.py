@@ -26,11 +26,12 @@ whether the operation was cancelled.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,14 +40,13 @@ from asyncoll._algorithms.team import Team
 from asyncoll._algorithms.tree import tree_broadcast
 from asyncoll._group.context import Membership
 from asyncoll._transport.shm import segment
-from asyncoll._transport.shm.arena import Arena, Poll, Waiter, arena_bytes
+from asyncoll._transport.shm.arena import SPINS, Arena, Poll, Waiter, arena_bytes
 from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import (
     CollectiveError,
     CollectiveTimeoutError,
     MismatchError,
     PeerLostError,
-    broken_by,
 )
 from asyncoll.types import ReduceOp
 
@@ -62,7 +62,11 @@ _KINDS: tuple[type[CollectiveError], ...] = (PeerLostError, CollectiveTimeoutErr
 
 @dataclass
 class ArenaStep:
-    """One operation on the arena: what its algorithm is given."""
+    """One operation on the arena: what its algorithm is given.
+
+    A group reuses one, operation after operation (they run one at a time,
+    under the arena's lock): making objects costs microseconds here.
+    """
 
     arena: Arena
     #: The operation's number on this arena (1, 2, ...), the same on every member.
@@ -70,7 +74,7 @@ class ArenaStep:
     fingerprint: Fingerprint
     waiter: Waiter
     #: Set by another thread to make the waits give up (the operation was cancelled).
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled: bool = False
 
 
 class GroupArena:
@@ -92,7 +96,7 @@ class GroupArena:
         #: The slot each member has (0: this group has no arena and never will).
         self.slot_bytes = session.arena_slot_bytes if same_host and member else 0
         self.arena: Arena | None = None
-        self._operations = 0
+        self._step: ArenaStep | None = None
         #: Held by the thread running an operation on the arena, for its length.
         self.lock = threading.Lock()
 
@@ -154,30 +158,37 @@ class GroupArena:
 
     def step(self, fingerprint: Fingerprint, limit: float) -> ArenaStep:
         """The next operation on the arena, with its deadline ``limit`` seconds from now."""
-        assert self.arena is not None
-        self._operations += 1
-        step = ArenaStep(self.arena, self._operations, fingerprint,
-                         Waiter(time.monotonic() + limit, lambda poll: None))
-        step.waiter = Waiter(step.waiter.deadline, lambda poll: self.check(step, poll))
+        step = self._step
+        if step is None:
+            assert self.arena is not None
+            step = self._step = ArenaStep(self.arena, 0, fingerprint, Waiter(
+                0.0, self.check, SPINS if len(self._ranks) <= _processors() else 0))
+        step.operation += 1
+        step.fingerprint = fingerprint
+        step.cancelled = False
+        step.waiter.deadline = time.monotonic() + limit
         return step
 
-    def check(self, step: ArenaStep, poll: Poll) -> None:
-        """Raise what stops ``step`` from waiting for ``poll`` any longer (see the module)."""
-        if step.cancelled.is_set():
+    def check(self, poll: Poll) -> None:
+        """Raise what stops the operation from waiting for ``poll`` any longer (see the module)."""
+        step = self._step
+        assert step is not None
+        if step.cancelled:
             raise CollectiveError(f"operation #{step.operation} of group {self._group_id}'s "
                                   "arena was cancelled")
         self._session.check_open(f"an operation of group {self._group_id}")
         first = self._session.faults.error(self._group_id)
         if first is not None:
-            raise broken_by(f"group {self._group_id} (ranks {list(self._ranks)})",
-                            first) from first
+            # The group broke while this operation ran: its error is the operation's
+            # (later calls get GroupBrokenError), as for an operation on the loop.
+            raise copy.copy(first)
         arena = step.arena
         me = os.getpid()
         for member in poll.behind():
             rank = self._ranks[member]
             left = self._session.faults.left(rank)
             if left is not None:
-                raise type(left)(str(left))
+                raise copy.copy(left)
             pid = arena.pid(member)
             if pid and pid != me and not _alive(pid):
                 host = self._session.mesh.hostname(rank)
@@ -216,6 +227,14 @@ class GroupArena:
                 arena.close()
             finally:
                 self.lock.release()
+
+
+def _processors() -> int:
+    """The processors this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _alive(pid: int) -> bool:

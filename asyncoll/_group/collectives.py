@@ -97,10 +97,9 @@ class AsyncProcessGroup(GroupCore):
         flat = buffer.flat
         check_op(reduce_op, flat.dtype)
         name = self._choose(what, flat.nbytes, algorithm)
-        socket = self._over_transport(what, name, flat.nbytes)
 
         async def body(team: Team) -> None:
-            if socket == "ring":
+            if self._over_transport(what, name, flat.nbytes) == "ring":
                 scratch = self._scratch_of(flat.dtype,
                                            all_reduce_scratch_elements(flat.size, team.size))
                 await ring_all_reduce(team, flat, reduce_op, scratch, selection.SEGMENT_BYTES)
@@ -135,10 +134,9 @@ class AsyncProcessGroup(GroupCore):
         flat = buffer.flat
         check_op(reduce_op, flat.dtype)
         name = self._choose(what, flat.nbytes, algorithm)
-        socket = self._over_transport(what, name, flat.nbytes)
 
         async def body(team: Team) -> None:
-            if socket == "chain":
+            if self._over_transport(what, name, flat.nbytes) == "chain":
                 await chain_reduce(team, flat, reduce_op, root, self._scratch_of(
                     flat.dtype, flat.size), selection.SEGMENT_BYTES)
             else:
@@ -241,10 +239,9 @@ class AsyncProcessGroup(GroupCore):
         root = check.member_index(self.ranks, src, "src", what)
         buffer = as_buffer(tensor, what)
         name = self._choose(what, buffer.flat.nbytes, algorithm)
-        socket = self._over_transport(what, name, buffer.flat.nbytes)
 
         async def body(team: Team) -> None:
-            if socket == "chain":
+            if self._over_transport(what, name, buffer.flat.nbytes) == "chain":
                 await chain_broadcast(team, buffer.flat, root, selection.SEGMENT_BYTES)
             else:
                 await tree_broadcast(team, buffer.flat, root)

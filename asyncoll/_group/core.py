@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections.abc
+import functools
 import math
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from datetime import timedelta
@@ -93,6 +94,9 @@ class GroupCore:
         self._scratch = np.empty(0, dtype=np.uint8)
         self._messages = Messages(session, group_id, self.ranks)
         self._arena = GroupArena(session, group_id, self.ranks)
+        # Choices already made, by (collective, bytes, algorithm asked, arena slot):
+        # blocking calls repeat the same few, and each microsecond shows.
+        self._choices: dict[tuple[str, int, str | None, int], str] = {}
         # Operations handed to the loop, and those of them finished: written
         # by one thread each (the caller's, the loop's), so no lock is needed.
         self._handed = 0
@@ -132,8 +136,16 @@ class GroupCore:
 
     def _choose(self, collective: str, nbytes: int, algorithm: str | None) -> str:
         """The algorithm for ``collective`` moving ``nbytes`` (a size every member agrees on)."""
-        forced = algorithm or self._session.forced_algorithms.get(collective)
-        return selection.choose(collective, nbytes, self.size, forced, self._arena.slot_bytes)
+        slot = self._arena.slot_bytes
+        key = (collective, nbytes, algorithm, slot)
+        name = self._choices.get(key)
+        if name is None:
+            forced = algorithm or self._session.forced_algorithms.get(collective)
+            name = selection.choose(collective, nbytes, self.size, forced, slot)
+            if len(self._choices) > 1024:
+                self._choices.clear()
+            self._choices[key] = name
+        return name
 
     def _over_transport(self, collective: str, name: str, nbytes: int) -> str:
         """The algorithm over the transport: ``name``, or the one the arena stands in for.
@@ -176,7 +188,7 @@ class GroupCore:
         """Number a new operation, and refuse it on a closed session or a broken group."""
         self._seq += 1
         self._session.ops += 1
-        self._session.check_open(f"{what} on group {self.group_id}")
+        self._session.check_open(what)
         first = self._session.faults.error(self.group_id)
         if first is not None:
             raise broken_by(f"group {self.group_id} (ranks {list(self.ranks)})",
@@ -280,7 +292,7 @@ class GroupCore:
                         what, seq, limit, operation.here, fingerprint, step), self.group_id)
                 except asyncio.CancelledError:
                     if step:
-                        step[0].cancelled.set()
+                        step[0].cancelled = True
                     raise
             else:
                 await self._under_deadline(what, seq, limit, team, operation.body)
@@ -390,6 +402,7 @@ class Operation(collections.abc.Coroutine):  # type: ignore[type-arg]
         return f"<Operation {self.what} on {self._core!r}>"
 
 
+@functools.lru_cache(maxsize=4096)
 def fingerprint_of(operation: Kind, dtype: np.dtype | None = None,
                  op: ReduceOp | None = None, root: int = -1, count: int = 0,
                  algorithm: int = 0) -> Fingerprint:

@@ -29,7 +29,9 @@ def run(mode: str, **env: str) -> dict[int, str]:
     stdout, stderr = finish(proc, JOB_TIMEOUT_S)
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{stdout}\nstderr:\n{stderr}"
     results: dict[int, str] = {}
-    for rank, text in re.findall(r"^RESULT (\d+) (.*)$", stdout, re.MULTILINE):
+    # Two ranks' lines may run together in the launcher's output: a record ends
+    # at a newline or where the next one starts.
+    for rank, text in re.findall(r"RESULT (\d+) (.*?)(?=RESULT \d|\n|$)", stdout):
         results[int(rank)] = (results.get(int(rank), "") + " " + text).strip()
     assert sorted(results) == [0, 1] or mode == "cpu", f"stdout:\n{stdout}\nstderr:\n{stderr}"
     return results

@@ -1,4 +1,4 @@
-"""The arena's all-reduce, members as threads over one anonymous mapping.
+"""The arena's collectives, members as threads over one anonymous mapping.
 
 Threads share the mapping as processes share a /dev/shm segment; what is
 tested is the protocol: slots, phases, fingerprints, deadlines and the
@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 
+from asyncoll._algorithms import arena as collectives
 from asyncoll._algorithms.arena import all_reduce as arena_all_reduce
 from asyncoll._transport.shm.arena import Arena, ArenaExpired, Waiter, arena_bytes
 from asyncoll._wire.frames import Fingerprint, Operation
@@ -138,3 +139,59 @@ def test_the_failure_check_ends_a_wait_long_before_its_deadline():
         return data
 
     assert run(2, body)[0] is lost
+
+
+def test_members_racing_ahead_never_disturb_one_still_reading_an_operation_before():
+    # Operations alternate between two slot (and fingerprint) sets, so a member
+    # may publish operation k + 1 while another still reads operation k: here
+    # members sleep at random between 60 operations of four kinds, whose
+    # fingerprints and sizes differ, and every result must still be right.
+    size, count = 4, 257
+    kinds = ["all_reduce", "broadcast", "all_gather", "reduce_scatter"]
+
+    def body(arena):
+        rng = np.random.default_rng(arena.me)
+        wrong = []
+        for k in range(1, 61):
+            kind = kinds[k % 4]
+            if rng.random() < 0.3:
+                time.sleep(rng.random() * 0.002)
+            mine = np.full(count + k, arena.me + k, np.float64)
+            fp = Fingerprint(Operation.ALL_REDUCE + k % 4, 1, 1, 0, -1, count + k)
+            if kind == "all_reduce":
+                collectives.all_reduce(arena, k, mine, ReduceOp.SUM, fp, waiter(), k % 3 == 0)
+                right = (mine == sum(m + k for m in range(size))).all()
+            elif kind == "broadcast":
+                collectives.broadcast(arena, k, mine, k % size, fp, waiter())
+                right = (mine == k % size + k).all()
+            elif kind == "all_gather":
+                outputs = [np.zeros(count + k) for _ in range(size)]
+                collectives.all_gather(arena, k, mine, outputs, fp, waiter())
+                right = all((o == m + k).all() for m, o in enumerate(outputs))
+            else:
+                blocks = [np.full(3, arena.me + k + 10.0 * j) for j in range(size)]
+                out = np.zeros(3)
+                collectives.reduce_scatter(arena, k, blocks, out, ReduceOp.SUM, fp, waiter())
+                right = (out == sum(m + k + 10.0 * arena.me for m in range(size))).all()
+            if not right:
+                wrong.append((k, kind))
+        return wrong
+
+    assert run(size, body, slot_bytes=1 << 13) == [[]] * size
+
+
+def test_reduce_changes_only_the_root_and_barrier_waits_for_every_member():
+    arrived = []
+
+    def body(arena):
+        data = np.full(5, arena.me + 1.0)
+        fp = Fingerprint(Operation.REDUCE, 1, 1, 0, 2, 5)
+        collectives.reduce(arena, 1, data, ReduceOp.SUM, 2, fp, waiter())
+        time.sleep(0.05 * arena.me)
+        arrived.append(arena.me)
+        collectives.barrier(arena, 2, Fingerprint(Operation.BARRIER), waiter())
+        return data[0], len(arrived)
+
+    results = run(3, body)
+    assert [r[0] for r in results] == [1.0, 2.0, 6.0]
+    assert [r[1] for r in results] == [3, 3, 3]

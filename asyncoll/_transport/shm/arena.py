@@ -4,18 +4,18 @@ For collectives that run to completion in the calling thread (issue 13's
 fast path): no event loop, no socket, no thread hop. Each member owns one
 control line and one data slot; it writes only its own and reads everyone's.
 
-Layout: ``size`` control lines of 128 bytes (so no two members write the
-same cache line, nor an adjacent pair the prefetcher couples), then
-``size`` data slots of ``slot_bytes`` each, 128-byte aligned. A control
-line is read as int64 fields:
+Layout: ``size`` control lines of 256 bytes (so no two members write the
+same cache line, nor an adjacent pair the prefetcher couples), then two
+sets of ``size`` data slots of ``slot_bytes`` each, 128-byte aligned:
+operations alternate between the sets (and between two fingerprint fields),
+so a member may write its slot for operation k + 1 while a slower one still
+reads operation k's. A control line is read as int64 fields:
 
 - ``PUBLISHED``: the last phase whose data this member's slot holds;
-- ``RELEASED``: the last phase whose slots this member has finished reading,
-  so the others may overwrite theirs;
 - ``PID``: the member's process id, for a cheap liveness check;
-- ``FINGERPRINT`` (6 fields): what the published phase is, compared before
-  anything is read, so members that called different collectives raise
-  MismatchError instead of reading each other's data;
+- ``FINGERPRINTS`` (6 fields each, one per set): what the operation is,
+  compared before anything is read, so members that called different
+  collectives raise MismatchError instead of reading each other's data;
 - ``ABANDONED``, ``ABANDONED_CODE``, ``ABANDONED_RANK``: the operation this
   member gave up on (0: none), its error's code and the rank that error
   names (-1: none), so the others stop waiting for it at once.
@@ -46,17 +46,22 @@ import numpy as np
 
 from asyncoll._transport.shm import segment
 
-#: Bytes of one member's control line.
-LINE_BYTES = 128
-PUBLISHED, RELEASED, PID = 0, 1, 2
-FINGERPRINT = slice(3, 9)
-ABANDONED, ABANDONED_CODE, ABANDONED_RANK = 9, 10, 11
+#: Bytes of one member's control line, and its int64 words.
+LINE_BYTES = 256
+_LINE = LINE_BYTES // 8
+PUBLISHED, PID = 0, 1
+ABANDONED, ABANDONED_CODE, ABANDONED_RANK = 2, 3, 4
+#: Where each set's fingerprint starts (set = operation number mod 2), 6 fields.
+FINGERPRINTS = (8, 16)
 #: Slots start on this boundary.
 ALIGN = 128
 
 #: Polls that only spin, then polls that yield the CPU, before sleeping.
+#: (With more members than processors, none spin: see Waiter.spins.)
 SPINS = 64
 YIELDS = 256
+#: While yielding, the failure check and the deadline are looked at every this many polls.
+CHECK_EVERY = 16
 #: Sleeps start at this many seconds and double up to the largest.
 FIRST_SLEEP_S = 20e-6
 LONGEST_SLEEP_S = 1e-3
@@ -68,8 +73,8 @@ def supported() -> bool:
 
 
 def arena_bytes(size: int, slot_bytes: int) -> int:
-    """The segment size for ``size`` members with slots of ``slot_bytes``."""
-    return size * LINE_BYTES + size * _aligned(slot_bytes)
+    """The segment size for ``size`` members with (two) slots of ``slot_bytes``."""
+    return size * LINE_BYTES + 2 * size * _aligned(slot_bytes)
 
 
 def _aligned(nbytes: int) -> int:
@@ -89,18 +94,28 @@ class ArenaExpired(Exception):
 
 
 class Poll:
-    """A wait's condition: has every member's control field reached a phase?"""
+    """A wait's condition: has every member's control field reached a phase?
 
-    def __init__(self, column: np.ndarray, phase: int) -> None:
-        self._column = column
+    Read straight from the control lines, one int64 each, without numpy:
+    for a handful of members this is several times faster.
+    """
+
+    def __init__(self, words: memoryview, fields: Sequence[int], phase: int) -> None:
+        self._words = words
+        self._fields = fields
         self._phase = phase
 
     def __call__(self) -> bool:
-        return bool((self._column >= self._phase).all())
+        words, phase = self._words, self._phase
+        for index in self._fields:
+            if words[index] < phase:
+                return False
+        return True
 
     def behind(self) -> list[int]:
         """The members whose field has not reached the phase yet."""
-        return [int(i) for i in np.flatnonzero(self._column < self._phase)]
+        return [member for member, index in enumerate(self._fields)
+                if self._words[index] < self._phase]
 
 
 class Waiter:
@@ -109,9 +124,13 @@ class Waiter:
     The check is given the poll, so it can ask whom the wait is for.
     """
 
-    def __init__(self, deadline: float, check: Callable[[Poll], None]) -> None:
+    def __init__(self, deadline: float, check: Callable[[Poll], None],
+                 spins: int = SPINS) -> None:
         self.deadline = deadline
         self._check = check
+        #: Polls that only spin; 0 where members outnumber the processors, since a
+        #: spinning member then holds a processor the member it waits for needs.
+        self.spins = spins
 
     def until(self, ready: Poll) -> None:
         """Return once ``ready()`` is true.
@@ -124,16 +143,21 @@ class Waiter:
         """
         polls = 0
         pause = FIRST_SLEEP_S
+        spins = self.spins
         while not ready():
             polls += 1
-            if polls <= SPINS:
+            if polls <= spins:
                 continue
-            self._check(ready)
-            if time.monotonic() >= self.deadline:
-                raise ArenaExpired(ready.behind())
-            if polls <= SPINS + YIELDS:
+            if polls <= spins + YIELDS:
+                if polls % CHECK_EVERY == 0:
+                    self._check(ready)
+                    if time.monotonic() >= self.deadline:
+                        raise ArenaExpired(ready.behind())
                 os.sched_yield()
             else:
+                self._check(ready)
+                if time.monotonic() >= self.deadline:
+                    raise ArenaExpired(ready.behind())
                 time.sleep(pause)
                 pause = min(pause * 2, LONGEST_SLEEP_S)
 
@@ -159,58 +183,77 @@ class Arena:
         self.me = me
         self.slot_bytes = slot_bytes
         self.ranks = tuple(ranks) if ranks is not None else tuple(range(size))
+        #: The control lines as int64 words: member m's field f is word m * _LINE + f.
+        self._words = memoryview(memory)[:size * LINE_BYTES].cast("q")
+        self._mine = me * _LINE
         buffer = np.frombuffer(memory, dtype=np.uint8)
-        self.lines = buffer[:size * LINE_BYTES].view(np.int64).reshape(size, -1)
         stride = _aligned(slot_bytes)
         start = size * LINE_BYTES
-        self._slots = [buffer[start + i * stride:start + i * stride + slot_bytes]
-                       for i in range(size)]
-        self.lines[me, PID] = os.getpid()
+        self._slots = [[buffer[start + i * stride:start + i * stride + slot_bytes]
+                        for i in range(which * size, (which + 1) * size)] for which in (0, 1)]
+        # Views of every slot by (set, dtype, count): operations on one array reuse them.
+        self._views: dict[tuple[int, np.dtype, int], list[np.ndarray]] = {}
+        self._words[self._mine + PID] = os.getpid()
 
-    def slot(self, member: int, dtype: np.dtype, count: int) -> np.ndarray:
-        """The first ``count`` elements of ``member``'s slot, as ``dtype``."""
-        return self._slots[member][:count * dtype.itemsize].view(dtype)
+    def slots(self, operation: int, dtype: np.dtype, count: int) -> list[np.ndarray]:
+        """Every member's slot for ``operation`` (its set alternates), the first
+        ``count`` elements as ``dtype``."""
+        key = (operation & 1, dtype, count)
+        views = self._views.get(key)
+        if views is None:
+            if len(self._views) > 64:
+                self._views.clear()
+            views = self._views[key] = [slot[:count * dtype.itemsize].view(dtype)
+                                        for slot in self._slots[operation & 1]]
+        return views
 
     def publish(self, phase: int, fingerprint: Sequence[int]) -> None:
-        """Say this member's slot holds ``phase``'s data (written before this call)."""
-        self.lines[self.me, FINGERPRINT] = fingerprint
-        self.lines[self.me, PUBLISHED] = phase
+        """Say this member's slot holds ``phase``'s data (written before this call).
 
-    def release(self, phase: int) -> None:
-        """Say this member has finished reading every slot of ``phase``."""
-        self.lines[self.me, RELEASED] = phase
+        Phases ``2k - 1`` and ``2k`` belong to operation k, whose fingerprint
+        goes in its set's field.
+        """
+        words, mine = self._words, self._mine
+        start = mine + FINGERPRINTS[((phase + 1) // 2) & 1]
+        for offset, value in enumerate(fingerprint, start=start):
+            words[offset] = value
+        words[mine + PUBLISHED] = phase
 
     def all_at_least(self, field: int, phase: int) -> Poll:
         """A poll: has every member's ``field`` reached ``phase``?"""
-        return Poll(self.lines[:, field], phase)
+        return Poll(self._words, range(field, self.size * _LINE, _LINE), phase)
 
     def abandon(self, operation: int, code: int, rank: int) -> None:
         """Say this member gave up on ``operation`` with error ``code`` (naming ``rank``)."""
-        self.lines[self.me, ABANDONED_CODE] = code
-        self.lines[self.me, ABANDONED_RANK] = rank
-        self.lines[self.me, ABANDONED] = operation
+        words, mine = self._words, self._mine
+        words[mine + ABANDONED_CODE] = code
+        words[mine + ABANDONED_RANK] = rank
+        words[mine + ABANDONED] = operation
 
     def abandoned(self) -> tuple[int, int, int, int] | None:
         """(member, operation, error code, rank named) of a member that gave up, or None."""
-        column = self.lines[:, ABANDONED]
-        if not column.any():
-            return None
-        member = int(np.flatnonzero(column)[0])
-        line = self.lines[member]
-        return member, int(line[ABANDONED]), int(line[ABANDONED_CODE]), int(line[ABANDONED_RANK])
+        words = self._words
+        for member in range(self.size):
+            line = member * _LINE
+            if words[line + ABANDONED]:
+                return (member, words[line + ABANDONED], words[line + ABANDONED_CODE],
+                        words[line + ABANDONED_RANK])
+        return None
 
-    def fingerprints(self) -> list[tuple[int, ...]]:
-        """Every member's published fingerprint, one tuple each."""
-        return [tuple(int(v) for v in row) for row in self.lines[:, FINGERPRINT]]
+    def fingerprint(self, member: int, operation: int) -> tuple[int, ...]:
+        """The fingerprint ``member`` published for ``operation`` (or for k +- 2...)."""
+        start = member * _LINE + FINGERPRINTS[operation & 1]
+        return tuple(self._words[start:start + 6])
 
     def pid(self, member: int) -> int:
         """The process id ``member`` wrote when it mapped the arena."""
-        return int(self.lines[member, PID])
+        return int(self._words[member * _LINE + PID])
 
     def close(self) -> None:
         """Drop this member's views and unmap the segment."""
-        self.lines = np.empty((0, 0), dtype=np.int64)
+        self._views.clear()
         self._slots = []
+        self._words.release()
         try:
             self._memory.close()
         except BufferError:
