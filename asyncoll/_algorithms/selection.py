@@ -49,26 +49,29 @@ from asyncoll.errors import ConfigurationError
 
 #: The algorithms each collective can run.
 ALGORITHMS: dict[str, tuple[str, ...]] = {
-    "all_reduce": ("ring", "recursive_doubling", "arena"),
-    "broadcast": ("chain", "tree", "arena"),
-    "reduce": ("chain", "tree", "arena"),
-    "all_gather": ("ring", "arena"),
+    "all_reduce": ("ring", "recursive_doubling", "arena", "links"),
+    "broadcast": ("chain", "tree", "arena", "links"),
+    "reduce": ("chain", "tree", "arena", "links"),
+    "all_gather": ("ring", "arena", "links"),
     "reduce_scatter": ("ring", "arena"),
-    "barrier": ("recursive_doubling", "arena"),
+    "barrier": ("recursive_doubling", "arena", "links"),
 }
 
 #: The algorithm that runs in the calling thread through a shared-memory arena
-#: (asyncoll._algorithms.arena), for groups whose members share a host.
+#: (asyncoll._algorithms.arena), for groups whose members share a host ...
 ARENA = "arena"
-#: Each collective takes the arena up to this many bytes (its measure, see
-#: GroupCore), where the group has one.
-ARENA_UP_TO_BYTES: dict[str, int] = {
-    "all_reduce": 1 << 20,
-    "broadcast": 1 << 20,
-    "reduce": 1 << 20,
-    "all_gather": 1 << 20,
-    "reduce_scatter": 1 << 20,
-    "barrier": 0,
+#: ... and the one that runs the transport's algorithms in the calling thread
+#: over a group's own TCP connections (asyncoll._transport.direct), for others.
+LINKS = "links"
+#: The fast paths: in the calling thread, no hop to the event loop's thread.
+FAST_PATHS = (ARENA, LINKS)
+#: Each collective takes its group's fast path up to this many bytes (its
+#: measure, see GroupCore), where the group has one.
+UP_TO_BYTES: dict[str, dict[str, int]] = {
+    ARENA: {"all_reduce": 1 << 20, "broadcast": 1 << 20, "reduce": 1 << 20,
+            "all_gather": 1 << 20, "reduce_scatter": 1 << 20, "barrier": 0},
+    LINKS: {"all_reduce": 64 << 10, "broadcast": 64 << 10, "reduce": 64 << 10,
+            "all_gather": 64 << 10, "barrier": 0},
 }
 #: The arena's all-reduce splits the reduction among the members from this size.
 ARENA_SPLIT_FROM_BYTES = 32 << 10
@@ -110,31 +113,41 @@ def parse_forced(spec: str) -> dict[str, str]:
 
 
 def choose(collective: str, nbytes: int, group_size: int, forced: str | None = None,
-           arena_bytes: int = 0) -> str:
+           path: str = "", capacity: int = 0) -> str:
     """The algorithm for ``collective`` on ``nbytes`` per member among ``group_size``.
 
     Args:
-        arena_bytes: the group arena's slot, or 0 where the group has none.
+        path: the group's fast path, "arena" or "links" ("" for none).
+        capacity: the largest operation it takes, in bytes (0: the group has none).
 
     Raises:
         ConfigurationError: ``forced`` is not an algorithm of ``collective``, or
-            is the arena where the group has none or the array does not fit it.
+            is a fast path the group lacks or the array does not fit.
     """
     if forced is not None:
         if forced not in ALGORITHMS[collective]:
             raise ConfigurationError(f"{collective} has no algorithm {forced!r}; choose "
                                      f"from {', '.join(ALGORITHMS[collective])}")
-        if forced == ARENA and nbytes > arena_bytes:
-            raise ConfigurationError(
-                f"{collective} of {nbytes} bytes cannot run on the shared-memory arena: "
-                + (f"its slots hold {arena_bytes} bytes (raise ASYNCOLL_ARENA_BYTES)"
-                   if arena_bytes else "this group has none (its members are not all on one "
-                   "host, shared memory is off, or this machine is not x86-64)")
-                + "; force another algorithm or none")
+        if forced in FAST_PATHS and (forced != path or nbytes > capacity):
+            raise ConfigurationError(_no_fast_path(collective, nbytes, forced, path, capacity))
         return forced
-    if arena_bytes and nbytes <= min(ARENA_UP_TO_BYTES[collective], arena_bytes):
-        return ARENA
+    up_to = UP_TO_BYTES.get(path, {}).get(collective)
+    if capacity and up_to is not None and nbytes <= min(up_to, capacity):
+        return path
     return socket_choice(collective, nbytes, group_size)
+
+
+def _no_fast_path(collective: str, nbytes: int, forced: str, path: str, capacity: int) -> str:
+    where = ("its slots hold" if forced == ARENA else "they take at most") + \
+        f" {capacity} bytes (raise ASYNCOLL_{'ARENA' if forced == ARENA else 'LINKS'}_BYTES)"
+    if forced != path or not capacity:
+        where = ("this group has none (its members are not all on one host, shared memory "
+                 "is off, or this machine is not x86-64)" if forced == ARENA else
+                 "this group has none (its members share a host, or ASYNCOLL_LINKS_BYTES "
+                 "is 0, or the links could not be opened)")
+    kind = "the shared-memory arena" if forced == ARENA else "direct links"
+    return (f"{collective} of {nbytes} bytes cannot run on {kind}: {where}; force another "
+            "algorithm or none")
 
 
 def socket_choice(collective: str, nbytes: int, group_size: int) -> str:

@@ -135,6 +135,10 @@ class Team:
         """
         received = self.mesh.recv_into(self.ranks[index], self.tag(step), as_bytes(out),
                                        self.fingerprint, consume)
+        if isinstance(received, asyncio.Future):
+            # A receive the algorithm no longer awaits (another failed first) fails
+            # with the group's error, which is reported once, by that other one.
+            received.add_done_callback(_retrieve)
         self.receives.append((index, received))
         self._received_from.add(index)
         return received

@@ -40,9 +40,17 @@ from asyncoll._algorithms.team import Team
 from asyncoll._algorithms.tree import tree_broadcast
 from asyncoll._group.context import Membership
 from asyncoll._transport.shm import segment
-from asyncoll._transport.shm.arena import SPINS, Arena, Poll, Waiter, arena_bytes
+from asyncoll._transport.shm.arena import (
+    SPINS,
+    Arena,
+    ArenaExpired,
+    Poll,
+    Waiter,
+    arena_bytes,
+)
 from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import (
+    AsyncollError,
     CollectiveError,
     CollectiveTimeoutError,
     MismatchError,
@@ -80,25 +88,32 @@ class ArenaStep:
 class GroupArena:
     """A group's arena: whether it can have one, setting it up, checks while waiting.
 
+    For a group whose members all run on one host (see fast_path_of).
+
     Args:
         session: this process's membership in the job.
         group_id: the group.
         ranks: its members' global ranks, in group-rank order.
     """
 
+    #: The algorithm name selection gives operations on this path.
+    algorithm = "arena"
+
     def __init__(self, session: Membership, group_id: int, ranks: tuple[int, ...]) -> None:
         self._session = session
         self._group_id = group_id
         self._ranks = ranks
-        hosts = {session.mesh.hostname(rank) for rank in ranks}
-        same_host = len(hosts) == 1 and "" not in hosts
-        member = session.rank in ranks
         #: The slot each member has (0: this group has no arena and never will).
-        self.slot_bytes = session.arena_slot_bytes if same_host and member else 0
+        self.slot_bytes = session.arena_slot_bytes if session.rank in ranks else 0
         self.arena: Arena | None = None
         self._step: ArenaStep | None = None
         #: Held by the thread running an operation on the arena, for its length.
         self.lock = threading.Lock()
+
+    @property
+    def capacity(self) -> int:
+        """The largest operation (bytes in a slot) to run on the arena; 0: none."""
+        return self.slot_bytes
 
     @property
     def ready(self) -> bool:
@@ -162,7 +177,7 @@ class GroupArena:
         if step is None:
             assert self.arena is not None
             step = self._step = ArenaStep(self.arena, 0, fingerprint, Waiter(
-                0.0, self.check, SPINS if len(self._ranks) <= _processors() else 0))
+                0.0, self.check, SPINS if len(self._ranks) <= processors() else 0))
         step.operation += 1
         step.fingerprint = fingerprint
         step.cancelled = False
@@ -209,6 +224,14 @@ class GroupArena:
                               "for it)",)
             raise error
 
+    def expired(self, exc: BaseException) -> list[int] | None:
+        """The member indices a deadline's expiry (``exc``) waited for; None for other errors."""
+        return exc.behind if isinstance(exc, ArenaExpired) else None
+
+    def failure(self, exc: BaseException) -> AsyncollError | None:
+        """Nothing: the arena's waits raise asyncoll errors themselves."""
+        return None
+
     def abandon(self, step: ArenaStep, error: BaseException) -> None:
         """Tell the other members, through the arena, that this member gave up on ``step``."""
         code = next((i + 1 for i, kind in enumerate(_KINDS) if isinstance(error, kind)),
@@ -229,7 +252,7 @@ class GroupArena:
                 self.lock.release()
 
 
-def _processors() -> int:
+def processors() -> int:
     """The processors this process may run on."""
     try:
         return len(os.sched_getaffinity(0))

@@ -115,7 +115,7 @@ class AsyncProcessGroup(GroupCore):
 
         return self._run(what, timeout, body, _fingerprint(
             Kind.ALL_REDUCE, flat.dtype, reduce_op, count=flat.size,
-            algorithm=_algorithm_code(what, name)), here if name == selection.ARENA else None)
+            algorithm=_algorithm_code(what, name)), self._fast_body(name, here, body))
 
     def reduce(self, tensor: Any, dst: int, op: Any = ReduceOp.SUM,
                timeout: float | timedelta | None = None,
@@ -153,7 +153,7 @@ class AsyncProcessGroup(GroupCore):
 
         return self._run(what, timeout, body, _fingerprint(
             Kind.REDUCE, flat.dtype, reduce_op, root, flat.size, _algorithm_code(what, name)),
-            here if name == selection.ARENA else None)
+            self._fast_body(name, here, body))
 
     def reduce_scatter(self, output: Any, input_list: Sequence[Any], op: Any = ReduceOp.SUM,
                        timeout: float | timedelta | None = None,
@@ -223,7 +223,7 @@ class AsyncProcessGroup(GroupCore):
         return self._run(what, timeout, body, _fingerprint(
             Kind.REDUCE_SCATTER, dtype, reduce_op, count=sum(sizes),
             algorithm=_algorithm_code("reduce_scatter", name)),
-            here if name == selection.ARENA else None)
+            self._fast_body(name, here, body))
 
     # -- one to all, all to one ----------------------------------------------------------
 
@@ -256,7 +256,7 @@ class AsyncProcessGroup(GroupCore):
 
         return self._run(what, timeout, body, _fingerprint(
             Kind.BROADCAST, buffer.flat.dtype, root=root, count=buffer.flat.size,
-            algorithm=_algorithm_code(what, name)), here if name == selection.ARENA else None)
+            algorithm=_algorithm_code(what, name)), self._fast_body(name, here, body))
 
     def gather(self, tensor: Any, gather_list: Sequence[Any] | None, dst: int,
                timeout: float | timedelta | None = None) -> Operation:
@@ -378,7 +378,7 @@ class AsyncProcessGroup(GroupCore):
         return self._run(what, timeout, body, _fingerprint(
             Kind.ALL_GATHER, mine.dtype, count=sum(f.size for f in flats),
             algorithm=_algorithm_code("all_gather", name)),
-            here if name == selection.ARENA else None)
+            self._fast_body(name, here, body))
 
     def all_to_all(self, output_list: Sequence[Any], input_list: Sequence[Any],
                    timeout: float | timedelta | None = None) -> Operation:
@@ -460,7 +460,7 @@ class AsyncProcessGroup(GroupCore):
 
         return self._run("barrier", timeout, body, _fingerprint(
             Kind.BARRIER, algorithm=_algorithm_code("barrier", name)),
-            here if name == selection.ARENA else None)
+            self._fast_body(name, here, body))
 
     async def monitored_barrier(self, timeout: float | timedelta | None = None) -> None:
         """A barrier through the coordinator, whose timeout names every rank that is missing.

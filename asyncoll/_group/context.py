@@ -41,6 +41,10 @@ class Membership(Protocol):
     def arena_slot_bytes(self) -> int:
         """Each member's slot in a same-host group's arena (0: no arenas), read at join."""
 
+    @property
+    def links_bytes(self) -> int:
+        """The largest operation a cross-host group runs over direct links (0: none)."""
+
     def run_blocking(self, action: Callable[[], T], lane: int) -> Awaitable[T]:
         """Run ``action`` on ``lane``'s own thread, off the loop; await it.
 

@@ -8,12 +8,13 @@ group is broken on every member (the mesh sends ABORT frames) and later
 calls raise GroupBrokenError from it.
 
 A collective is an :class:`Operation`: a coroutine the event loop runs, and,
-where the group's shared-memory arena takes it (asyncoll._group.arena_path),
-also something the blocking API can run in its own thread with
+where the group's fast path takes it (a shared-memory arena on one host,
+direct links across hosts: asyncoll._group.fast_path), also something the
+blocking API can run in its own thread with
 :meth:`Operation.run_here`, skipping the hop to the loop thread and back.
 Which algorithm runs is decided when the call is made, from what every rank
 knows alike (the collective, its size, the group), so ranks always agree;
-only the thread that runs an arena operation differs: the caller's when no
+only the thread that runs a fast-path operation differs: the caller's when no
 earlier operation of the group is still on the loop, otherwise a thread of
 the session's, in turn behind them.
 """
@@ -26,17 +27,18 @@ import functools
 import math
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from asyncoll._group import arguments as check
-from asyncoll._group.arena_path import ArenaStep, GroupArena
+from asyncoll._algorithms.link_team import LinkTeam, run_here
+from asyncoll._group.fast_path import FastPath, fast_path_of
+from asyncoll._group.links_path import LinksStep
 from asyncoll._algorithms import selection
 from asyncoll._algorithms.ops import coerce_op
 from asyncoll._algorithms.team import Team
 from asyncoll._compat import timeout as timeout_after
-from asyncoll._transport.shm.arena import ArenaExpired
 from asyncoll._group.context import Membership
 from asyncoll._group.point_to_point import Messages
 from asyncoll._wire.dtypes import dtype_code
@@ -54,8 +56,10 @@ from asyncoll.errors import (
 )
 from asyncoll.types import ReduceOp
 
-#: What runs an operation on the arena, in whichever thread (see ArenaStep).
-Here = Callable[[ArenaStep], None]
+#: What runs an operation on the group's fast path, in whichever thread: it is
+#: given the path's step (asyncoll._group.arena_path.ArenaStep or
+#: asyncoll._group.links_path.LinksStep).
+Here = Callable[[Any], None]
 
 
 def seconds(timeout: float | timedelta | None, default: float) -> float:
@@ -93,8 +97,9 @@ class GroupCore:
         # buffer per call costs a page fault per 4 KiB touched.
         self._scratch = np.empty(0, dtype=np.uint8)
         self._messages = Messages(session, group_id, self.ranks)
-        self._arena = GroupArena(session, group_id, self.ranks)
-        # Choices already made, by (collective, bytes, algorithm asked, arena slot):
+        #: The group's way of running operations in the calling thread.
+        self._fast: FastPath = fast_path_of(session, group_id, self.ranks)
+        # Choices already made, by (collective, bytes, algorithm asked, path's capacity):
         # blocking calls repeat the same few, and each microsecond shows.
         self._choices: dict[tuple[str, int, str | None, int], str] = {}
         # Operations handed to the loop, and those of them finished: written
@@ -136,12 +141,14 @@ class GroupCore:
 
     def _choose(self, collective: str, nbytes: int, algorithm: str | None) -> str:
         """The algorithm for ``collective`` moving ``nbytes`` (a size every member agrees on)."""
-        slot = self._arena.slot_bytes
-        key = (collective, nbytes, algorithm, slot)
+        fast = self._fast
+        capacity = fast.capacity
+        key = (collective, nbytes, algorithm, capacity)
         name = self._choices.get(key)
         if name is None:
             forced = algorithm or self._session.forced_algorithms.get(collective)
-            name = selection.choose(collective, nbytes, self.size, forced, slot)
+            name = selection.choose(collective, nbytes, self.size, forced, fast.algorithm,
+                                    capacity)
             if len(self._choices) > 1024:
                 self._choices.clear()
             self._choices[key] = name
@@ -153,9 +160,30 @@ class GroupCore:
         An arena operation keeps one ready in case the group's arena cannot
         be set up (every member then learns so, and runs it).
         """
-        if name != selection.ARENA:
+        if name not in selection.FAST_PATHS:
             return name
         return selection.socket_choice(collective, nbytes, self.size)
+
+    def _fast_body(self, name: str, here: Here,
+                   body: Callable[[Team], Awaitable[None]]) -> Here | None:
+        """What runs an operation whose algorithm is ``name`` on the fast path, if it is one.
+
+        On the arena it is ``here``, the arena's own algorithm; over direct
+        links it is ``body`` itself, the transport's algorithm, run in this
+        thread over the links (asyncoll._algorithms.link_team).
+        """
+        if name == selection.ARENA:
+            return here
+        if name == selection.LINKS:
+            ranks = self.ranks
+
+            def over_links(step: LinksStep) -> None:
+                team = LinkTeam(step.links, ranks, step.me)
+                run_here(cast(Coroutine[Any, Any, None], body(cast(Team, team))))
+                team.check_neighbours()
+
+            return over_links
+        return None
 
     def _root_list(self, items: Sequence[Any] | None, root: int, name: str,
                    what: str) -> list[Any] | None:
@@ -196,11 +224,12 @@ class GroupCore:
         return self._seq
 
     def _run_here(self, operation: Operation) -> bool:
-        """Run an arena operation in the calling thread, if nothing of the group is on the loop.
+        """Run a fast-path operation in the calling thread, if nothing of the group is on
+        the loop.
 
         Returns False, having done nothing, where it must go to the loop instead.
         """
-        if not self._arena.ready or self._handed != self._finished:
+        if not self._fast.ready or self._handed != self._finished:
             return False
         what, fingerprint = operation.what, operation.fingerprint
         seq = self._start(what)
@@ -210,7 +239,7 @@ class GroupCore:
         if session.mesh.has_early:
             session.call_soon(faults.scan, self.group_id)
         try:
-            self._in_arena(what, seq, operation.limit, operation.here, fingerprint)
+            self._on_fast_path(what, seq, operation.limit, operation.here, fingerprint)
         except (GroupBrokenError, ClosedError):
             raise
         except AsyncollError as exc:
@@ -226,40 +255,42 @@ class GroupCore:
             session.call_soon(faults.scan, self.group_id)
         return True
 
-    def _in_arena(self, what: str, seq: int, limit: float, here: Here | None,
-                  fingerprint: Fingerprint, step: list[ArenaStep] | None = None) -> None:
-        """Run ``here`` on the arena in this thread (the caller's or the session's).
+    def _on_fast_path(self, what: str, seq: int, limit: float, here: Here | None,
+                      fingerprint: Fingerprint, step: list[Any] | None = None) -> None:
+        """Run ``here`` on the group's fast path in this thread (the caller's or the session's).
 
         ``step`` receives the step as soon as it exists, for a canceller.
         """
         assert here is not None
-        arena = self._arena
-        if not arena.lock.acquire(timeout=limit):
+        fast = self._fast
+        if not fast.lock.acquire(timeout=limit):
             raise CollectiveTimeoutError(
                 f"{what} #{seq} on group {self.group_id} waited {limit:g} s for another "
                 f"thread of this process to finish its operation on the group. "
                 f"{timed_out_words(limit)}")
         try:
-            current = arena.step(fingerprint, limit)
+            current = fast.step(fingerprint, limit)
             if step is not None:
                 step.append(current)
             try:
                 here(current)
-            except ArenaExpired as exc:
-                error = CollectiveTimeoutError(
-                    f"{what} #{seq} on group {self.group_id} (ranks {list(self.ranks)}) did "
-                    f"not complete within {limit:g} s; still waiting for "
-                    f"{_ranks_phrase([self.ranks[i] for i in exc.behind])}. "
-                    f"{timed_out_words(limit)}")
-                arena.abandon(current, error)
-                raise error from None
             except (GroupBrokenError, ClosedError, ConfigurationError):
                 raise
             except BaseException as exc:
-                arena.abandon(current, exc)
+                behind = fast.expired(exc)
+                error: BaseException | None = fast.failure(exc)
+                if behind is not None:
+                    error = CollectiveTimeoutError(
+                        f"{what} #{seq} on group {self.group_id} (ranks {list(self.ranks)}) "
+                        f"did not complete within {limit:g} s; still waiting for "
+                        f"{_ranks_phrase([self.ranks[i] for i in behind])}. "
+                        f"{timed_out_words(limit)}")
+                fast.abandon(current, error or exc)
+                if error is not None:
+                    raise error from None
                 raise
         finally:
-            arena.lock.release()
+            fast.lock.release()
 
     async def _in_turn(self, operation: Operation) -> None:
         what, limit, fingerprint = operation.what, operation.limit, operation.fingerprint
@@ -281,14 +312,14 @@ class GroupCore:
                                    first) from first
             team = Team(mesh, self.ranks, self.group_id, seq, fingerprint=fingerprint)
             faults.begin(self.group_id, seq, fingerprint)
-            arena = self._arena
-            if operation.here is not None and arena.undecided:
-                await self._under_deadline(what, seq, limit, team, arena.set_up)
+            fast = self._fast
+            if operation.here is not None and fast.undecided:
+                await self._under_deadline(what, seq, limit, team, fast.set_up)
                 team = team.phase(2)  # the two phases before were the set-up's
-            if operation.here is not None and arena.ready:
-                step: list[ArenaStep] = []
+            if operation.here is not None and fast.ready:
+                step: list[Any] = []
                 try:
-                    await self._session.run_blocking(lambda: self._in_arena(
+                    await self._session.run_blocking(lambda: self._on_fast_path(
                         what, seq, limit, operation.here, fingerprint, step), self.group_id)
                 except asyncio.CancelledError:
                     if step:

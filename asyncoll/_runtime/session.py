@@ -199,13 +199,22 @@ class Session:
         """Each member's slot in a same-host group's arena (0: no arenas), read at join."""
         return self.settings.transport.arena_slot_bytes
 
+    @property
+    def links_bytes(self) -> int:
+        """The largest operation a cross-host group runs over direct links (0: none)."""
+        return self.settings.transport.links_bytes
+
     def run_blocking(self, action: Callable[[], T], lane: int) -> Awaitable[T]:
         """Run ``action`` on ``lane``'s own thread, off the loop; await its result."""
         executor = self._lanes.get(lane)
         if executor is None:
             executor = self._lanes[lane] = concurrent.futures.ThreadPoolExecutor(
                 1, thread_name_prefix=f"asyncoll-rank{self.rank}-group{lane}")
-        return self._loop.run_in_executor(executor, action)
+        future = self._loop.run_in_executor(executor, action)
+        # An operation cancelled while its thread still ran (a peer failed first,
+        # say) ends in an error nobody awaits any more: it is reported elsewhere.
+        future.add_done_callback(_retrieve)
+        return future
 
     def call_soon(self, action: Callable[..., Any], *args: Any) -> None:
         """Run ``action(*args)`` on the loop thread; callable from any thread."""
@@ -257,6 +266,11 @@ class Session:
         for executor in self._lanes.values():
             executor.shutdown(wait=False)
         await _close_quietly(self.client, self.mesh, self._embedded, self.job)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 async def _report_while_waiting(client: CoordinatorClient, job: str) -> None:

@@ -23,6 +23,7 @@ from asyncoll._transport.shm import segment as shm
 from asyncoll._transport.settings import (
     ARENA_SLOT_BYTES,
     EARLY_LIMIT_BYTES,
+    LINKS_BYTES,
     SHM_MIN_BYTES,
     SHM_RING_BYTES,
     TransportSettings,
@@ -95,7 +96,8 @@ def _transport(environ: Mapping[str, str], token: bytes | None) -> TransportSett
     return TransportSettings(
         token=token, shm_min_bytes=smallest if enabled else 0, shm_ring_bytes=ring,
         early_limit_bytes=_positive(environ, "ASYNCOLL_MAX_EARLY_BYTES", EARLY_LIMIT_BYTES),
-        arena_slot_bytes=slot if enabled and arena.supported() else 0)
+        arena_slot_bytes=slot if enabled and arena.supported() else 0,
+        links_bytes=_positive(environ, "ASYNCOLL_LINKS_BYTES", LINKS_BYTES, smallest=0))
 
 
 def _positive(environ: Mapping[str, str], name: str, default: int, smallest: int = 1) -> int:

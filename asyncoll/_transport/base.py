@@ -120,3 +120,6 @@ class MeshControl(Mesh, Protocol):
 
     def hostname(self, peer: int) -> str:
         """The host name rank ``peer`` reported ("" when unknown)."""
+
+    def peer_address(self, peer: int) -> tuple[str, int] | None:
+        """The (host, port) rank ``peer`` advertised (None when unknown)."""

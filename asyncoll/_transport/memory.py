@@ -109,6 +109,10 @@ class MemoryMesh:
         """``peer`` left: every frame it sent is here already, so fail what waits for it."""
         self.fail_peer(peer, left_error(peer, hostname))
 
+    def peer_address(self, peer: int) -> tuple[str, int] | None:
+        """No rank has a network address here."""
+        return None
+
     def hostname(self, peer: int) -> str:
         """Every rank is on this host."""
         return "memory"

@@ -10,6 +10,8 @@ SHM_MIN_BYTES = 64 << 10
 SHM_RING_BYTES = 8 << 20
 #: Each member's slot in a group's shared-memory arena, by default.
 ARENA_SLOT_BYTES = 1 << 20
+#: The largest operation a cross-host group runs over its direct links, by default.
+LINKS_BYTES = 4 << 20
 #: Default bound of the bytes one peer's early frames may hold.
 EARLY_LIMIT_BYTES = 256 << 20
 
@@ -30,3 +32,6 @@ class TransportSettings:
     #: runtime sets 0 where shared memory is off or the platform lacks x86's
     #: memory order, see asyncoll._transport.shm.arena).
     arena_slot_bytes: int = ARENA_SLOT_BYTES
+    #: The largest operation a cross-host group runs in the calling thread over
+    #: direct links of its own (0: never; see asyncoll._transport.direct).
+    links_bytes: int = LINKS_BYTES

@@ -1,5 +1,8 @@
 """Every test here runs on every data path: TCP, shared memory, and the arena.
 
+In the TCP run, operations of 64 KiB and less run over each group's own
+direct links (the fast path of groups without an arena, see
+asyncoll._group.links_path), larger ones over the mesh's connections.
 In the shared-memory run every payload of at least one byte goes through a
 ring of 8 KiB, so larger payloads travel as many pieces, wrap around the ring
 and wait for the receiver to free it, as payloads over the ring size do in
@@ -34,8 +37,10 @@ def transport(request, monkeypatch):
         monkeypatch.setenv("ASYNCOLL_SHM_BYTES", "8192")
         if request.param == "shm":
             monkeypatch.setenv("ASYNCOLL_ARENA_BYTES", "0")
+            monkeypatch.setenv("ASYNCOLL_LINKS_BYTES", "0")
         elif not arena.supported():
             pytest.skip("no arena on this platform (POSIX shared memory on x86-64 only)")
         else:
             monkeypatch.setenv("ASYNCOLL_ARENA_BYTES", str(ARENA_SLOT_BYTES))
+            monkeypatch.setenv("ASYNCOLL_LINKS_BYTES", "0")
     return request.param

@@ -6,7 +6,9 @@ algorithm of each collective, with every root for broadcast and reduce. The
 pipelining segment is cut to 1 KiB so the larger counts travel as many
 segments, as large arrays do by default. The arena algorithm runs in the
 arena run only (see conftest.py), with slots large enough for every case,
-both whole and split (the split size is cut to 256 bytes).
+both whole and split (the split size is cut to 256 bytes); the links
+algorithm (the transport's algorithms in the calling thread over a group's
+own connections) in the TCP run only.
 """
 
 from __future__ import annotations
@@ -34,14 +36,24 @@ def small_segments(monkeypatch):
     monkeypatch.setattr(selection, "ARENA_SPLIT_FROM_BYTES", 256)
 
 
+#: Where each fast path runs: the arena in the arena run, direct links in the TCP run.
+HOMES = {"arena": "arena", "links": "tcp"}
+
+
+def with_runs(*algorithms: str) -> pytest.MarkDecorator:
+    """Parametrize (algorithm, transport): transport algorithms in every run (see
+    conftest.py), fast paths in their own run only, with room for every case."""
+    pairs = [(a, run) for a in algorithms
+             for run in ((HOMES[a],) if a in HOMES else ("tcp", "shm", "arena"))]
+    return pytest.mark.parametrize("algorithm, transport", pairs, indirect=["transport"])
+
+
 @pytest.fixture(autouse=True)
-def arena_only_in_the_arena_run(request, transport, monkeypatch):
-    algorithm = request.node.callspec.params.get("algorithm") if hasattr(
-        request.node, "callspec") else None
-    if algorithm == "arena":
-        if transport != "arena":
-            pytest.skip("the arena algorithm runs in the arena run")
+def room_on_fast_paths(transport, monkeypatch):
+    if transport == "arena":
         monkeypatch.setenv("ASYNCOLL_ARENA_BYTES", str(1 << 20))
+    if transport == "tcp":
+        monkeypatch.setenv("ASYNCOLL_LINKS_BYTES", str(1 << 20))
 
 
 def _cases(world_size):
@@ -49,7 +61,7 @@ def _cases(world_size):
             for count in counts_for(world_size)]
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "arena"])
+@with_runs("ring", "recursive_doubling", "arena", "links")
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 async def test_all_reduce_algorithm_matches_numpy_bitwise_on_every_rank(world_size, algorithm):
     cases = _cases(world_size)
@@ -71,7 +83,7 @@ async def test_all_reduce_algorithm_matches_numpy_bitwise_on_every_rank(world_si
             assert got.tobytes() == per_rank[0][index].tobytes(), "ranks differ bitwise"
 
 
-@pytest.mark.parametrize("algorithm", ["tree", "chain", "arena"])
+@with_runs("tree", "chain", "arena", "links")
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 async def test_reduce_algorithm_matches_numpy_on_root_and_leaves_others_alone(world_size,
                                                                               algorithm):
@@ -95,7 +107,7 @@ async def test_reduce_algorithm_matches_numpy_on_root_and_leaves_others_alone(wo
                                           err_msg=f"{dtype} {op} n={count} root={root}")
 
 
-@pytest.mark.parametrize("algorithm", ["tree", "chain", "arena"])
+@with_runs("tree", "chain", "arena", "links")
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 async def test_broadcast_algorithm_copies_the_root_everywhere(world_size, algorithm):
     cases = [(root, dtype, count) for root in range(world_size) for dtype in DTYPES
@@ -123,6 +135,7 @@ def test_forced_algorithm_spec_names_collectives_or_applies_everywhere():
     assert selection.parse_forced("ring") == {"all_reduce": "ring", "all_gather": "ring",
                                               "reduce_scatter": "ring"}
     assert set(selection.parse_forced("arena")) == set(selection.ALGORITHMS)
+    assert "reduce_scatter" not in selection.parse_forced("links")
     with pytest.raises(ConfigurationError, match="'broadcast' has no algorithm 'ring'"):
         selection.parse_forced("broadcast=ring")
     with pytest.raises(ConfigurationError, match="'fastest', which is no algorithm"):
@@ -135,8 +148,8 @@ async def test_environment_forces_the_algorithm_a_collective_runs(monkeypatch, s
     ran = []
     real = selection.choose
 
-    def spy(collective, nbytes, size, forced=None, arena_bytes=0):
-        choice = real(collective, nbytes, size, forced, arena_bytes)
+    def spy(collective, nbytes, size, forced=None, path="", capacity=0):
+        choice = real(collective, nbytes, size, forced, path, capacity)
         ran.append((collective, choice))
         return choice
 
@@ -155,13 +168,17 @@ async def test_environment_forces_the_algorithm_a_collective_runs(monkeypatch, s
 
 def test_selector_picks_the_latency_algorithm_for_small_arrays_and_the_ring_for_large():
     assert selection.choose("all_reduce", 4, 2) == "recursive_doubling"
-    assert selection.choose("all_reduce", 4, 2, arena_bytes=1 << 20) == "arena"
-    assert selection.choose("all_reduce", 2 << 20, 2, arena_bytes=4 << 20) == "ring"
-    assert selection.choose("barrier", 0, 3, arena_bytes=1) == "arena"
+    assert selection.choose("all_reduce", 4, 2, path="arena", capacity=1 << 20) == "arena"
+    assert selection.choose("all_reduce", 2 << 20, 2, path="arena", capacity=4 << 20) == "ring"
+    assert selection.choose("barrier", 0, 3, path="arena", capacity=1) == "arena"
+    assert selection.choose("all_reduce", 4, 2, path="links", capacity=1 << 20) == "links"
+    assert selection.choose("reduce_scatter", 4, 2, path="links", capacity=1 << 20) == "ring"
     with pytest.raises(ConfigurationError, match="this group has none"):
         selection.choose("all_reduce", 4, 2, forced="arena")
+    with pytest.raises(ConfigurationError, match="this group has none"):
+        selection.choose("all_reduce", 4, 2, forced="links", path="arena", capacity=9)
     with pytest.raises(ConfigurationError, match="slots hold 1024 bytes"):
-        selection.choose("broadcast", 2048, 2, forced="arena", arena_bytes=1024)
+        selection.choose("broadcast", 2048, 2, forced="arena", path="arena", capacity=1024)
     assert selection.choose("all_reduce", 64 << 20, 2) == "ring"
     assert selection.choose("broadcast", 4, 4) == "tree"
     assert selection.choose("broadcast", 64 << 20, 4) == "chain"

@@ -1,8 +1,11 @@
-"""The blocking API's fast path on one host: collectives in the calling thread.
+"""The blocking API's fast paths: collectives in the calling thread.
 
 Real processes under asyncoll-run (workers/arena_path.py, 2 ranks): where the
-collectives run, in what order, and how they fail (see the worker's modes).
-Kill -9 and SIGSTOP during arena operations are in test_failures.py.
+collectives run, in what order, and how they fail (see the worker's modes),
+through the shared-memory arena and, with shared memory off, over direct
+links (the cross-host path, here over loopback). Kill -9 and SIGSTOP during
+fast-path operations are in test_failures.py; tests/multihost runs the links
+between hosts.
 """
 
 from __future__ import annotations
@@ -49,9 +52,31 @@ def test_small_blocking_collectives_run_in_the_calling_thread_in_call_order():
         assert int(counts["loop"]) == 2 and int(counts["here"]) == 7, (rank, text)
 
 
-def test_with_shared_memory_off_nothing_runs_in_the_calling_thread():
-    for rank, text in run("nowhere", ASYNCOLL_SHM="0").items():
+def test_with_shared_memory_off_small_collectives_run_over_direct_links():
+    # No arena: the same collectives run in the calling thread over the group's
+    # own TCP connections (the cross-host fast path), in the same order.
+    for rank, text in run("paths", ASYNCOLL_SHM="0").items():
+        assert "async_done_at_return=True" in text, text
+        counts = dict(re.findall(r"(here|loop|here_before_async)=(\d+)", text))
+        # As over the arena, but reduce_scatter has no direct-links algorithm: it
+        # goes over the mesh's connections, through the loop, and is not counted.
+        assert int(counts["here_before_async"]) == 4, (rank, text)
+        assert int(counts["loop"]) == 2 and int(counts["here"]) == 6, (rank, text)
+
+
+def test_with_both_fast_paths_off_nothing_runs_in_the_calling_thread():
+    for rank, text in run("nowhere", ASYNCOLL_SHM="0", ASYNCOLL_LINKS_BYTES="0").items():
         assert "here=0 " in text, (rank, text)
+
+
+@pytest.mark.parametrize("mode", ["desync", "desync_mixed", "timeout"])
+def test_direct_links_fail_as_the_arena_does(mode):
+    results = run(mode, ASYNCOLL_SHM="0")
+    expected = "CollectiveTimeoutError" if mode == "timeout" else "MismatchError"
+    for rank, text in results.items():
+        assert text.startswith(expected), (rank, text)
+    if mode == "timeout":
+        assert "rank 1" in results[0] and "rank 0" in results[1], results
 
 
 def test_ranks_calling_different_collectives_raise_mismatch():

@@ -54,7 +54,7 @@ def outcomes(procs: list[subprocess.Popen[str]], victim: int
 
 
 def run_kill(tmp_path: Path, world_size: int, victim: int, job: str,
-             elements: int | None = None) -> float:
+             elements: int | None = None, env: dict[str, str] | None = None) -> float:
     """SIGKILL ``victim`` mid-job; check every survivor; return the slowest's delay.
 
     ``elements`` per all_reduce: large by default (the transport); small ones
@@ -64,12 +64,13 @@ def run_kill(tmp_path: Path, world_size: int, victim: int, job: str,
     if elements is None:
         elements = 4_000_000 if world_size < 8 else 1_000_000
     try:
-        procs = start_job(daemon, world_size, job, elements)
+        procs = start_job(daemon, world_size, job, elements, env)
         time.sleep(0.3)  # well inside the next all_reduces
-        # Same-host ranks pass these payloads through shared memory: the rings
-        # are mapped (and already unlinked) when the victim dies.
-        with open(f"/proc/{procs[victim].pid}/maps") as maps:
-            assert "/dev/shm/asyncoll-" in maps.read(), "the victim maps no shared-memory ring"
+        if (env or {}).get("ASYNCOLL_SHM") != "0":
+            # Same-host ranks pass these payloads through shared memory: the rings
+            # (or arena) are mapped, and already unlinked, when the victim dies.
+            with open(f"/proc/{procs[victim].pid}/maps") as maps:
+                assert "/dev/shm/asyncoll-" in maps.read(), "the victim maps no shared memory"
         killed_at = time.time()
         procs[victim].send_signal(signal.SIGKILL)
         got = outcomes(procs, victim)
@@ -97,10 +98,14 @@ def test_kill_9_during_a_large_all_reduce_fails_every_survivor_naming_it(tmp_pat
     run_kill(tmp_path, world_size, victim, f"kill-{world_size}")
 
 
+@pytest.mark.parametrize("path", ["arena", "links"])
 @pytest.mark.parametrize("world_size, victim", [(2, 1), (4, 0)])
-def test_kill_9_while_survivors_wait_in_the_arena_fails_every_survivor_naming_it(
-        tmp_path, world_size, victim):
-    slowest = run_kill(tmp_path, world_size, victim, f"arena-kill-{world_size}", elements=256)
+def test_kill_9_while_survivors_wait_in_a_fast_path_fails_every_survivor_naming_it(
+        tmp_path, world_size, victim, path):
+    # Small all_reduces run in the calling thread: through the arena, or (shared
+    # memory off) over the group's direct links.
+    slowest = run_kill(tmp_path, world_size, victim, f"{path}-kill-{world_size}",
+                       elements=256, env={"ASYNCOLL_SHM": "0"} if path == "links" else None)
     print(f"slowest survivor failed {slowest:.3f} s after the kill")
 
 
@@ -144,12 +149,13 @@ def test_kill_9_between_two_operations_raises_peer_lost_naming_rank_and_host(tmp
     assert f"peer_lost=True rank=1 host={socket.gethostname()}" in out, out
 
 
-@pytest.mark.parametrize("elements", [1_000_000, 256], ids=["transport", "arena"])
-def test_stopped_rank_is_declared_lost_within_the_heartbeat_deadline(tmp_path, elements):
+@pytest.mark.parametrize("elements, shm", [(1_000_000, "1"), (256, "1"), (256, "0")],
+                         ids=["transport", "arena", "links"])
+def test_stopped_rank_is_declared_lost_within_the_heartbeat_deadline(tmp_path, elements, shm):
     heartbeat = 3.0
     daemon = Daemon(tmp_path)
-    procs = start_job(daemon, 3, f"stopped-{elements}", elements,
-                      env={"ASYNCOLL_HEARTBEAT_TIMEOUT": str(heartbeat)})
+    procs = start_job(daemon, 3, f"stopped-{elements}-{shm}", elements,
+                      env={"ASYNCOLL_HEARTBEAT_TIMEOUT": str(heartbeat), "ASYNCOLL_SHM": shm})
     try:
         time.sleep(0.3)
         stopped_at = time.time()

@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "netns-cluster.sh"
 PROBE = HERE.parent / "integration" / "workers" / "probe.py"
 COLLECTIVES = HERE.parent / "integration" / "workers" / "collectives.py"
+FAST_PATHS = HERE.parent / "integration" / "workers" / "arena_path.py"
 SURVIVOR = HERE.parent / "integration" / "workers" / "survivor.py"
 NET = "10.78.0"
 ENV = dict(os.environ, NC_PREFIX="acl", NC_BRIDGE="aclbr0", NC_NET=NET)
@@ -107,6 +108,24 @@ def test_every_collective_blocking_and_async_across_three_hosts(hosts):
     assert sorted(map(int, checked)) == list(range(6)), text
 
 
+def test_small_collectives_across_hosts_run_in_the_calling_thread_over_direct_links(hosts):
+    # One rank on each of two hosts: the group has no arena, so its small
+    # operations run over its own TCP connections between the hosts, in order
+    # with those that go through the loop (see workers/arena_path.py).
+    procs = [on_host(node + 1, sys.executable, "-m", "asyncoll.run", "--nnodes", "2",
+                     "--node-rank", str(node), "--nproc-per-node", "1", "--coordinator",
+                     COORDINATOR, "--job-id", "links", str(FAST_PATHS), "paths")
+             for node in range(2)]
+    outcomes = [finish(p, timeout=120) for p in procs]
+    for code, out, err in outcomes:
+        assert code == 0, out + err
+    text = "".join(out for _, out, _ in outcomes)
+    for rank in (0, 1):
+        found = re.search(rf"RESULT {rank} here=(\d+) loop=(\d+) here_before_async=(\d+)",
+                          text)
+        assert found and found.groups() == ("6", "2", "4"), text
+
+
 def test_sub_group_across_hosts(hosts):
     outcomes = [finish(p) for p in [launch(node, "group", "--group", "0,2")
                                     for node in range(3)]]
@@ -158,3 +177,27 @@ def test_host_cut_off_is_declared_lost_within_the_heartbeat_deadline(hosts):
         assert match[1] == "PeerLostError" and match[2] == "2", match[0]
         assert "on host acl3" in match[4], match[4]
         assert float(match[3]) - cut_at < heartbeat + 2.0, float(match[3]) - cut_at
+
+
+def test_host_crash_while_the_others_wait_on_direct_links_names_the_lost_rank(hosts):
+    # Small all_reduces across three hosts run over direct links in the calling
+    # thread; host acl2 (rank 1) crashes: every process on it is killed.
+    procs = [on_host(rank + 1, sys.executable, str(SURVIVOR), COORDINATOR, "3", str(rank),
+                     "links-crash", "256") for rank in range(3)]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+        time.sleep(0.3)
+        cluster("crash", "2")
+        outcomes = [finish(procs[rank], timeout=30) for rank in (0, 2)]
+    finally:
+        cluster("heal", "2")
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            finish(proc, timeout=10)
+    for code, out, err in outcomes:
+        match = re.search(r"FAILED (\w+) rank=(-?\d+) at=([\d.]+) (.*)", out)
+        assert code == 0 and match, out + err
+        assert match[1] == "PeerLostError" and match[2] == "1", match[0]
+

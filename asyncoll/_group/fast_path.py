@@ -1,0 +1,64 @@
+"""FastPath: what a group's operations in the calling thread need, on one host or across hosts.
+
+A group gets one of two: members all on one host share a memory arena
+(asyncoll._group.arena_path.GroupArena) where arenas are on; other groups
+get direct TCP links (asyncoll._group.links_path.GroupLinks), over loopback
+between same-host members (with ASYNCOLL_SHM=0, say). GroupCore uses either
+the same way.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Protocol
+
+from asyncoll._algorithms.team import Team
+from asyncoll._group.arena_path import GroupArena
+from asyncoll._group.context import Membership
+from asyncoll._group.links_path import GroupLinks
+from asyncoll._wire.frames import Fingerprint
+from asyncoll.errors import AsyncollError
+
+
+class FastPath(Protocol):
+    """A group's way of running operations in the calling thread."""
+
+    #: The algorithm name selection gives operations on this path ("arena", "links").
+    algorithm: str
+    #: Held by the thread running an operation on the path, for its length.
+    lock: threading.Lock
+
+    @property
+    def capacity(self) -> int:
+        """The largest operation (bytes) the path takes; 0: the group has none."""
+
+    @property
+    def ready(self) -> bool:
+        """Whether the path is set up, so operations may run in the calling thread."""
+
+    @property
+    def undecided(self) -> bool:
+        """Whether the next operation on the path must set it up first."""
+
+    async def set_up(self, team: Team) -> None:
+        """Set the path up with every member, on the loop, inside the first operation."""
+
+    def step(self, fingerprint: Fingerprint, limit: float) -> Any:
+        """The next operation on the path: what its algorithm is given."""
+
+    def expired(self, exc: BaseException) -> list[int] | None:
+        """The member indices a deadline's expiry waited for; None for other errors."""
+
+    def failure(self, exc: BaseException) -> AsyncollError | None:
+        """The asyncoll error one of the path's own exceptions stands for, else None."""
+
+    def abandon(self, step: Any, error: BaseException) -> None:
+        """Tell the other members this one gave up on ``step``."""
+
+
+def fast_path_of(session: Membership, group_id: int, ranks: tuple[int, ...]) -> FastPath:
+    """The arena for a group whose members share a host (arenas on), direct links otherwise."""
+    hosts = {session.mesh.hostname(rank) for rank in ranks}
+    if len(hosts) == 1 and "" not in hosts and session.arena_slot_bytes:
+        return GroupArena(session, group_id, ranks)
+    return GroupLinks(session, group_id, ranks, session.links_bytes)

@@ -1,0 +1,278 @@
+"""GroupLinks: a group's own TCP connections for collectives in the calling thread, across hosts.
+
+The cross-host counterpart of GroupArena (asyncoll._group.arena_path): a
+group whose members are not all on one host gets, the first time one of its
+collectives picks the "links" algorithm, one connection from every member
+to every other (asyncoll._transport.direct), and its small operations then
+run the usual algorithms (recursive doubling, the binomial tree, the ring
+all-gather) over them in the calling thread: no hop to the event loop's
+thread and back, and no wake-up of it, on the way.
+
+Setting up runs inside that first operation, on the loop: every member
+listens on its advertised address, an all-gather over the transport tells
+everyone each member's port and a random cookie, each member dials the
+members before it (greeting them with their cookie, which only the job's
+members learned), and an all-reduce of "connected" flags tells every member
+whether all did. If any could not (a firewall that lets only the data ports
+through, say), every member knows, and the group keeps the transport's
+algorithms: ranks always agree on the path.
+
+While an operation waits, between polls it checks what the loop has learned
+(a lost peer, an ABORT: the group's sticky error), whether the member it
+waits for left the job, and whether the operation was cancelled; a closed
+connection is a lost peer, a record of another operation a desync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
+from asyncoll._algorithms.ring import ring_all_gather
+from asyncoll._algorithms.team import Team
+from asyncoll._group.arena_path import processors
+from asyncoll._group.context import Membership
+from asyncoll._transport import direct
+from asyncoll._transport.direct import (
+    DirectLinks,
+    LinkAborted,
+    LinkClosed,
+    LinkMismatch,
+    LinksExpired,
+)
+from asyncoll._wire.frames import Fingerprint
+from asyncoll.errors import (
+    AsyncollError,
+    CollectiveError,
+    CollectiveTimeoutError,
+    MismatchError,
+    PeerLostError,
+    broken_by,
+)
+from asyncoll.types import ReduceOp
+
+log = logging.getLogger("asyncoll")
+
+#: The errors a member that gave up can name in its ABORT record (by index + 1).
+_KINDS: tuple[type[CollectiveError], ...] = (PeerLostError, CollectiveTimeoutError,
+                                             MismatchError, CollectiveError)
+
+
+@dataclass
+class LinksStep:
+    """One operation over the links: what its algorithm is given."""
+
+    links: DirectLinks
+    #: The operation's number on these links (1, 2, ...), the same on every member.
+    operation: int
+    fingerprint: Fingerprint
+    #: This member's index in the group.
+    me: int
+    #: Set by another thread to make the waits give up (the operation was cancelled).
+    cancelled: bool = False
+
+
+class GroupLinks:
+    """A group's direct links: whether it can have them, opening them, checks while waiting.
+
+    Args:
+        session: this process's membership in the job.
+        group_id: the group.
+        ranks: its members' global ranks, in group-rank order.
+        capacity: the largest operation (bytes) to run over them; 0: never.
+    """
+
+    #: The algorithm name selection gives operations on this path.
+    algorithm = "links"
+
+    def __init__(self, session: Membership, group_id: int, ranks: tuple[int, ...],
+                 capacity: int) -> None:
+        self._session = session
+        self._group_id = group_id
+        self._ranks = ranks
+        member = session.rank in ranks
+        #: The largest operation to run over the links (0: this group has none).
+        self.capacity = capacity if member else 0
+        self.links: DirectLinks | None = None
+        self._step: LinksStep | None = None
+        #: Held by the thread running an operation over the links, for its length.
+        self.lock = threading.Lock()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the links are open, so operations may run in the calling thread."""
+        return self.links is not None
+
+    @property
+    def undecided(self) -> bool:
+        """Whether the next operation on this path must open the links first."""
+        return self.capacity > 0 and self.links is None
+
+    async def set_up(self, team: Team) -> None:
+        """Open the links with every member (inside the first operation on this path).
+
+        Afterwards either :attr:`ready`, or :attr:`capacity` is 0 on every member.
+        """
+        me, n = team.me, team.size
+        cookie = secrets.randbits(62)
+        server = None
+        address = self._session.mesh.peer_address(self._ranks[me])
+        try:
+            if address is not None:
+                server = direct.listen(address[0])
+        except OSError as exc:
+            log.info("group %d: no direct links (cannot listen on %s: %s)", self._group_id,
+                     address[0] if address else "?", exc)
+        directory = [np.zeros(2, dtype=np.int64) for _ in range(n)]
+        directory[me][:] = (server.getsockname()[1] if server is not None else 0, cookie)
+        sockets: dict[int, object] = {}
+        try:
+            await ring_all_gather(team.phase(0), directory, 1 << 20)
+            ok = server is not None and all(int(entry[0]) for entry in directory)
+            if ok:
+                try:
+                    sockets = await asyncio.wait_for(
+                        self._connect(me, n, server, cookie, directory), timeout=10)
+                except (OSError, asyncio.TimeoutError) as exc:
+                    log.info("group %d: no direct links (%s)", self._group_id, exc)
+                    ok = False
+            flag = np.array([ok], dtype=np.uint8)
+            await recursive_doubling_all_reduce(team.phase(1), flag, ReduceOp.MIN,
+                                                np.empty(1, dtype=np.uint8))
+        except BaseException:
+            for sock in sockets.values():
+                sock.close()  # type: ignore[attr-defined]
+            raise
+        finally:
+            if server is not None:
+                server.close()
+        if flag[0]:
+            mesh = self._session.mesh
+            here = mesh.hostname(self._session.rank)
+            local = sum(1 for rank in self._ranks if mesh.hostname(rank) == here)
+            self.links = DirectLinks(sockets,  # type: ignore[arg-type]
+                                     direct.EAGER_POLLS if local <= processors() else 0)
+            self._session.on_close(self.close)
+        else:
+            for sock in sockets.values():
+                sock.close()  # type: ignore[attr-defined]
+            self.capacity = 0
+
+    async def _connect(self, me: int, n: int, server: object, cookie: int,
+                       directory: list[np.ndarray]) -> dict[int, object]:
+        """Dial the members before this one, accept those after it."""
+        dials = []
+        for index in range(me):
+            address = self._session.mesh.peer_address(self._ranks[index])
+            assert address is not None
+            dials.append(direct.dial(address[0], int(directory[index][0]),
+                                     int(directory[index][1]), me))
+        accepting = direct.accept(server, cookie,  # type: ignore[arg-type]
+                                  set(range(me + 1, n))) if me + 1 < n else None
+        dialled = await asyncio.gather(*dials)
+        sockets: dict[int, object] = dict(enumerate(dialled))
+        if accepting is not None:
+            sockets.update(await accepting)
+        return sockets
+
+    def step(self, fingerprint: Fingerprint, limit: float) -> LinksStep:
+        """The next operation over the links, with its deadline ``limit`` seconds from now."""
+        step = self._step
+        if step is None:
+            assert self.links is not None
+            me = self._ranks.index(self._session.rank)
+            step = self._step = LinksStep(self.links, 0, fingerprint, me)
+        step.operation += 1
+        step.fingerprint = fingerprint
+        step.cancelled = False
+        step.links.stamp(step.operation, fingerprint, time.monotonic() + limit, self.check)
+        return step
+
+    def check(self, waiting_for: list[int]) -> None:
+        """Raise what stops the operation from waiting for members ``waiting_for`` any longer."""
+        step = self._step
+        assert step is not None
+        if step.cancelled:
+            raise CollectiveError(f"operation #{step.operation} over group "
+                                  f"{self._group_id}'s direct links was cancelled")
+        self._session.check_open(f"an operation of group {self._group_id}")
+        for index in waiting_for:
+            left = self._session.faults.left(self._ranks[index])
+            if left is not None:
+                raise copy.copy(left)
+        first = self._session.faults.error(self._group_id)
+        if first is not None:
+            raise copy.copy(first)
+
+    def expired(self, exc: BaseException) -> list[int] | None:
+        """The member indices a deadline's expiry (``exc``) waited for; None for other errors."""
+        return exc.waiting_for if isinstance(exc, LinksExpired) else None
+
+    def failure(self, exc: BaseException) -> AsyncollError | None:
+        """The asyncoll error a link's ``exc`` stands for, or None if it is not a link's."""
+        if isinstance(exc, LinkClosed):
+            rank = self._ranks[exc.index]
+            left = self._session.faults.left(rank)
+            if left is not None:
+                return copy.copy(left)
+            host = self._session.mesh.hostname(rank)
+            return PeerLostError(f"rank {rank} on host {host} was lost: {exc}", rank=rank,
+                                 host=host)
+        if isinstance(exc, LinkAborted):
+            rank = self._ranks[exc.index]
+            kind = _KINDS[exc.kind - 1] if 0 < exc.kind <= len(_KINDS) else CollectiveError
+            said = exc.message
+            error = kind(said if said.startswith("rank ") and "abandoned operation" in said
+                         else f"rank {rank} abandoned operation #{exc.operation} of group "
+                         f"{self._group_id} (over its direct links): {said}")
+            if isinstance(error, PeerLostError):
+                error.rank = exc.rank if exc.rank >= 0 else rank
+                error.host = self._session.mesh.hostname(error.rank)
+                error.args = (f"rank {error.rank} on host {error.host} was lost (rank {rank} "
+                              f"gave up on operation #{exc.operation} of group "
+                              f"{self._group_id} for it)",)
+            step = self._step
+            if step is not None and exc.operation < step.operation:
+                # The group failed in an operation this rank had completed already:
+                # this one meets the group broken, as it would meet it on the loop.
+                broken = broken_by(f"group {self._group_id} (ranks {list(self._ranks)})",
+                                   error)
+                broken.__cause__ = error
+                return broken
+            return error
+        if isinstance(exc, LinkMismatch):
+            step = self._step
+            assert step is not None
+            rank, me = self._ranks[exc.index], self._session.rank
+            theirs = Fingerprint(*exc.theirs)
+            differences = "; ".join(step.fingerprint.differences(theirs, me, rank)) or (
+                f"a record of {exc.nbytes} bytes")
+            return MismatchError(
+                f"ranks {me} and {rank} called operation #{step.operation} of group "
+                f"{self._group_id} differently ({differences}): every rank must call the "
+                "same collectives in the same order, with the same arguments")
+        return None
+
+    def abandon(self, step: LinksStep, error: BaseException) -> None:
+        """Tell the other members, over the links, that this member gave up on ``step``."""
+        kind = next((i + 1 for i, k in enumerate(_KINDS) if isinstance(error, k)), len(_KINDS))
+        named = error.rank if isinstance(error, PeerLostError) else -1
+        step.links.abort(step.operation, kind, named, str(error))
+
+    def close(self) -> None:
+        """Close the links (the session closes)."""
+        links, self.links = self.links, None
+        self.capacity = 0
+        if links is not None and self.lock.acquire(blocking=False):
+            try:
+                links.close()
+            finally:
+                self.lock.release()

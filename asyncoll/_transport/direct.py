@@ -1,0 +1,449 @@
+"""DirectLinks: one process's own TCP connections to a group's members, used from one thread.
+
+For collectives that run to completion in the calling thread across hosts
+(issue 13's fast path where the members do not share a host): each member
+has one connection to every other member of the group, opened once, and
+used only by whichever thread runs the group's operation of the moment (one
+at a time). The event loop never touches them: no hop to its thread and
+back, no wake-up of it, on the way of a small blocking collective.
+
+A record is a header (:data:`HEADER`: the operation's number on these
+links, the algorithm's step, the operation's fingerprint, the payload's
+length) and the payload. Records of an operation this member has not
+reached yet (a peer may run ahead) are kept until it gets there. A record
+whose operation number is negative is an ABORT: the sender gave up on
+operation ``-number`` (the step field holds its error's kind, the first
+fingerprint field the rank that error names).
+
+Waiting polls the sockets in slices of :data:`CHECK_S`, between which a
+failure check runs and the deadline is looked at; every send is
+non-blocking, and a wait also moves the bytes of sends still queued, so two
+members sending each other large records at once never block each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import select
+import socket
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+#: operation, step, fingerprint (6 fields), payload bytes.
+HEADER = struct.Struct("<qq6qq")
+#: Seconds between failure checks while a wait blocks in poll().
+CHECK_S = 0.01
+#: Polls that do not sleep before a wait sleeps in poll(): a small record
+#: often arrives within microseconds, sooner than a sleeping thread wakes up.
+EAGER_POLLS = 64
+#: Each connection's read buffer: small records arrive whole in one recv.
+READ_BYTES = 64 << 10
+#: Bytes a connecting member sends first: the acceptor's cookie, its own index.
+_GREETING = struct.Struct("<qq")
+
+
+class LinkClosed(Exception):
+    """The connection to member ``index`` closed or broke."""
+
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(f"the direct connection to member {index} {reason}")
+        self.index = index
+
+
+class LinkAborted(Exception):
+    """Member ``index`` gave up on operation ``operation`` with error kind ``kind``
+    (naming ``rank``), saying ``message``."""
+
+    def __init__(self, index: int, operation: int, kind: int, rank: int,
+                 message: str = "") -> None:
+        super().__init__(f"member {index} gave up on operation #{operation}: {message}")
+        self.index, self.operation, self.kind, self.rank = index, operation, kind, rank
+        self.message = message
+
+
+class LinksExpired(Exception):
+    """A wait's deadline passed; ``waiting_for`` names the members it waited for."""
+
+    def __init__(self, waiting_for: list[int]) -> None:
+        super().__init__(f"members {waiting_for} did not answer in time")
+        self.waiting_for = waiting_for
+
+
+class LinkMismatch(Exception):
+    """Member ``index`` sent a record of another operation (``theirs``: its fingerprint)."""
+
+    def __init__(self, index: int, theirs: tuple[int, ...], nbytes: int) -> None:
+        super().__init__(f"member {index} sent a record of another operation")
+        self.index, self.theirs, self.nbytes = index, theirs, nbytes
+
+
+class _Peer:
+    """One connection: what is queued to send, and the record being read."""
+
+    def __init__(self, index: int, sock: socket.socket) -> None:
+        self.index = index
+        self.sock = sock
+        self.out: deque[memoryview] = deque()
+        #: Bytes read and not yet cut into records: buffer[start:end].
+        self.buffer = bytearray(READ_BYTES)
+        self.start = 0
+        self.end = 0
+        #: Where the payload being read goes, and how much of it is in.
+        self.target: memoryview | None = None
+        self.target_got = 0
+        self.key: tuple[int, int] = (0, 0)
+        self.fingerprint: tuple[int, ...] = ()
+        #: (operation, error kind, rank named) of an ABORT record being read.
+        self.aborted: tuple[int, int, int] | None = None
+
+
+class DirectLinks:
+    """This member's connections to the others of one group, by member index.
+
+    Args:
+        sockets: a connected socket for every other member index.
+        eager_polls: polls that do not sleep before a wait does (0 where this
+            host runs more members than it has processors: a member that
+            keeps its processor then delays the one it waits for).
+    """
+
+    def __init__(self, sockets: dict[int, socket.socket], eager_polls: int = EAGER_POLLS
+                 ) -> None:
+        self._eager_polls = eager_polls
+        self._peers = {index: _Peer(index, sock) for index, sock in sockets.items()}
+        self._by_fd = {peer.sock.fileno(): peer for peer in self._peers.values()}
+        for peer in self._peers.values():
+            peer.sock.setblocking(False)
+            peer.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._poll = select.poll()
+        self._writing: set[int] = set()
+        for fd in self._by_fd:
+            self._poll.register(fd, select.POLLIN)
+        #: The operation now running, its fingerprint, and the receives it posted.
+        self.operation = 0
+        self.fingerprint: tuple[int, ...] = ()
+        self._posted: dict[tuple[int, int], memoryview] = {}
+        self._done: set[tuple[int, int]] = set()
+        #: Records that arrived before their receive: (member, operation, step) ->
+        #: (fingerprint, payload).
+        self._early: dict[tuple[int, int, int], tuple[tuple[int, ...], bytes]] = {}
+        self.deadline = 0.0
+        self.check: Callable[[list[int]], None] = lambda waiting_for: None
+
+    # -- what an operation does ------------------------------------------------------------
+
+    def stamp(self, operation: int, fingerprint: Sequence[int], deadline: float,
+              check: Callable[[list[int]], None]) -> None:
+        """From now on, records carry ``operation`` and ``fingerprint`` (and must match them),
+        and waits end at ``deadline``, calling ``check`` between polls."""
+        self.operation = operation
+        self.fingerprint = tuple(fingerprint)
+        self.deadline = deadline
+        self.check = check
+        self._posted.clear()
+        self._done.clear()
+
+    def send(self, index: int, step: int, payload: memoryview) -> None:
+        """Start sending a record to member ``index``; :meth:`flush` waits for it to leave.
+
+        The payload's memory must stay unchanged until then.
+        """
+        peer = self._peers[index]
+        header = memoryview(HEADER.pack(self.operation, step, *self.fingerprint,
+                                        payload.nbytes))
+        if peer.out:
+            peer.out.append(header)
+            peer.out.append(payload)
+            return
+        try:
+            sent = peer.sock.sendmsg([header, payload])
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            raise LinkClosed(index, f"failed: {exc}") from None
+        if sent < header.nbytes:
+            peer.out.append(header[sent:])
+            peer.out.append(payload)
+        elif sent < header.nbytes + payload.nbytes:
+            peer.out.append(payload[sent - header.nbytes:])
+        if peer.out:
+            self._want_write(peer)
+
+    def post(self, index: int, step: int, out: memoryview) -> None:
+        """Expect record ``step`` of this operation from member ``index``, into ``out``."""
+        key = (index, step)
+        early = self._early.pop((index, self.operation, step), None)
+        if early is not None:
+            self._fill(index, out, *early)
+            self._done.add(key)
+        else:
+            self._posted[key] = out
+
+    def received(self, index: int, step: int) -> bool:
+        """Whether the record posted for (``index``, ``step``) has arrived."""
+        return (index, step) in self._done
+
+    def wait_received(self, index: int, step: int) -> None:
+        """Block until the record posted for (``index``, ``step``) has arrived."""
+        key = (index, step)
+        self._wait(lambda: key in self._done, lambda: [index])
+
+    def flush(self) -> None:
+        """Block until every record sent has left this process."""
+        self._wait(lambda: not self._writing,
+                   lambda: [i for i, p in self._peers.items() if p.out])
+
+    def abort(self, operation: int, kind: int, rank: int, message: str = "") -> None:
+        """Tell every member, best effort, that this one gave up on ``operation``, and why."""
+        text = message.encode("utf-8", "replace")[:4096]
+        record = HEADER.pack(-operation, kind, rank, 0, 0, 0, 0, 0, len(text)) + text
+        for peer in self._peers.values():
+            try:
+                peer.sock.send(record)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        """Close every connection."""
+        for peer in self._peers.values():
+            peer.sock.close()
+        self._peers.clear()
+        self._by_fd.clear()
+
+    # -- waiting and moving bytes ----------------------------------------------------------
+
+    def _wait(self, ready: Callable[[], bool], waiting_for: Callable[[], list[int]]) -> None:
+        eager = self._eager_polls
+        while not ready():
+            self._write_some()
+            if eager:
+                # A small record often arrives within microseconds: look without
+                # sleeping first (a sleeping thread takes longer to wake).
+                eager -= 1
+                events = self._poll.poll(0)
+            else:
+                remaining = self.deadline - time.monotonic()
+                if remaining <= 0:
+                    raise LinksExpired(waiting_for())
+                events = self._poll.poll(min(remaining, CHECK_S) * 1000)
+                if not events:
+                    self.check(waiting_for())
+                    continue
+            for fd, event in events:
+                ready_peer = self._by_fd.get(fd)
+                if ready_peer is not None and event & (select.POLLIN | select.POLLERR |
+                                                       select.POLLHUP):
+                    self._read(ready_peer)
+
+    def _want_write(self, peer: _Peer) -> None:
+        fd = peer.sock.fileno()
+        if fd not in self._writing:
+            self._writing.add(fd)
+            self._poll.modify(fd, select.POLLIN | select.POLLOUT)
+
+    def _write_some(self) -> None:
+        for fd in list(self._writing):
+            peer = self._by_fd[fd]
+            while peer.out:
+                try:
+                    sent = peer.sock.sendmsg(list(peer.out)[:64])
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError as exc:
+                    raise LinkClosed(peer.index, f"failed: {exc}") from None
+                while sent and peer.out:
+                    head = peer.out[0]
+                    if sent >= head.nbytes:
+                        sent -= head.nbytes
+                        peer.out.popleft()
+                    else:
+                        peer.out[0] = head[sent:]
+                        sent = 0
+            if not peer.out:
+                self._writing.discard(fd)
+                self._poll.modify(fd, select.POLLIN)
+
+    def _read(self, peer: _Peer) -> None:
+        """Read what ``peer``'s socket holds (poll said it holds something), record by record.
+
+        Bytes go into the peer's read buffer with one recv, and records are cut
+        from it; a payload larger than the buffer is read straight into its
+        destination. Only a recv that filled the buffer is followed by another,
+        so a wait costs one system call per arrival, not an EAGAIN as well.
+        """
+        while True:
+            self._parse(peer)
+            target = peer.target
+            try:
+                if target is not None and target.nbytes - peer.target_got > READ_BYTES:
+                    got = peer.sock.recv_into(target[peer.target_got:])
+                    if got == 0:
+                        raise LinkClosed(peer.index, "was closed by the peer")
+                    peer.target_got += got
+                    if peer.target_got == target.nbytes:
+                        self._finish_record(peer)
+                    return
+                if peer.start:
+                    leftover = peer.end - peer.start
+                    peer.buffer[:leftover] = peer.buffer[peer.start:peer.end]
+                    peer.start, peer.end = 0, leftover
+                got = peer.sock.recv_into(memoryview(peer.buffer)[peer.end:])
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                raise LinkClosed(peer.index, f"broke: {exc}") from None
+            if got == 0:
+                raise LinkClosed(peer.index, "was closed by the peer")
+            peer.end += got
+            if peer.end < len(peer.buffer):
+                self._parse(peer)
+                return
+
+    def _parse(self, peer: _Peer) -> None:
+        """Cut the records (and parts of payloads) the read buffer holds."""
+        buffer = peer.buffer
+        while True:
+            if peer.target is None:
+                if peer.end - peer.start < HEADER.size:
+                    return
+                header = HEADER.unpack_from(buffer, peer.start)
+                peer.start += HEADER.size
+                self._start_record(peer, header)
+                continue
+            target = peer.target
+            take = min(peer.end - peer.start, target.nbytes - peer.target_got)
+            if take:
+                target[peer.target_got:peer.target_got + take] = \
+                    buffer[peer.start:peer.start + take]
+                peer.start += take
+                peer.target_got += take
+            if peer.target_got < target.nbytes:
+                return
+            self._finish_record(peer)
+
+    def _start_record(self, peer: _Peer, header: tuple[int, ...]) -> None:
+        """Decode a header; point the peer at where its payload goes."""
+        operation, step, *fingerprint, nbytes = header
+        if operation < 0:
+            peer.aborted = (-operation, step, fingerprint[0])
+            peer.target = memoryview(bytearray(nbytes))
+            peer.target_got = 0
+            if nbytes == 0:
+                self._finish_record(peer)
+            return
+        key = (peer.index, step)
+        posted = self._posted.get(key) if operation == self.operation else None
+        if posted is not None:
+            if tuple(fingerprint) != self.fingerprint or nbytes != posted.nbytes:
+                raise LinkMismatch(peer.index, tuple(fingerprint), nbytes)
+            peer.target = posted
+        else:
+            # A record of this operation must carry its fingerprint, posted or not
+            # (yet); one of an operation already over, or a step already received,
+            # was sent by a member that ran something else.
+            if operation < self.operation or (operation == self.operation and (
+                    key in self._done or tuple(fingerprint) != self.fingerprint)):
+                raise LinkMismatch(peer.index, tuple(fingerprint), nbytes)
+            peer.target = memoryview(bytearray(nbytes))
+        peer.key = (operation, step)
+        peer.fingerprint = tuple(fingerprint)
+        peer.target_got = 0
+        if nbytes == 0:
+            self._finish_record(peer)
+
+    def _finish_record(self, peer: _Peer) -> None:
+        target, peer.target = peer.target, None
+        assert target is not None
+        if peer.aborted is not None:
+            operation, kind, rank = peer.aborted
+            raise LinkAborted(peer.index, operation, kind, rank,
+                              bytes(target).decode("utf-8", "replace"))
+        operation, step = peer.key
+        key = (peer.index, step)
+        posted = self._posted.pop(key, None) if operation == self.operation else None
+        if posted is None:
+            self._early[(peer.index, operation, step)] = (peer.fingerprint, bytes(target))
+            return
+        if posted is not target:
+            # It began arriving before its receive was posted (while this member
+            # was still in an earlier operation): it went to a buffer of its own.
+            self._fill(peer.index, posted, peer.fingerprint, bytes(target))
+        self._done.add(key)
+
+    def _fill(self, index: int, out: memoryview, fingerprint: tuple[int, ...],
+              payload: bytes) -> None:
+        """Copy a record kept aside into its receive, once it is checked like any other."""
+        if fingerprint != self.fingerprint or len(payload) != out.nbytes:
+            raise LinkMismatch(index, fingerprint, len(payload))
+        out[:] = payload
+
+
+# -- opening the links (on the event loop, once per group) -----------------------------------
+
+
+def listen(host: str) -> socket.socket:
+    """A non-blocking listening socket on ``host``, any free port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.bind((host, 0))
+        sock.listen(64)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def dial(host: str, port: int, cookie: int, me: int) -> socket.socket:
+    """Connect to a member's listening socket and greet it with its cookie and our index."""
+    loop = asyncio.get_running_loop()
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        await loop.sock_connect(sock, (host, port))
+        await loop.sock_sendall(sock, _GREETING.pack(cookie, me))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def accept(server: socket.socket, cookie: int, expected: set[int]
+                 ) -> dict[int, socket.socket]:
+    """Accept one connection from every member index in ``expected``, checking greetings.
+
+    A connection whose greeting lacks this member's cookie (anything else that
+    found the port) is closed and ignored.
+    """
+    loop = asyncio.get_running_loop()
+    got: dict[int, socket.socket] = {}
+    while set(got) != expected:
+        sock, _ = await loop.sock_accept(server)
+        try:
+            sock.setblocking(False)
+            greeting = b""
+            while len(greeting) < _GREETING.size:
+                chunk = await loop.sock_recv(sock, _GREETING.size - len(greeting))
+                if not chunk:
+                    break
+                greeting += chunk
+            if len(greeting) == _GREETING.size:
+                theirs, index = _GREETING.unpack(greeting)
+                if theirs == cookie and index in expected and index not in got:
+                    got[index] = sock
+                    continue
+        except OSError:
+            pass
+        sock.close()
+    return got
+
+
+def as_bytes(array: np.ndarray) -> memoryview:
+    """The bytes of a contiguous array, as a memoryview."""
+    return memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]

@@ -1,0 +1,175 @@
+"""DirectLinks: a group's own blocking connections, members as threads over loopback TCP.
+
+What is tested is the record protocol and its waits: matching by (member,
+step), records of an operation not reached yet kept, large records both
+ways at once without blocking each other, and every way a wait ends early
+(a closed connection, an ABORT record, a record of another operation, the
+deadline, the failure check).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from asyncoll._transport.direct import (
+    DirectLinks,
+    LinkAborted,
+    LinkClosed,
+    LinkMismatch,
+    LinksExpired,
+    as_bytes,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+FINGERPRINT = (1, 2, 3, 0, -1, 10)
+
+
+def pair() -> tuple[DirectLinks, DirectLinks]:
+    """Links of member 0 and member 1 to each other."""
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    accepted, _ = server.accept()
+    server.close()
+    return DirectLinks({1: client}), DirectLinks({0: accepted})
+
+
+def both(first, second) -> list[object]:
+    """Run first() and second() on two threads; return their results (or errors)."""
+    results: list[object] = [None, None]
+
+    def one(index, call):
+        try:
+            results[index] = call()
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            results[index] = exc
+
+    threads = [threading.Thread(target=one, args=(i, c)) for i, c in enumerate((first, second))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not any(thread.is_alive() for thread in threads), "a member is stuck"
+    return results
+
+
+def stamp(links: DirectLinks, operation: int, seconds: float = 20.0, check=None,
+          fingerprint=FINGERPRINT) -> None:
+    links.stamp(operation, fingerprint, time.monotonic() + seconds,
+                check or (lambda waiting_for: None))
+
+
+def exchange(links: DirectLinks, peer: int, operation: int, payload: np.ndarray,
+             out: np.ndarray) -> np.ndarray:
+    stamp(links, operation)
+    links.post(peer, 0, as_bytes(out))
+    links.send(peer, 0, as_bytes(payload))
+    links.wait_received(peer, 0)
+    links.flush()
+    return out
+
+
+def test_large_records_both_ways_at_once_do_not_block_each_other():
+    a, b = pair()
+    size = 4 << 20  # far past the sockets' buffers
+    data = [np.full(size, i + 1, np.uint8) for i in range(2)]
+    outs = [np.zeros(size, np.uint8) for _ in range(2)]
+    got = both(lambda: exchange(a, 1, 1, data[0], outs[0]),
+               lambda: exchange(b, 0, 1, data[1], outs[1]))
+    assert (got[0] == 2).all() and (got[1] == 1).all()
+
+
+def test_a_peer_running_ahead_has_its_records_kept_for_the_next_operation():
+    a, b = pair()
+
+    def fast():
+        for k in (1, 2, 3):
+            stamp(a, k)
+            a.send(1, 0, as_bytes(np.full(3, k, np.int64)))
+        a.flush()
+
+    def slow():
+        time.sleep(0.2)  # every record is here before its receive is posted
+        got = []
+        for k in (1, 2, 3):
+            stamp(b, k)
+            out = np.zeros(3, np.int64)
+            b.post(0, 0, as_bytes(out))
+            b.wait_received(0, 0)
+            got.append(int(out[0]))
+        return got
+
+    assert both(fast, slow)[1] == [1, 2, 3]
+
+
+def test_a_record_of_another_operation_is_a_mismatch():
+    a, b = pair()
+
+    def sender():
+        stamp(a, 1, fingerprint=(9, 9, 9, 0, -1, 10))
+        a.send(1, 0, as_bytes(np.zeros(10, np.uint8)))
+        a.flush()
+
+    def receiver():
+        stamp(b, 1)
+        b.post(0, 0, as_bytes(np.zeros(10, np.uint8)))
+        b.wait_received(0, 0)
+
+    error = both(sender, receiver)[1]
+    assert isinstance(error, LinkMismatch) and error.index == 0 and error.theirs[0] == 9
+
+
+def test_closed_connection_abort_record_deadline_and_check_end_a_wait():
+    a, b = pair()
+    stamp(b, 1)
+    b.post(0, 0, as_bytes(np.zeros(4, np.uint8)))
+    a.abort(1, 2, 7)
+    with pytest.raises(LinkAborted) as aborted:
+        b.wait_received(0, 0)
+    assert (aborted.value.index, aborted.value.operation, aborted.value.kind,
+            aborted.value.rank) == (0, 1, 2, 7)
+
+    a, b = pair()
+    stamp(b, 1, seconds=0.2)
+    b.post(0, 0, as_bytes(np.zeros(4, np.uint8)))
+    with pytest.raises(LinksExpired) as expired:
+        b.wait_received(0, 0)
+    assert expired.value.waiting_for == [0]
+
+    class Lost(Exception):
+        pass
+
+    def check(waiting_for):
+        raise Lost(waiting_for)
+
+    stamp(b, 2, seconds=3600, check=check)  # only the check can end this wait
+    b.post(0, 1, as_bytes(np.zeros(4, np.uint8)))
+    with pytest.raises(Lost):
+        b.wait_received(0, 1)
+
+    a.close()
+    stamp(b, 3)
+    b.post(0, 0, as_bytes(np.zeros(4, np.uint8)))
+    with pytest.raises(LinkClosed, match="closed by the peer"):
+        b.wait_received(0, 0)
+
+
+def test_a_record_kept_for_later_is_checked_when_its_receive_is_posted():
+    a, b = pair()
+    stamp(a, 2, fingerprint=(9, 9, 9, 0, -1, 10))  # a runs ahead into another operation
+    a.send(1, 0, as_bytes(np.zeros(10, np.uint8)))
+    a.flush()
+    stamp(b, 1)
+    b.post(0, 5, as_bytes(np.zeros(1, np.uint8)))
+    with pytest.raises(LinksExpired):  # reads (and keeps) a's record while it waits
+        stamp(b, 1, seconds=0.1)
+        b.wait_received(0, 5)
+    stamp(b, 2)
+    with pytest.raises(LinkMismatch) as mismatch:
+        b.post(0, 0, as_bytes(np.zeros(10, np.uint8)))
+    assert mismatch.value.theirs[0] == 9
