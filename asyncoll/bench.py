@@ -18,8 +18,8 @@ failed; each size is checked once before it is timed).
 Systems: ``asyncoll`` with its default paths (shared memory between ranks
 on one host, unless ASYNCOLL_SHM=0: small and medium collectives in each
 caller's thread through a group arena, larger ones through rings),
-``asyncoll-noarena`` (the same without arenas: every operation through
-the event loop thread), ``asyncoll-tcp`` (loopback TCP only), ``gloo``
+``asyncoll-loop`` (the same with both calling-thread paths off: every
+operation through the event loop thread, as before they existed), ``asyncoll-tcp`` (loopback TCP only), ``gloo``
 (torch.distributed over loopback TCP; needs torch) and
 ``mpi`` (Open MPI through mpi4py, started with mpirun; it uses shared
 memory on one host). ``--plot`` needs matplotlib (``pip install
@@ -53,12 +53,12 @@ BUS_FACTORS: dict[str, Callable[[int], float]] = {
     "barrier": lambda n: 0.0,  # moves no data: one row of size 0, whatever --sizes says
 }
 #: asyncoll with its default paths (a shared-memory arena and rings between
-#: same-host ranks), asyncoll without arenas (ASYNCOLL_ARENA_BYTES=0: every
-#: operation through the event loop), asyncoll over TCP only, and the
-#: systems to compare with.
-SYSTEMS = ("asyncoll", "asyncoll-noarena", "asyncoll-tcp", "gloo", "mpi")
+#: same-host ranks), asyncoll with no calling-thread path (no arena, no direct
+#: links: every operation through the event loop), asyncoll over TCP only,
+#: and the systems to compare with.
+SYSTEMS = ("asyncoll", "asyncoll-loop", "asyncoll-tcp", "gloo", "mpi")
 #: The environment each asyncoll system's ranks get.
-_SYSTEM_ENV = {"asyncoll-noarena": {"ASYNCOLL_ARENA_BYTES": "0"},
+_SYSTEM_ENV = {"asyncoll-loop": {"ASYNCOLL_ARENA_BYTES": "0", "ASYNCOLL_LINKS_BYTES": "0"},
                "asyncoll-tcp": {"ASYNCOLL_SHM": "0"}}
 COLUMNS = ("system", "ranks", "collective", "size", "count", "type", "redop", "root",
            "time_us", "algbw_GBps", "busbw_GBps", "wrong")

@@ -42,17 +42,18 @@ def cluster(*args: str) -> str:
     return result.stdout
 
 
-def run(system: str, hosts: int, forwarded: list[str], timeout: float) -> list[dict[str, object]]:
+def run(system: str, hosts: int, forwarded: list[str], timeout: float,
+        python: str = sys.executable) -> list[dict[str, object]]:
     """One run of ``system``: rank i in host i; rank 0's rows."""
     procs = []
     for rank in range(hosts):
         env = {**ENV, "RANK": str(rank), "WORLD_SIZE": str(hosts), "MASTER_ADDR": f"{NET}.1",
                "MASTER_PORT": str(PORT), "PYTHONUNBUFFERED": "1"}
-        if system == "asyncoll-noarena":
-            env["ASYNCOLL_ARENA_BYTES"] = "0"
+        if system == "asyncoll-loop":  # no calling-thread path: through the event loop
+            env.update(ASYNCOLL_ARENA_BYTES="0", ASYNCOLL_LINKS_BYTES="0")
         worker = "asyncoll" if system.startswith("asyncoll") else system
         procs.append(subprocess.Popen(
-            ["bash", str(SCRIPT), "exec", str(rank), sys.executable, "-m", "asyncoll.bench",
+            ["bash", str(SCRIPT), "exec", str(rank), python, "-m", "asyncoll.bench",
              *forwarded, "--worker", worker], env=env, text=True,
             stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL))
     rows = []
@@ -82,8 +83,13 @@ def main() -> int:
     parser.add_argument("--sizes", default="4,1K,64K,1M")
     parser.add_argument("--target-s", default="1.0")
     parser.add_argument("--rate", help="egress limit of every host, e.g. 1gbit (tbf)")
+    parser.add_argument("--python", default=sys.executable,
+                        help="the interpreter whose asyncoll the ranks run (another "
+                        "version's venv, to compare two in one sitting)")
+    parser.add_argument("--label", default="asyncoll",
+                        help="the name of the asyncoll rows (say, which version)")
     parser.add_argument("--compare", action="append", default=[],
-                        choices=["asyncoll-noarena", "gloo"])
+                        choices=["asyncoll-loop", "gloo"])
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("cross_host.py needs root (network namespaces)")
@@ -99,7 +105,9 @@ def main() -> int:
               + (f", egress {args.rate} per host" if args.rate else ""))
         print("# " + " ".join(f"{c:>12}" for c in COLUMNS))
         for system in ("asyncoll", *args.compare):
-            for row in run(system, args.hosts, forwarded, 1800):
+            for row in run(system, args.hosts, forwarded, 1800, args.python):
+                if system == "asyncoll":
+                    row["system"] = args.label
                 print("  " + " ".join(f"{row[c]!s:>12}" for c in COLUMNS), flush=True)
     finally:
         cluster("down")
