@@ -194,6 +194,8 @@ class Arena:
         # Views of every slot by (set, dtype, count): operations on one array reuse them.
         self._views: dict[tuple[int, np.dtype, int], list[np.ndarray]] = {}
         self._words[self._mine + PID] = os.getpid()
+        #: The fingerprint object last written in each set's field, by identity.
+        self._written: list[Sequence[int] | None] = [None, None]
 
     def slots(self, operation: int, dtype: np.dtype, count: int) -> list[np.ndarray]:
         """Every member's slot for ``operation`` (its set alternates), the first
@@ -214,9 +216,13 @@ class Arena:
         goes in its set's field.
         """
         words, mine = self._words, self._mine
-        start = mine + FINGERPRINTS[((phase + 1) // 2) & 1]
-        for offset, value in enumerate(fingerprint, start=start):
-            words[offset] = value
+        which = ((phase + 1) // 2) & 1
+        if self._written[which] is not fingerprint:
+            # Written two operations ago and unchanged: repeated calls skip this.
+            start = mine + FINGERPRINTS[which]
+            for offset, value in enumerate(fingerprint, start=start):
+                words[offset] = value
+            self._written[which] = fingerprint
         words[mine + PUBLISHED] = phase
 
     def all_at_least(self, field: int, phase: int) -> Poll:
