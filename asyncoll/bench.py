@@ -19,10 +19,10 @@ Systems: ``asyncoll`` with its default paths (shared memory between ranks
 on one host, unless ASYNCOLL_SHM=0: small and medium collectives in each
 caller's thread through a group arena, larger ones through rings),
 ``asyncoll-loop`` (the same with both calling-thread paths off: every
-operation through the event loop thread, as before they existed), ``asyncoll-tcp`` (loopback TCP only), ``gloo``
-(torch.distributed over loopback TCP; needs torch) and
-``mpi`` (Open MPI through mpi4py, started with mpirun; it uses shared
-memory on one host). ``--plot`` needs matplotlib (``pip install
+operation through the event loop thread, as before they existed),
+``asyncoll-tcp`` (loopback TCP only), ``gloo`` (torch.distributed over
+loopback TCP; needs torch) and ``mpi`` (Open MPI through mpi4py, started
+with mpirun; it uses shared memory on one host). ``--plot`` needs matplotlib (``pip install
 asyncoll[plot]``).
 """
 

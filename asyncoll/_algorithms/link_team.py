@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from asyncoll._algorithms.team import CHECK_STEP
+from asyncoll._algorithms.team import CHECK_STEP, STEPS_PER_PHASE
 from asyncoll._transport.base import Consumer
 from asyncoll._transport.direct import DirectLinks, as_bytes
 
@@ -42,18 +42,27 @@ class _Received:
 class LinkTeam:
     """One operation's members over direct links (Team's vocabulary, blocking)."""
 
-    def __init__(self, links: DirectLinks, ranks: Sequence[int], me: int) -> None:
+    def __init__(self, links: DirectLinks, ranks: Sequence[int], me: int,
+                 first_step: int = 0) -> None:
         self.links = links
         self.ranks = tuple(ranks)
         self.size = len(self.ranks)
         self.me = me
+        self.first_step = first_step
         self._sent_to: set[int] = set()
         self._received_from: set[int] = set()
+
+    def phase(self, index: int) -> LinkTeam:
+        """A team for the ``index``-th algorithm of a composite operation (as Team's)."""
+        team = LinkTeam(self.links, self.ranks, self.me,
+                        self.first_step + index * STEPS_PER_PHASE)
+        team._sent_to, team._received_from = self._sent_to, self._received_from
+        return team
 
     def send(self, index: int, step: int, array: np.ndarray) -> None:
         """Start sending ``array`` to member ``index``; flush() waits for it."""
         self._sent_to.add(index)
-        self.links.send(index, step, as_bytes(array))
+        self.links.send(index, self.first_step + step, as_bytes(array))
 
     def recv(self, index: int, step: int, out: np.ndarray,
              consume: Consumer | None = None) -> _Received:
@@ -63,8 +72,8 @@ class LinkTeam:
         """
         room = as_bytes(out)
         self._received_from.add(index)
-        self.links.post(index, step, room)
-        return _Received(self.links, index, step, room, consume)
+        self.links.post(index, self.first_step + step, room)
+        return _Received(self.links, index, self.first_step + step, room, consume)
 
     async def flush(self) -> None:
         """Wait until every send started so far has left this process."""

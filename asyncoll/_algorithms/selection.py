@@ -37,10 +37,33 @@ chosen the same way (anchor benchmark at 1, 16 and 64 MiB, 2 ranks, with
 64 KiB, 256 KiB, 1 MiB, 4 MiB and unsegmented): 64 KiB segments cost up to
 1.6x at 64 MiB in per-frame overhead; 4 MiB was the steadiest.
 
+The calling-thread paths (issue 13) were measured the same way, 2026-12-01,
+float32 SUM all_reduce, median microseconds (max over ranks), forced against
+the default of the loop's algorithms:
+
+    arena (same host)   2 ranks: arena / loop    4 ranks: arena / loop
+       1 MiB                 306 / 267                785 / 779
+       2 MiB                 681 / 1239              1466 / 4562
+       4 MiB                1341 / 1470              2782 / 7635
+       8 MiB                2502 / 1939              5796 / 11767
+    links (2 namespace hosts, unlimited veth): links / loop
+      16 KiB      70 / 116         1 MiB     480 / 722
+     256 KiB     143 / 299         4 MiB    1721 / 2699
+
+The arena wins to 4 MiB on 2 ranks and past 8 MiB on 4, but its slots (two
+per member) are reserved in /dev/shm, whose docker default is 64 MB: the
+default slot stays 1 MiB, which bounds the arena's sizes (raise
+ASYNCOLL_ARENA_BYTES to 4 MiB on a host with room). Direct links run the
+loop's own algorithm for the size (the ring from 1 MiB), so they move the
+same bytes and only skip the loop's thread: all_reduce takes them to their
+default capacity, 4 MiB (the other collectives to 1 MiB, not measured
+beyond).
+
 ``ASYNCOLL_ALGORITHM`` forces a choice, for tests and benchmarks: a comma-
 separated list of ``collective=algorithm`` pairs or bare algorithm names
 (a bare name applies to every collective that has it), e.g.
-``ASYNCOLL_ALGORITHM=ring`` or ``all_reduce=recursive_doubling,broadcast=chain``.
+``ASYNCOLL_ALGORITHM=ring`` or ``all_reduce=recursive_doubling,broadcast=chain``;
+``arena`` and ``links`` force the calling-thread paths.
 """
 
 from __future__ import annotations
@@ -70,8 +93,8 @@ FAST_PATHS = (ARENA, LINKS)
 UP_TO_BYTES: dict[str, dict[str, int]] = {
     ARENA: {"all_reduce": 1 << 20, "broadcast": 1 << 20, "reduce": 1 << 20,
             "all_gather": 1 << 20, "reduce_scatter": 1 << 20, "barrier": 0},
-    LINKS: {"all_reduce": 64 << 10, "broadcast": 64 << 10, "reduce": 64 << 10,
-            "all_gather": 64 << 10, "barrier": 0},
+    LINKS: {"all_reduce": 4 << 20, "broadcast": 1 << 20, "reduce": 1 << 20,
+            "all_gather": 1 << 20, "barrier": 0},
 }
 #: The arena's all-reduce splits the reduction among the members from this size.
 ARENA_SPLIT_FROM_BYTES = 32 << 10
