@@ -55,6 +55,9 @@ def run(system: str, hosts: int, forwarded: list[str], timeout: float,
         procs.append(subprocess.Popen(
             ["bash", str(SCRIPT), "exec", str(rank), python, "-m", "asyncoll.bench",
              *forwarded, "--worker", worker], env=env, text=True,
+            # Not this checkout's directory: `-m` would import its asyncoll
+            # first, whatever version the interpreter has installed.
+            cwd="/",
             stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL))
     rows = []
     try:
