@@ -286,8 +286,14 @@ class GroupCore:
                         f"{_ranks_phrase([self.ranks[i] for i in behind])}. "
                         f"{timed_out_words(limit)}")
                 fast.abandon(current, error or exc)
+                cause = error.__cause__ if error is not None else None
+                if isinstance(error, GroupBrokenError) and isinstance(cause, AsyncollError):
+                    # The path learned of an earlier failure the group layer has not
+                    # heard of: make it the group's sticky error, on every member.
+                    self._session.call_soon(self._session.faults.abort, self.group_id, seq,
+                                            cause, self.ranks)
                 if error is not None:
-                    raise error from None
+                    raise error from cause
                 raise
         finally:
             fast.lock.release()

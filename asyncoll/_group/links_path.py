@@ -253,6 +253,19 @@ class GroupLinks:
             assert step is not None
             rank, me = self._ranks[exc.index], self._session.rank
             theirs = Fingerprint(*exc.theirs)
+            if exc.operation < step.operation:
+                # Sent for an operation this rank completed without it: the ranks
+                # were out of step then, and the group has been broken since.
+                described = ", ".join(f"{k} {v}" for k, v in theirs.fields().items())
+                stale = MismatchError(
+                    f"rank {rank} sent data for operation #{exc.operation} of group "
+                    f"{self._group_id} ({described}), which this rank completed without "
+                    "expecting it: the ranks called different collectives, or passed "
+                    "different roots")
+                broken = broken_by(f"group {self._group_id} (ranks {list(self._ranks)})",
+                                   stale)
+                broken.__cause__ = stale
+                return broken
             differences = "; ".join(step.fingerprint.differences(theirs, me, rank)) or (
                 f"a record of {exc.nbytes} bytes")
             return MismatchError(

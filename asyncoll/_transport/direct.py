@@ -74,11 +74,14 @@ class LinksExpired(Exception):
 
 
 class LinkMismatch(Exception):
-    """Member ``index`` sent a record of another operation (``theirs``: its fingerprint)."""
+    """Member ``index`` sent a record of another operation: ``theirs`` is its
+    fingerprint, ``operation`` the number it carried."""
 
-    def __init__(self, index: int, theirs: tuple[int, ...], nbytes: int) -> None:
+    def __init__(self, index: int, theirs: tuple[int, ...], nbytes: int,
+                 operation: int) -> None:
         super().__init__(f"member {index} sent a record of another operation")
         self.index, self.theirs, self.nbytes = index, theirs, nbytes
+        self.operation = operation
 
 
 class _Peer:
@@ -339,7 +342,7 @@ class DirectLinks:
         posted = self._posted.get(key) if operation == self.operation else None
         if posted is not None:
             if tuple(fingerprint) != self.fingerprint or nbytes != posted.nbytes:
-                raise LinkMismatch(peer.index, tuple(fingerprint), nbytes)
+                raise LinkMismatch(peer.index, tuple(fingerprint), nbytes, operation)
             peer.target = posted
         else:
             # A record of this operation must carry its fingerprint, posted or not
@@ -347,7 +350,7 @@ class DirectLinks:
             # was sent by a member that ran something else.
             if operation < self.operation or (operation == self.operation and (
                     key in self._done or tuple(fingerprint) != self.fingerprint)):
-                raise LinkMismatch(peer.index, tuple(fingerprint), nbytes)
+                raise LinkMismatch(peer.index, tuple(fingerprint), nbytes, operation)
             peer.target = memoryview(bytearray(nbytes))
         peer.key = (operation, step)
         peer.fingerprint = tuple(fingerprint)
@@ -378,7 +381,7 @@ class DirectLinks:
               payload: bytes) -> None:
         """Copy a record kept aside into its receive, once it is checked like any other."""
         if fingerprint != self.fingerprint or len(payload) != out.nbytes:
-            raise LinkMismatch(index, fingerprint, len(payload))
+            raise LinkMismatch(index, fingerprint, len(payload), self.operation)
         out[:] = payload
 
 

@@ -85,6 +85,32 @@ def launch(node: int, job: str, *probe_args: str, env: dict[str, str] | None = N
                    COORDINATOR, "--job-id", job, str(PROBE), *probe_args, env=env)
 
 
+def fail_host(procs: list[subprocess.Popen[str]], host: int, action: str,
+              survivors: tuple[int, ...]) -> tuple[float, list[re.Match[str]]]:
+    """Once every workers/survivor.py rank is READY, ``action`` ("cut" or "crash")
+    ``host``; return when, and how each rank of ``survivors`` failed (its FAILED line)."""
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+        time.sleep(0.3)
+        at = time.time()
+        cluster(action, str(host))
+        outcomes = [finish(procs[rank], timeout=30) for rank in survivors]
+    finally:
+        cluster("crash", str(host))  # kill what runs on the host, then replug it
+        cluster("heal", str(host))
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            finish(proc, timeout=10)
+    failures = []
+    for code, out, err in outcomes:
+        match = re.search(r"FAILED (\w+) rank=(-?\d+) at=([\d.]+) (.*)", out)
+        assert code == 0 and match, out + err
+        failures.append(match)
+    return at, failures
+
+
 def test_all_reduce_across_three_hosts(hosts):
     outcomes = [finish(p) for p in [launch(node, "world") for node in range(3)]]
     for code, out, err in outcomes:
@@ -157,23 +183,8 @@ def test_host_cut_off_is_declared_lost_within_the_heartbeat_deadline(hosts):
     procs = [on_host(rank + 1, sys.executable, str(SURVIVOR), COORDINATOR, "3", str(rank),
                      "cut", "1000000", env={"ASYNCOLL_HEARTBEAT_TIMEOUT": str(heartbeat)})
              for rank in range(3)]
-    try:
-        for proc in procs:
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
-        time.sleep(0.3)
-        cut_at = time.time()
-        cluster("cut", "3")
-        outcomes = [finish(procs[rank], timeout=30) for rank in (0, 1)]
-    finally:
-        cluster("crash", "3")  # kill what runs on the cut host, then replug it
-        cluster("heal", "3")
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            finish(proc, timeout=10)
-    for code, out, err in outcomes:
-        match = re.search(r"FAILED (\w+) rank=(-?\d+) at=([\d.]+) (.*)", out)
-        assert code == 0 and match, out + err
+    cut_at, failures = fail_host(procs, 3, "cut", survivors=(0, 1))
+    for match in failures:
         assert match[1] == "PeerLostError" and match[2] == "2", match[0]
         assert "on host acl3" in match[4], match[4]
         assert float(match[3]) - cut_at < heartbeat + 2.0, float(match[3]) - cut_at
@@ -184,20 +195,6 @@ def test_host_crash_while_the_others_wait_on_direct_links_names_the_lost_rank(ho
     # thread; host acl2 (rank 1) crashes: every process on it is killed.
     procs = [on_host(rank + 1, sys.executable, str(SURVIVOR), COORDINATOR, "3", str(rank),
                      "links-crash", "256") for rank in range(3)]
-    try:
-        for proc in procs:
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
-        time.sleep(0.3)
-        cluster("crash", "2")
-        outcomes = [finish(procs[rank], timeout=30) for rank in (0, 2)]
-    finally:
-        cluster("heal", "2")
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            finish(proc, timeout=10)
-    for code, out, err in outcomes:
-        match = re.search(r"FAILED (\w+) rank=(-?\d+) at=([\d.]+) (.*)", out)
-        assert code == 0 and match, out + err
+    _, failures = fail_host(procs, 2, "crash", survivors=(0, 2))
+    for match in failures:
         assert match[1] == "PeerLostError" and match[2] == "1", match[0]
-

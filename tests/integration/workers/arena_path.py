@@ -78,9 +78,10 @@ if mode in ("paths", "nowhere"):
     work = dist.all_reduce(x, async_op=True)
     print(f"RESULT {rank} async_done_at_return={work.is_completed()}", flush=True)
     work.wait()
-    # An all_reduce on the loop (too large for the arena), then a blocking
-    # broadcast of a slice of its array: the broadcast must come second.
-    big = np.full(1 << 20, rank + 1, np.float32)
+    # An all_reduce on the loop (8 MiB: too large for the arena's 1 MiB and
+    # for direct links' 4 MiB), then a blocking broadcast of a slice of its
+    # array: the broadcast must come second.
+    big = np.full(1 << 21, rank + 1, np.float32)
     work = dist.all_reduce(big, async_op=True)
     dist.broadcast(big[:16], src=0)
     work.wait()
