@@ -102,6 +102,8 @@ class _Peer:
         self.fingerprint: tuple[int, ...] = ()
         #: (operation, error kind, rank named) of an ABORT record being read.
         self.aborted: tuple[int, int, int] | None = None
+        #: Why the connection ended, once it has.
+        self.closed: str | None = None
 
 
 class DirectLinks:
@@ -126,6 +128,8 @@ class DirectLinks:
         self._writing: set[int] = set()
         for fd in self._by_fd:
             self._poll.register(fd, select.POLLIN)
+        #: Whether some connection has ended (see _closed).
+        self._gone = False
         #: The operation now running, its fingerprint, and the receives it posted.
         self.operation = 0
         self.fingerprint: tuple[int, ...] = ()
@@ -156,6 +160,8 @@ class DirectLinks:
         The payload's memory must stay unchanged until then.
         """
         peer = self._peers[index]
+        if peer.closed is not None:
+            raise LinkClosed(index, peer.closed)
         header = memoryview(HEADER.pack(self.operation, step, *self.fingerprint,
                                         payload.nbytes))
         if peer.out:
@@ -222,6 +228,7 @@ class DirectLinks:
     def _wait(self, ready: Callable[[], bool], waiting_for: Callable[[], list[int]]) -> None:
         eager = self._eager_polls
         while not ready():
+            self._fail_if_gone(waiting_for)
             self._write_some()
             if eager:
                 # A small record often arrives within microseconds: look without
@@ -241,6 +248,28 @@ class DirectLinks:
                 if ready_peer is not None and event & (select.POLLIN | select.POLLERR |
                                                        select.POLLHUP):
                     self._read(ready_peer)
+        self._fail_if_gone(waiting_for)
+
+    def _fail_if_gone(self, waiting_for: Callable[[], list[int]]) -> None:
+        """Raise LinkClosed if a member the wait is for has closed its connection."""
+        if self._gone:
+            for index in waiting_for():
+                reason = self._peers[index].closed
+                if reason is not None:
+                    raise LinkClosed(index, reason)
+
+    def _closed(self, peer: _Peer, reason: str) -> None:
+        """``peer``'s connection ended: only a wait for that peer fails of it.
+
+        A member that finished the group's last operation may close before the
+        others have, and they must still finish theirs with the rest.
+        """
+        if peer.closed is None:
+            peer.closed = reason
+            self._gone = True
+            fd = peer.sock.fileno()
+            self._writing.discard(fd)
+            self._poll.unregister(fd)
 
     def _want_write(self, peer: _Peer) -> None:
         fd = peer.sock.fileno()
@@ -285,7 +314,8 @@ class DirectLinks:
                 if target is not None and target.nbytes - peer.target_got > READ_BYTES:
                     got = peer.sock.recv_into(target[peer.target_got:])
                     if got == 0:
-                        raise LinkClosed(peer.index, "was closed by the peer")
+                        self._closed(peer, "was closed by the peer")
+                        return
                     peer.target_got += got
                     if peer.target_got == target.nbytes:
                         self._finish_record(peer)
@@ -298,9 +328,11 @@ class DirectLinks:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                raise LinkClosed(peer.index, f"broke: {exc}") from None
+                self._closed(peer, f"broke: {exc}")
+                return
             if got == 0:
-                raise LinkClosed(peer.index, "was closed by the peer")
+                self._closed(peer, "was closed by the peer")
+                return
             peer.end += got
             if peer.end < len(peer.buffer):
                 self._parse(peer)

@@ -173,3 +173,34 @@ def test_a_record_kept_for_later_is_checked_when_its_receive_is_posted():
     with pytest.raises(LinkMismatch) as mismatch:
         b.post(0, 0, as_bytes(np.zeros(10, np.uint8)))
     assert mismatch.value.theirs[0] == 9
+
+
+def test_a_member_that_closed_fails_only_waits_for_it():
+    # Member 2 sent its last record and closed (it finished the group's last
+    # operation first); member 0 still waits for member 1, and must get it.
+    server = socket.create_server(("127.0.0.1", 0))
+    to_1 = socket.create_connection(server.getsockname())
+    from_0, _ = server.accept()
+    to_2 = socket.create_connection(server.getsockname())
+    from_0_at_2, _ = server.accept()
+    server.close()
+    zero = DirectLinks({1: to_1, 2: to_2})
+    one, two = DirectLinks({0: from_0}), DirectLinks({0: from_0_at_2})
+    for links in (zero, one, two):
+        stamp(links, 1)
+    two.send(0, 0, as_bytes(np.full(2, 2, np.int64)))
+    two.flush()
+    two.close()
+    from_two, from_one = np.zeros(2, np.int64), np.zeros(2, np.int64)
+    zero.post(2, 0, as_bytes(from_two))
+    zero.post(1, 0, as_bytes(from_one))
+    zero.wait_received(2, 0)
+    time.sleep(0.1)  # member 2's end of stream is there to be read
+    one.send(0, 0, as_bytes(np.full(2, 1, np.int64)))
+    one.flush()
+    zero.wait_received(1, 0)
+    assert (from_two == 2).all() and (from_one == 1).all()
+    stamp(zero, 2)
+    zero.post(2, 0, as_bytes(np.zeros(2, np.int64)))
+    with pytest.raises(LinkClosed, match="closed by the peer"):
+        zero.wait_received(2, 0)
