@@ -27,10 +27,12 @@ FAILED = re.compile(r"FAILED (\w+) rank=(-?\d+) at=([\d.]+) (.*)")
 
 def start_job(daemon: Daemon, world_size: int, job: str, elements: int,
               env: dict[str, str] | None = None) -> list[subprocess.Popen[str]]:
+    # "linger": a survivor stays in the job after failing until its stdin
+    # closes, so no survivor leaving is what another one sees first.
     procs = [subprocess.Popen([sys.executable, str(WORKERS / "survivor.py"), daemon.address,
-                               str(world_size), str(rank), job, str(elements)],
-                              env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+                               str(world_size), str(rank), job, str(elements), "linger"],
+                              env={**os.environ, **(env or {})}, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for rank in range(world_size)]
     for proc in procs:
         assert proc.stdout is not None
@@ -41,14 +43,22 @@ def start_job(daemon: Daemon, world_size: int, job: str, elements: int,
 
 def outcomes(procs: list[subprocess.Popen[str]], victim: int
              ) -> dict[int, tuple[str, int, float, str]]:
-    """(error class, rank named, time of failure, message) of every survivor."""
-    result = {}
+    """(error class, rank named, time of failure, message) of every survivor.
+
+    Every survivor's FAILED line is read before any is let go (its stdin
+    closed): a survivor that left the job early could be the failure another
+    one sees, instead of the lost peer.
+    """
+    lines = {}
     for rank, proc in enumerate(procs):
-        if rank == victim:
-            continue
-        code, out, err = finish(proc, timeout=60)
-        match = FAILED.search(out)
-        assert code == 0 and match, f"rank {rank} exited {code}:\n{out}\n{err}"
+        if rank != victim:
+            assert proc.stdout is not None
+            lines[rank] = proc.stdout.readline()  # bounded: the test's own timeout
+    result = {}
+    for rank, line in lines.items():
+        code, out, err = finish(procs[rank], timeout=60)
+        match = FAILED.search(line + out)
+        assert code == 0 and match, f"rank {rank} exited {code}:\n{line}{out}\n{err}"
         result[rank] = (match[1], int(match[2]), float(match[3]), match[4])
     return result
 

@@ -1,10 +1,13 @@
 """A rank that all_reduces a large array in a loop until the job fails, then says how.
 
-Usage: survivor.py COORDINATOR WORLD_SIZE RANK JOB ELEMENTS
+Usage: survivor.py COORDINATOR WORLD_SIZE RANK JOB ELEMENTS [linger]
 
 Prints "READY" after its first all_reduce, then on failure one line
 "FAILED <error class> rank=<rank named> at=<unix time> <message>" and exits
 0. Exits 3 if no failure came within 60 s (the test kills or stops a peer).
+With "linger", it leaves the job only once its stdin closes (the test has
+read every survivor's line): otherwise a survivor leaving could be what a
+slower one sees fail first.
 """
 
 import sys
@@ -30,6 +33,8 @@ except dist.AsyncollError as exc:
     error = exc.__cause__ if isinstance(exc, dist.GroupBrokenError) else exc
     named = getattr(error, "rank", -1)
     print(f"FAILED {type(error).__name__} rank={named} at={failed_at:.3f} {error}", flush=True)
+    if sys.argv[6:7] == ["linger"]:
+        sys.stdin.read()
     dist.destroy_process_group()
     sys.exit(0)
 sys.exit(3)
