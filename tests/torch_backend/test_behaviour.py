@@ -87,6 +87,13 @@ def test_async_work_and_its_torch_future_complete_with_the_tensor(reports):
     assert all(r["async"] == [True, True, True, [3.0] * 4, [3.0] * 4] for r in reports)
 
 
+def test_small_operations_complete_in_the_callers_thread_and_keep_call_order(reports):
+    # 3 ranks: 0 + 1 + 2 = 3. The broadcast of the large array's first elements,
+    # queued behind its all_reduce, carries the reduced value, not rank 0's own.
+    for r in reports:
+        assert r["fast_path"] == [True, [3.0] * 4, [3.0] * 3, 3.0], r["fast_path"]
+
+
 def test_refused_call_raises_asyncolls_error_from_the_torch_call(reports):
     for r in reports:
         assert r["refused_op"]["type"] == "asyncoll.errors.ConfigurationError"

@@ -104,6 +104,20 @@ def main() -> None:
     results["async"] = [work.wait(), work.is_completed(), work.is_success(),
                         value[0].tolist(), a.tolist()]
 
+    # A small operation runs in the caller's thread through the group's arena
+    # (these ranks share a host): its Work is complete when the call returns.
+    # An 8 MiB one goes through the event loop; a small one queued behind it
+    # waits its turn, and sees its result.
+    dist.barrier()  # nothing of the group still runs on the loop
+    small = torch.full((4,), float(rank))
+    small_done = dist.all_reduce(small, async_op=True).is_completed()
+    big = torch.full((1 << 21,), float(rank))
+    big_work = dist.all_reduce(big, async_op=True)
+    behind = dist.broadcast(big[:3], src=0, async_op=True)
+    behind.wait()
+    big_work.wait()
+    results["fast_path"] = [small_done, small.tolist(), big[:3].tolist(), big[-1].item()]
+
     # batch_isend_irecv around the ring.
     n = dist.get_world_size()
     outgoing, incoming = torch.full((2,), float(rank)), torch.zeros(2)
