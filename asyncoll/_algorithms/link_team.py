@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from asyncoll._algorithms.team import CHECK_STEP, STEPS_PER_PHASE
+from asyncoll._algorithms.team import CHECK_STEP, STEPS_PER_PHASE, as_bytes
 from asyncoll._transport.base import Consumer
-from asyncoll._transport.direct import DirectLinks, as_bytes
+from asyncoll._transport.direct import DirectLinks
 
 
 _EMPTY = memoryview(bytearray(0))

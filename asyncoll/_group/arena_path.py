@@ -39,6 +39,7 @@ from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
 from asyncoll._algorithms.team import Team
 from asyncoll._algorithms.tree import tree_broadcast
 from asyncoll._group.context import Membership
+from asyncoll._group.giving_up import kind_code, kind_of, processors
 from asyncoll._transport.shm import segment
 from asyncoll._transport.shm.arena import (
     SPINS,
@@ -52,8 +53,6 @@ from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import (
     AsyncollError,
     CollectiveError,
-    CollectiveTimeoutError,
-    MismatchError,
     PeerLostError,
 )
 from asyncoll.types import ReduceOp
@@ -62,10 +61,6 @@ log = logging.getLogger("asyncoll")
 
 #: Bytes of the broadcast that carries the segment's name.
 _NAME_BYTES = 64
-#: The errors a member that gave up can name in its control line (by index + 1),
-#: most specific first; anything else is told as a CollectiveError.
-_KINDS: tuple[type[CollectiveError], ...] = (PeerLostError, CollectiveTimeoutError,
-                                             MismatchError, CollectiveError)
 
 
 @dataclass
@@ -213,7 +208,7 @@ class GroupArena:
         if gave_up is not None and gave_up[0] != arena.me:
             member, operation, code, named = gave_up
             rank = self._ranks[member]
-            kind = _KINDS[code - 1] if 0 < code <= len(_KINDS) else CollectiveError
+            kind = kind_of(code)
             error = kind(f"rank {rank} abandoned operation #{operation} of group "
                          f"{self._group_id} (its shared-memory arena)")
             if isinstance(error, PeerLostError):
@@ -234,8 +229,7 @@ class GroupArena:
 
     def abandon(self, step: ArenaStep, error: BaseException) -> None:
         """Tell the other members, through the arena, that this member gave up on ``step``."""
-        code = next((i + 1 for i, kind in enumerate(_KINDS) if isinstance(error, kind)),
-                    len(_KINDS))
+        code = kind_code(error)
         named = error.rank if isinstance(error, PeerLostError) else -1
         step.arena.abandon(step.operation, code, named)
 
@@ -250,14 +244,6 @@ class GroupArena:
                 arena.close()
             finally:
                 self.lock.release()
-
-
-def processors() -> int:
-    """The processors this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _alive(pid: int) -> bool:

@@ -38,8 +38,8 @@ import numpy as np
 from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
 from asyncoll._algorithms.ring import ring_all_gather
 from asyncoll._algorithms.team import Team
-from asyncoll._group.arena_path import processors
 from asyncoll._group.context import Membership
+from asyncoll._group.giving_up import kind_code, kind_of, processors
 from asyncoll._transport import direct
 from asyncoll._transport.direct import (
     DirectLinks,
@@ -52,7 +52,6 @@ from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import (
     AsyncollError,
     CollectiveError,
-    CollectiveTimeoutError,
     MismatchError,
     PeerLostError,
     broken_by,
@@ -61,9 +60,6 @@ from asyncoll.types import ReduceOp
 
 log = logging.getLogger("asyncoll")
 
-#: The errors a member that gave up can name in its ABORT record (by index + 1).
-_KINDS: tuple[type[CollectiveError], ...] = (PeerLostError, CollectiveTimeoutError,
-                                             MismatchError, CollectiveError)
 
 
 @dataclass
@@ -228,7 +224,7 @@ class GroupLinks:
                                  host=host)
         if isinstance(exc, LinkAborted):
             rank = self._ranks[exc.index]
-            kind = _KINDS[exc.kind - 1] if 0 < exc.kind <= len(_KINDS) else CollectiveError
+            kind = kind_of(exc.kind)
             said = exc.message
             error = kind(said if said.startswith("rank ") and "abandoned operation" in said
                          else f"rank {rank} abandoned operation #{exc.operation} of group "
@@ -276,7 +272,7 @@ class GroupLinks:
 
     def abandon(self, step: LinksStep, error: BaseException) -> None:
         """Tell the other members, over the links, that this member gave up on ``step``."""
-        kind = next((i + 1 for i, k in enumerate(_KINDS) if isinstance(error, k)), len(_KINDS))
+        kind = kind_code(error)
         named = error.rank if isinstance(error, PeerLostError) else -1
         step.links.abort(step.operation, kind, named, str(error))
 

@@ -31,7 +31,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-import numpy as np
 
 #: operation, step, fingerprint (6 fields), payload bytes.
 HEADER = struct.Struct("<qq6qq")
@@ -477,8 +476,3 @@ async def accept(server: socket.socket, cookie: int, expected: set[int]
             pass
         sock.close()
     return got
-
-
-def as_bytes(array: np.ndarray) -> memoryview:
-    """The bytes of a contiguous array, as a memoryview."""
-    return memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]

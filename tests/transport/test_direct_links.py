@@ -16,13 +16,13 @@ import time
 import numpy as np
 import pytest
 
+from asyncoll._algorithms.team import as_bytes
 from asyncoll._transport.direct import (
     DirectLinks,
     LinkAborted,
     LinkClosed,
     LinkMismatch,
     LinksExpired,
-    as_bytes,
 )
 
 pytestmark = pytest.mark.timeout(60)
