@@ -27,6 +27,11 @@ class ReduceOp(enum.Enum):
     BXOR = 6
     AVG = 7
 
+    # Enum hashes a member by its name, in Python; members are singletons
+    # compared by identity, so identity's hash (in C) agrees with equality and
+    # keeps the dictionary lookups of every small collective cheap.
+    __hash__ = object.__hash__
+
     def __repr__(self) -> str:
         return f"<ReduceOp.{self.name}>"
 

@@ -22,6 +22,8 @@ _UFUNCS: dict[ReduceOp, Callable[..., object]] = {
     ReduceOp.BXOR: np.bitwise_xor,
 }
 _BITWISE = (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
+# (op, dtype) pairs check_op has accepted: small collectives repeat a few.
+_ACCEPTED: set[tuple[ReduceOp, object]] = set()
 
 
 def coerce_op(op: object) -> ReduceOp:
@@ -49,6 +51,8 @@ def check_op(op: ReduceOp, dtype: np.dtype) -> None:
         ConfigurationError: bitwise ops on float or complex arrays, MIN/MAX on
             complex arrays, AVG on integer or bool arrays.
     """
+    if (op, dtype) in _ACCEPTED:
+        return
     kind = np.dtype(dtype).kind
     if op in _BITWISE and kind not in "biu":
         raise ConfigurationError(f"{op} needs an integer or bool array, got dtype {dtype}; "
@@ -60,6 +64,8 @@ def check_op(op: ReduceOp, dtype: np.dtype) -> None:
         raise ConfigurationError(f"{op} needs a floating or complex array, got dtype {dtype} "
                                  "(torch's gloo fails on it too); use SUM and divide, or "
                                  "convert the array to float")
+    if len(_ACCEPTED) < 1024:
+        _ACCEPTED.add((op, dtype))
 
 
 def reduce_into(op: ReduceOp, acc: np.ndarray, incoming: np.ndarray) -> None:
