@@ -172,7 +172,8 @@ class GroupArena:
         if step is None:
             assert self.arena is not None
             step = self._step = ArenaStep(self.arena, 0, fingerprint, Waiter(
-                0.0, self.check, SPINS if len(self._ranks) <= processors() else 0))
+                0.0, self.check, SPINS if len(self._ranks) <= processors() else 0,
+                self.arena.rest))
         step.operation += 1
         step.fingerprint = fingerprint
         step.cancelled = False

@@ -16,7 +16,14 @@ import pytest
 
 from asyncoll._algorithms import arena as collectives
 from asyncoll._algorithms.arena import all_reduce as arena_all_reduce
-from asyncoll._transport.shm.arena import Arena, ArenaExpired, Waiter, arena_bytes
+from asyncoll._transport.shm import futex
+from asyncoll._transport.shm.arena import (
+    PUBLISHED,
+    Arena,
+    ArenaExpired,
+    Waiter,
+    arena_bytes,
+)
 from asyncoll._wire.frames import Fingerprint, Operation
 from asyncoll.errors import MismatchError, PeerLostError
 from asyncoll.types import ReduceOp
@@ -49,8 +56,11 @@ def run(size: int, body, slot_bytes: int = 1 << 16) -> list[object]:
     return results
 
 
-def waiter(seconds: float = 20.0, check=lambda: None) -> Waiter:
-    return Waiter(time.monotonic() + seconds, lambda poll: check())
+def waiter(seconds: float = 20.0, check=lambda: None, arena: Arena | None = None) -> Waiter:
+    """A waiter; given ``arena``, one that never spins and sleeps on its futexes."""
+    if arena is None:
+        return Waiter(time.monotonic() + seconds, lambda poll: check())
+    return Waiter(time.monotonic() + seconds, lambda poll: check(), 0, arena.rest)
 
 
 def fingerprint(data: np.ndarray, op: ReduceOp) -> Fingerprint:
@@ -141,17 +151,23 @@ def test_the_failure_check_ends_a_wait_long_before_its_deadline():
     assert run(2, body)[0] is lost
 
 
-def test_members_racing_ahead_never_disturb_one_still_reading_an_operation_before():
+@pytest.mark.parametrize("sleeping", [False, True], ids=["spinning", "sleeping"])
+def test_members_racing_ahead_never_disturb_one_still_reading_an_operation_before(sleeping):
     # Operations alternate between two slot (and fingerprint) sets, so a member
     # may publish operation k + 1 while another still reads operation k: here
     # members sleep at random between 60 operations of four kinds, whose
     # fingerprints and sizes differ, and every result must still be right.
+    # "sleeping": waits go straight to the futex sleep that publishes wake.
     size, count = 4, 257
     kinds = ["all_reduce", "broadcast", "all_gather", "reduce_scatter"]
 
     def body(arena):
         rng = np.random.default_rng(arena.me)
         wrong = []
+
+        def paced() -> Waiter:
+            return waiter(arena=arena if sleeping else None)
+
         for k in range(1, 61):
             kind = kinds[k % 4]
             if rng.random() < 0.3:
@@ -159,25 +175,67 @@ def test_members_racing_ahead_never_disturb_one_still_reading_an_operation_befor
             mine = np.full(count + k, arena.me + k, np.float64)
             fp = Fingerprint(Operation.ALL_REDUCE + k % 4, 1, 1, 0, -1, count + k)
             if kind == "all_reduce":
-                collectives.all_reduce(arena, k, mine, ReduceOp.SUM, fp, waiter(), k % 3 == 0)
+                collectives.all_reduce(arena, k, mine, ReduceOp.SUM, fp, paced(), k % 3 == 0)
                 right = (mine == sum(m + k for m in range(size))).all()
             elif kind == "broadcast":
-                collectives.broadcast(arena, k, mine, k % size, fp, waiter())
+                collectives.broadcast(arena, k, mine, k % size, fp, paced())
                 right = (mine == k % size + k).all()
             elif kind == "all_gather":
                 outputs = [np.zeros(count + k) for _ in range(size)]
-                collectives.all_gather(arena, k, mine, outputs, fp, waiter())
+                collectives.all_gather(arena, k, mine, outputs, fp, paced())
                 right = all((o == m + k).all() for m, o in enumerate(outputs))
             else:
                 blocks = [np.full(3, arena.me + k + 10.0 * j) for j in range(size)]
                 out = np.zeros(3)
-                collectives.reduce_scatter(arena, k, blocks, out, ReduceOp.SUM, fp, waiter())
+                collectives.reduce_scatter(arena, k, blocks, out, ReduceOp.SUM, fp, paced())
                 right = (out == sum(m + k + 10.0 * arena.me for m in range(size))).all()
             if not right:
                 wrong.append((k, kind))
         return wrong
 
     assert run(size, body, slot_bytes=1 << 13) == [[]] * size
+
+
+@pytest.mark.skipif(not futex.AVAILABLE, reason="futexes are Linux's")
+def test_a_sleeping_member_is_woken_by_the_publish_it_waits_for():
+    # The sleeper's steps are an hour long: only the publish's wake ends them
+    # before the test's own timeout.
+    arenas = members(2, 64)
+    slept = threading.Event()
+
+    def sleeper() -> None:
+        ready = arenas[0].all_at_least(PUBLISHED, 1)
+        slept.set()
+        Waiter(time.monotonic() + 7200, lambda poll: None, 0, rest_hour(arenas[0])).until(ready)
+
+    thread = threading.Thread(target=sleeper)
+    thread.start()
+    slept.wait(10)
+    arenas[0].publish(1, Fingerprint(Operation.BARRIER))
+    while thread.is_alive() and not arenas[0].sleeping(0):
+        time.sleep(0.001)  # until it sleeps, so the wake (not a poll) is what ends it
+    arenas[1].publish(1, Fingerprint(Operation.BARRIER))
+    thread.join(30)
+    assert not thread.is_alive(), "the publish did not wake the sleeping member"
+
+
+@pytest.mark.skipif(not futex.AVAILABLE, reason="futexes are Linux's")
+def test_a_futex_wait_returns_at_once_when_the_word_already_changed():
+    memory = mmap.mmap(-1, 4096)
+    address = np.frombuffer(memory, np.uint8).ctypes.data
+    words = memoryview(memory).cast("q")
+    words[0] = 5 + (7 << 32)  # the high half is not what the kernel compares
+    finished = threading.Event()
+    thread = threading.Thread(target=lambda: (futex.wait(address, 4, 3600), finished.set()))
+    thread.start()
+    thread.join(30)
+    assert finished.is_set()
+    words.release()
+
+
+def rest_hour(arena: Arena):
+    """Arena.rest with every step an hour long."""
+    return lambda ready, seconds: arena.rest(ready, 3600.0)
 
 
 def test_reduce_changes_only_the_root_and_barrier_waits_for_every_member():

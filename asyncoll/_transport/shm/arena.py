@@ -18,7 +18,10 @@ reads operation k's. A control line is read as int64 fields:
   collectives raise MismatchError instead of reading each other's data;
 - ``ABANDONED``, ``ABANDONED_CODE``, ``ABANDONED_RANK``: the operation this
   member gave up on (0: none), its error's code and the rank that error
-  names (-1: none), so the others stop waiting for it at once.
+  names (-1: none), so the others stop waiting for it at once;
+- ``SLEEPING``: nonzero while the member sleeps on another's PUBLISHED
+  word (a futex: asyncoll._transport.shm.futex), so a member that
+  publishes knows to wake it.
 
 Memory order: a member writes its slot, then its fingerprint, then
 PUBLISHED; a reader loads PUBLISHED, then the fingerprint and the slot.
@@ -32,6 +35,8 @@ Waiting (:class:`Waiter`) spins briefly, then yields the processor, then
 sleeps in growing steps, so that more ranks than cores do not livelock and
 a rank that waits long for a late peer costs little CPU; between polls it
 checks a deadline and a failure callback (a lost peer, a broken group).
+Where futexes are available (Linux) a sleeping member is woken by the
+publish it waits for (:meth:`Arena.rest`), instead of at its step's end.
 """
 
 from __future__ import annotations
@@ -44,13 +49,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from asyncoll._transport.shm import segment
+from asyncoll._transport.shm import futex, segment
 
 #: Bytes of one member's control line, and its int64 words.
 LINE_BYTES = 256
 _LINE = LINE_BYTES // 8
 PUBLISHED, PID = 0, 1
 ABANDONED, ABANDONED_CODE, ABANDONED_RANK = 2, 3, 4
+SLEEPING = 5
 #: Where each set's fingerprint starts (set = operation number mod 2), 6 fields.
 FINGERPRINTS = (8, 16)
 #: Slots start on this boundary.
@@ -117,6 +123,19 @@ class Poll:
         return [member for member, index in enumerate(self._fields)
                 if self._words[index] < self._phase]
 
+    def first_behind(self) -> tuple[int, int] | None:
+        """(word index, value) of the first field short of the phase, or None."""
+        words, phase = self._words, self._phase
+        for index in self._fields:
+            value = words[index]
+            if value < phase:
+                return index, value
+        return None
+
+
+def _sleep(ready: Poll, seconds: float) -> None:
+    time.sleep(seconds)
+
 
 class Waiter:
     """Adaptive waiting with a deadline and a failure check between polls.
@@ -125,9 +144,11 @@ class Waiter:
     """
 
     def __init__(self, deadline: float, check: Callable[[Poll], None],
-                 spins: int = SPINS) -> None:
+                 spins: int = SPINS, rest: Callable[[Poll, float], None] = _sleep) -> None:
         self.deadline = deadline
         self._check = check
+        #: How a long wait sleeps for up to a step's seconds (Arena.rest, or a timed sleep).
+        self._rest = rest
         #: Polls that only spin; 0 where members outnumber the processors, since a
         #: spinning member then holds a processor the member it waits for needs.
         self.spins = spins
@@ -158,7 +179,7 @@ class Waiter:
                 self._check(ready)
                 if time.monotonic() >= self.deadline:
                     raise ArenaExpired(ready.behind())
-                time.sleep(pause)
+                self._rest(ready, pause)
                 pause = min(pause * 2, LONGEST_SLEEP_S)
 
 
@@ -194,6 +215,9 @@ class Arena:
         # Views of every slot by (set, dtype, count): operations on one array reuse them.
         self._views: dict[tuple[int, np.dtype, int], list[np.ndarray]] = {}
         self._words[self._mine + PID] = os.getpid()
+        # Futex addresses are the mapping's; numpy tells where it starts.
+        self._address = buffer.ctypes.data if futex.AVAILABLE else 0
+        self._sleeping = range(SLEEPING, size * _LINE, _LINE)
         #: The fingerprint object last written in each set's field, by identity.
         self._written: list[Sequence[int] | None] = [None, None]
 
@@ -224,6 +248,35 @@ class Arena:
                 words[offset] = value
             self._written[which] = fingerprint
         words[mine + PUBLISHED] = phase
+        if self._address:
+            futex.fence()  # the store above, before the loads below (see futex.fence)
+            for index in self._sleeping:
+                if words[index]:
+                    futex.wake(self._address + 8 * (mine + PUBLISHED))
+                    break
+
+    def sleeping(self, member: int) -> bool:
+        """Whether ``member`` sleeps on a futex now."""
+        return bool(self._words[member * _LINE + SLEEPING])
+
+    def rest(self, ready: Poll, seconds: float) -> None:
+        """Sleep up to ``seconds``, or until the first member ``ready`` waits for publishes.
+
+        Without futexes, a timed sleep.
+        """
+        if not self._address:
+            time.sleep(seconds)
+            return
+        behind = ready.first_behind()
+        if behind is None:
+            return
+        index, value = behind
+        words, flag = self._words, self._mine + SLEEPING
+        words[flag] = 1
+        try:
+            futex.wait(self._address + 8 * index, value, seconds)
+        finally:
+            words[flag] = 0
 
     def all_at_least(self, field: int, phase: int) -> Poll:
         """A poll: has every member's ``field`` reached ``phase``?"""

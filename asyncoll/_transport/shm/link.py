@@ -15,9 +15,9 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Protocol
 
-from asyncoll._transport.shm import segment as shm
 from asyncoll._transport.base import Tag
 from asyncoll._transport.inbox import Inbox, Receive
+from asyncoll._transport.shm import segment as shm
 from asyncoll._wire.frames import (
     MAX_FRAME_BYTES,
     SHM_FREED,
