@@ -22,7 +22,7 @@ from asyncoll._transport.shm import futex
 if "--timed-sleeps" in sys.argv:
     futex.AVAILABLE = False  # read when the group's arena is mapped
 
-import asyncoll as dist  # noqa: E402 - after the switch above
+import asyncoll as dist  # after the switch above
 
 
 def main() -> None:
