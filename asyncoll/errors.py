@@ -38,6 +38,7 @@ __all__ = [
     "GroupBrokenByPeerLossError",
     "GroupBrokenError",
     "MismatchError",
+    "MonitoredBarrierError",
     "PeerLostError",
     "ProtocolError",
     "RendezvousError",
@@ -91,6 +92,14 @@ class PeerLostError(CollectiveError):
 
 class CollectiveTimeoutError(CollectiveError, TimeoutError):
     """An operation did not complete before its deadline."""
+
+
+class MonitoredBarrierError(CollectiveTimeoutError, RuntimeError):
+    """A monitored barrier on the torch backend failed, in gloo's words.
+
+    A RuntimeError too, as what torch raises for gloo's is, so code written
+    for gloo catches it.
+    """
 
 
 class MismatchError(CollectiveError):

@@ -19,6 +19,7 @@ import numpy as np
 from asyncoll._group import arguments as check
 from asyncoll._group import objects
 from asyncoll._algorithms import arena as in_arena
+from asyncoll._algorithms import monitored
 from asyncoll._algorithms import selection
 from asyncoll._algorithms.direct import direct_all_to_all, direct_gather, direct_scatter
 from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
@@ -479,6 +480,31 @@ class AsyncProcessGroup(GroupCore):
         # and the request's own (one grace later) comes next: this one is the last.
         await Operation(self, "monitored_barrier", limit + 2 * COORDINATOR_GRACE_S, body,
                         _fingerprint(Kind.BARRIER), None)
+
+    def monitored_barrier_by_first(self, timeout: float | timedelta,
+                                   wait_all_ranks: bool = False) -> Operation:
+        """torch's monitored barrier as gloo runs it, over the group's own connections.
+
+        Member 0 hears from every member in turn within ``timeout`` and names
+        the first that did not arrive (every one, with ``wait_all_ranks``),
+        in gloo's words (asyncoll._algorithms.monitored): any group, and no
+        coordinator. ``timeout`` may be 0 (member 0 then fails at once, as on gloo).
+
+        Raises:
+            ConfigurationError: not a member, or a negative timeout.
+            MonitoredBarrierError: a member did not arrive in time.
+        """
+        what = "monitored_barrier"
+        self._check_member(what)
+        limit = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not (
+                0 <= limit < float("inf")):
+            raise ConfigurationError(f"{what}: timeout must be 0 or more seconds, got "
+                                     f"{timeout!r}")
+        # The operation's own deadline comes after the barrier's, which names who is late.
+        return self._run(what, limit + COORDINATOR_GRACE_S,
+                         lambda team: monitored.monitored_barrier(team, limit, wait_all_ranks),
+                         _fingerprint(Kind.BARRIER, root=0))
 
     # -- objects ---------------------------------------------------------------------------
 

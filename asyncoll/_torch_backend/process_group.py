@@ -23,7 +23,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from asyncoll._torch_backend import device_backend, dtypes
+from asyncoll._torch_backend import device_backend, dtypes, sparse
 from asyncoll._torch_backend.work import AsyncollWork
 from asyncoll._torch_backend.world import TorchWorld
 from asyncoll._group.core import Operation
@@ -99,10 +99,19 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
     # -- reductions ------------------------------------------------------------------------
 
     def allreduce(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
-        """Reduce each tensor across the group, in place (torch's allreduce)."""
+        """Reduce each tensor across the group, in place (torch's allreduce).
+
+        Sparse COO tensors are gathered and summed (asyncoll._torch_backend.sparse).
+        """
         op, limit = _op(opts), _timeout(opts)
         return self._start("allreduce", list(tensors), (
+            self._sparse_sum(t, op, limit) if sparse.is_sparse(t) else
             _reducing(t, lambda s: self._group.all_reduce(s, op, limit)) for t in tensors))
+
+    def _sparse_sum(self, tensor: Any, op: Any, limit: float | None) -> Step:
+        parts: list[Any] = [None] * self._group.size
+        return (self._group.all_gather_object(parts, sparse.part_of(tensor, op), limit),
+                sparse.summing_into(tensor, parts, self._group.ranks))
 
     def allreduce_coalesced(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
         """allreduce of several tensors, one after another."""
@@ -244,27 +253,19 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
     def monitored_barrier(self, timeout: timedelta | float | None = None,
                           wait_all_ranks: bool = False) -> None:
-        """Block until every member has arrived; a timeout names every rank that has not.
+        """Block until every member has arrived; group rank 0 names who did not, as gloo.
 
         torch routes ``dist.monitored_barrier`` here from 2.14 on, for a group with a
-        backend for "cpu" (2.13 allows gloo only). asyncoll's coordinator always names
-        every missing rank, as gloo does with ``wait_all_ranks=True``. It watches the
-        groups it made: the default group (or a group with a job of its own), not the
-        sub-groups made over the default group's connections, on their members only.
+        backend for "cpu" (2.13 allows gloo only). It runs gloo's algorithm, with
+        gloo's messages, on any group (asyncoll._algorithms.monitored).
 
         Raises:
-            ConfigurationError: a sub-group made on its members only.
-            CollectiveTimeoutError: ``timeout`` passed before every member arrived.
+            MonitoredBarrierError: a member did not arrive within ``timeout`` (a
+                RuntimeError, as gloo's error is in torch).
         """
-        if not self._owns_world:
-            raise ConfigurationError(
-                "monitored_barrier on the asyncoll backend runs on the default group only: "
-                "asyncoll's coordinator, which names the ranks that do not arrive, does not "
-                f"know the sub-group {list(self._group.ranks)} (torch creates it on its "
-                "members only); call it on the default group, or use barrier")
-        limit = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-        self._start("monitored_barrier", [], [(self._group.monitored_barrier(limit), None)]
-                    ).wait()
+        limit = self._group.timeout if timeout is None else timeout
+        self._start("monitored_barrier", [], [
+            (self._group.monitored_barrier_by_first(limit, wait_all_ranks), None)]).wait()
 
     # -- point to point ------------------------------------------------------------------
 

@@ -7,7 +7,13 @@ import asyncio
 import numpy as np
 import pytest
 
-from asyncoll.errors import ClosedError, CollectiveTimeoutError, PeerLostError
+from asyncoll.errors import (
+    ClosedError,
+    CollectiveTimeoutError,
+    ConfigurationError,
+    MonitoredBarrierError,
+    PeerLostError,
+)
 from asyncoll.testing import run_ranks
 
 pytestmark = pytest.mark.timeout(60)
@@ -48,3 +54,52 @@ async def test_monitored_barrier_timeout_names_the_rank_that_never_arrived():
     message = (await run_ranks(2, body))[0]
     assert "ranks 1 did not arrive" in message, message
     assert message.endswith(". Timed out waiting 1000ms"), message
+
+
+async def test_monitored_barrier_by_first_passes_then_names_the_first_late_member_as_gloo():
+    # torch's monitored_barrier on the torch backend (gloo's algorithm and words):
+    # member 0 names the first member that did not arrive; member 1, which did,
+    # learns that something failed while it waited for member 0's answer.
+    async def body(world):
+        group = await world.new_group([0, 1, 2])
+        await group.monitored_barrier_by_first(10.0)
+        await group.monitored_barrier_by_first(10.0, wait_all_ranks=True)
+        if world.rank == 2:
+            await asyncio.sleep(2.0)  # never calls the third
+            return None
+        with pytest.raises(MonitoredBarrierError) as info:
+            await group.monitored_barrier_by_first(0.5)
+        assert isinstance(info.value, RuntimeError)
+        return str(info.value)
+
+    messages = await run_ranks(3, body)
+    assert "[Rank 0]: Rank 2 failed to pass monitoredBarrier in 500 ms" in messages[0]
+    assert messages[1].startswith("Rank 1 successfully reached monitoredBarrier, but received "
+                                  "errors while waiting for send/recv from rank 0")
+
+
+async def test_monitored_barrier_by_first_with_wait_all_ranks_names_every_late_member():
+    async def body(world):
+        if world.rank != 0:
+            await asyncio.sleep(1.5)
+            return None
+        with pytest.raises(MonitoredBarrierError) as info:
+            await world.monitored_barrier_by_first(0.3, wait_all_ranks=True)
+        first = str(info.value)
+        return first
+
+    message = (await run_ranks(3, body))[0]
+    assert "[Rank 0]: Ranks 1, 2 failed to pass monitoredBarrier in 300 ms" in message
+
+
+async def test_monitored_barrier_by_first_with_no_time_fails_at_once_on_member_0():
+    async def body(world):
+        if world.rank != 0:
+            return None
+        with pytest.raises(MonitoredBarrierError, match="Rank 0 timed out in monitoredBarrier"):
+            await world.monitored_barrier_by_first(0)
+        with pytest.raises(ConfigurationError, match="0 or more seconds"):
+            await world.monitored_barrier_by_first(-1)
+        return None
+
+    await run_ranks(2, body)

@@ -31,6 +31,10 @@ def error_of(call: Any) -> dict[str, str] | None:
     return None
 
 
+def _raise(exc: BaseException) -> None:
+    raise exc
+
+
 def main() -> None:
     # A stuck process dumps every thread's stack to stderr, which the test shows, and exits.
     faulthandler.dump_traceback_later(float(os.environ.get("DUMP_AFTER_S", "100")), exit=True)
@@ -75,6 +79,19 @@ def main() -> None:
     b = torch.tensor([256.0 if rank == 0 else 1.0, 1.5 * (rank + 1)], dtype=torch.bfloat16)
     dist.all_reduce(b)
     results["bfloat16_sum"] = [b.dtype == torch.bfloat16, b.float().tolist()]
+
+    # Sparse COO all_reduce (SUM), as gloo: overlapping and distinct non-zeros,
+    # a dense dimension, the result coalesced in place; other ops refused.
+    for name, group in (("asyncoll", None), ("gloo", gloo)):
+        sparse = torch.sparse_coo_tensor(torch.tensor([[rank, 3], [0, rank]]),
+                                         torch.tensor([[1.0 + rank, 2.0], [0.5, -rank]]),
+                                         (4, 4, 2))
+        dist.all_reduce(sparse, group=group)
+        results[f"sparse_sum_{name}"] = [sparse.is_sparse, sparse.is_coalesced(),
+                                        sparse.to_dense().tolist()]
+    results["sparse_max"] = error_of(lambda: dist.all_reduce(
+        torch.sparse_coo_tensor(torch.tensor([[0]]), torch.tensor([1.0]), (2,)),
+        op=dist.ReduceOp.MAX))
 
     # Coalesced gathers: outputs ordered [rank][tensor] (the transpose of all_gather's),
     # with as many inputs as ranks (where a transposed answer still fits) and with fewer.
@@ -163,7 +180,7 @@ def main() -> None:
     results["destroy_sub_group"] = error_of(lambda: dist.destroy_process_group(doomed))
 
     # monitored_barrier: torch 2.14 serves it for a group with a "cpu" backend (2.13:
-    # gloo only), on the default group: the coordinator does not know sub-groups.
+    # gloo only), on any group, as gloo runs it.
     results["monitored_barrier"] = error_of(
         lambda: dist.monitored_barrier(timeout=timedelta(seconds=30)))
     watched = dist.new_group([0, 1])
@@ -189,10 +206,13 @@ def main() -> None:
                                          asyncoll.GroupBrokenError.__name__]
     dist.barrier()
     # Last, as it breaks the default group: a monitored barrier ranks 1 and 2 never
-    # call; the coordinator's timeout names them. Point-to-point messages go on.
+    # call; rank 0 names them, as gloo does. Point-to-point messages go on.
     if rank == 0:
-        results["monitored_barrier_timeout"] = error_of(
-            lambda: dist.monitored_barrier(timeout=timedelta(seconds=1)))
+        try:
+            dist.monitored_barrier(timeout=timedelta(seconds=1), wait_all_ranks=True)
+        except Exception as exc:  # noqa: BLE001 - the test looks at what was raised
+            results["monitored_barrier_error_is_runtime_error"] = isinstance(exc, RuntimeError)
+            results["monitored_barrier_timeout"] = error_of(lambda error=exc: _raise(error))
         for peer in (1, 2):
             dist.send(torch.ones(1), peer, tag=99)
     else:

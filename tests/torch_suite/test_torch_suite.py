@@ -1,0 +1,133 @@
+"""torch's DistributedTest on the asyncoll backend passes every test gloo passes.
+
+``suite_module.py`` is torch's own suite (``DistributedTest._DistTestBase``,
+instantiated as pytorch's ``test_distributed_spawn.py`` does) with every
+backend ``"gloo"`` swapped for ``"asyncoll"``. Each world size runs it in a
+pytest of its own (the suite reads its environment at import) and reads
+the outcome of every test from that run's JUnit XML.
+
+What gloo passes on the same torch is read from ``gloo/<torch>-ws<N>.txt``
+(written by ``python tests/torch_suite/record_gloo.py``, which runs the
+same suite on gloo); for a torch with no such file the suite runs on gloo
+here first, so a new torch is compared all the same, only slower.
+
+A test gloo passes may fail on asyncoll only for a reason listed in
+:data:`NOT_OURS`, and then only with that reason's message: each is a
+test of the name or of torch's own refusal, not of what the backend does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("expecttest", reason="torch's test suite needs expecttest")
+
+HERE = Path(__file__).parent
+WORLD_SIZES = (2, 3)
+#: Minutes one run of the suite may take (it takes about two at world size 2 here).
+RUN_LIMIT_S = 1200
+
+#: Tests gloo passes that fail on asyncoll for a reason not the backend's, with
+#: the message (a regular expression) their failure must show, and the torch
+#: versions it applies to (a predicate on the version's (major, minor)).
+NOT_OURS: dict[str, tuple[str, object, str]] = {
+    "test_get_backend": (
+        r"String comparison failed: 'asyncoll' != 'gloo'",
+        lambda version: True,
+        "compares dist.get_backend() with the name the suite was started with, 'gloo': "
+        "under the swap it is 'asyncoll', as it must be"),
+    "test_monitored_barrier_gloo": (
+        r"monitored_barrier is only implemented for GLOO backend",
+        lambda version: version < (2, 14),
+        "torch < 2.14 refuses monitored_barrier on any backend but gloo, before the "
+        "backend is called (distributed_c10d.monitored_barrier)"),
+    "test_monitored_barrier_gloo_rank_0_timeout": (
+        r"monitored_barrier is only implemented for GLOO backend",
+        lambda version: version < (2, 14),
+        "as test_monitored_barrier_gloo"),
+    "test_monitored_barrier_gloo_subgroup": (
+        r"monitored_barrier is only implemented for GLOO backend",
+        lambda version: version < (2, 14),
+        "as test_monitored_barrier_gloo"),
+}
+
+
+def torch_version() -> str:
+    """torch's version without its local part ("2.13.0", not "2.13.0+cpu")."""
+    return str(torch.__version__).split("+")[0]
+
+
+def run_suite(backend: str, world_size: int, tmp_path: Path) -> dict[str, tuple[str, str]]:
+    """Run the suite on ``backend``; each test's (outcome, message) by name."""
+    report = tmp_path / f"{backend}-ws{world_size}.xml"
+    init = tmp_path / f"init-{backend}-{world_size}"
+    init.mkdir()
+    env = {**os.environ, "BACKEND": "gloo", "WORLD_SIZE": str(world_size),
+           # The suite's file:// tests run only when it is told it uses a file.
+           "INIT_METHOD": f"file://{init}/", "ASYNCOLL_SUITE_BACKEND": backend,
+           "PYTORCH_PRINT_REPRO_ON_FAILURE": "0"}
+    command = [sys.executable, "-m", "pytest", str(HERE / "suite_module.py"), "-q",
+               "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning",
+               f"--junitxml={report}", f"--rootdir={HERE}", "-o", "addopts="]
+    finished = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=RUN_LIMIT_S)
+    if not report.exists():
+        raise AssertionError(f"the suite on {backend} wrote no report:\n"
+                             f"{finished.stdout[-6000:]}\n{finished.stderr[-6000:]}")
+    return outcomes(report)
+
+
+def outcomes(report: Path) -> dict[str, tuple[str, str]]:
+    """(outcome, message) by test name, from a JUnit XML report."""
+    results = {}
+    for case in ElementTree.parse(report).getroot().iter("testcase"):
+        outcome, message = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = {"failure": "failed", "error": "failed"}.get(child.tag, "skipped")
+                message = f"{child.get('message', '')}\n{child.text or ''}"
+                break
+        results[case.get("name", "")] = (outcome, message)
+    return results
+
+
+def gloo_passes(world_size: int, tmp_path: Path) -> set[str]:
+    """The tests gloo passes on this torch: recorded, or run now."""
+    recorded = HERE / "gloo" / f"{torch_version()}-ws{world_size}.txt"
+    if recorded.exists():
+        return {line.strip() for line in recorded.read_text().splitlines()
+                if line.strip() and not line.startswith("#")}
+    return {name for name, (outcome, _) in run_suite("gloo", world_size, tmp_path).items()
+            if outcome == "passed"}
+
+
+@pytest.mark.timeout(2 * RUN_LIMIT_S + 60)
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_every_test_gloo_passes_passes_on_asyncoll(world_size, tmp_path):
+    ours = run_suite("asyncoll", world_size, tmp_path)
+    theirs = gloo_passes(world_size, tmp_path)
+    version = tuple(int(part) for part in torch_version().split(".")[:2])
+    failed = {}
+    for name in sorted(theirs):
+        outcome, message = ours.get(name, ("missing", "not in asyncoll's run"))
+        if outcome == "passed":
+            continue
+        excuse = NOT_OURS.get(name)
+        if excuse is not None and excuse[1](version) and re.search(excuse[0], message):
+            continue
+        failed[name] = f"{outcome}: {message.strip()[:3000]}"
+    passed = sum(1 for outcome, _ in ours.values() if outcome == "passed")
+    assert not failed, (
+        f"torch {torch_version()}, world size {world_size}: {len(failed)} of the {len(theirs)} "
+        f"tests gloo passes do not pass on asyncoll (it passed {passed}):\n\n"
+        + "\n\n".join(f"{name}: {why}" for name, why in failed.items()))
+    # Nothing that fails on asyncoll is left out of the comparison unseen.
+    assert len(theirs) > 50, f"gloo passed only {len(theirs)} tests: is the suite running?"
