@@ -35,6 +35,7 @@ __all__ = [
     "CollectiveError",
     "CollectiveTimeoutError",
     "ConfigurationError",
+    "ExcludedError",
     "GroupBrokenByPeerLossError",
     "GroupBrokenError",
     "MismatchError",
@@ -66,6 +67,11 @@ class RendezvousError(AsyncollError):
 
 class RendezvousTimeoutError(RendezvousError, TimeoutError):
     """The rendezvous (or a coordinator-side agreement) missed its deadline."""
+
+
+class ExcludedError(RendezvousError):
+    """The job's membership changed without this process (an elastic job's reconfigure
+    went on without it); it is no longer a member."""
 
 
 class AuthenticationError(RendezvousError):
@@ -138,6 +144,7 @@ _CODES: dict[str, type[AsyncollError]] = {
     "group_broken": GroupBrokenError,
     "protocol": ProtocolError,
     "closed": ClosedError,
+    "excluded": ExcludedError,
 }
 _CLASS_TO_CODE = {cls: code for code, cls in _CODES.items()}
 

@@ -11,18 +11,30 @@ honoured and the rest assigned, peers of one host given adjacent ranks.
 Agreements that need every rank (new_group, barrier) are *gatherings*: they
 complete when every expected rank has arrived, and fail on every waiting rank
 at their deadline or when an expected rank leaves.
+
+An *elastic* job goes on after members are lost (issue 15). A join to it
+while it runs makes the peer *pending*. Two gatherings decide its
+membership, over the members still live: a membership check, which every
+asker gets the same answer to (changed: a member gone or a peer pending),
+and a reconfigure, which completes once every live member has called it,
+and at least ``min_size`` members (pending ones included) would remain,
+or at its deadline with those that called it (the others are *excluded*:
+their next request is refused). Members that die meanwhile drop out of both
+instead of failing them. The reconfigure starts the job's next generation:
+survivors keep their order and are numbered from 0, the pending peers
+follow in the order they joined (up to ``max_size``), and every one of them
+gets a Welcome with the new directory.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
 from asyncoll._settings import PROTOCOL_VERSION
 from asyncoll.errors import timed_out_words
 from asyncoll._wire.messages import (
     Barrier,
-    Error,
+    CheckMembership,
     GroupCreated,
     GroupStatus,
     Heartbeat,
@@ -30,82 +42,31 @@ from asyncoll._wire.messages import (
     JobStatus,
     Leave,
     MemberGone,
+    MembershipState,
     MemberStatus,
     Message,
     NewGroup,
     Ok,
     PeerInfo,
+    Reconfigure,
     Status,
     StatusReply,
     Welcome,
 )
 
+from asyncoll._rendezvous.records import (
+    Gathering,
+    Job,
+    Member,
+    Reply,
+    Waiter,
+    error,
+    ranks_text,
+)
+
+__all__ = ["RendezvousState", "Reply"]
+
 log = logging.getLogger("asyncoll.coordinator")
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """Send ``message`` as the answer to request ``request_id`` on connection ``conn``."""
-
-    conn: int
-    request_id: int
-    message: Message
-
-
-@dataclass(slots=True)
-class _Waiter:
-    conn: int
-    request_id: int
-    join: Join
-    order: int
-
-
-@dataclass(slots=True)
-class _Member:
-    conn: int
-    info: PeerInfo
-    pid: int
-    ops: int = -1
-    last_heartbeat: float | None = None
-
-
-@dataclass(slots=True)
-class _Gathering:
-    """An agreement that completes when every rank in ``expected`` has arrived."""
-
-    what: str
-    expected: frozenset[int]
-    deadline: float
-    started: float
-    timeout_code: str
-    arrivals: dict[int, tuple[int, int, object]] = field(default_factory=dict)
-
-
-@dataclass(slots=True, eq=False)
-class _Job:
-    name: str
-    world_size: int
-    deadline: float
-    started: float
-    heartbeat_timeout: float
-    running_since: float = 0.0
-    waiting: dict[int, _Waiter] = field(default_factory=dict)
-    members: dict[int, _Member] = field(default_factory=dict)
-    conn_rank: dict[int, int] = field(default_factory=dict)
-    running: bool = False
-    departed: set[int] = field(default_factory=set)
-    new_group_calls: dict[int, int] = field(default_factory=dict)
-    groups: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    gatherings: dict[tuple[object, ...], _Gathering] = field(default_factory=dict)
-
-
-def _error(conn: int, request_id: int, code: str, message: str) -> Reply:
-    return Reply(conn, request_id, Error(code=code, message=message))
-
-
-def _ranks_text(ranks: object) -> str:
-    items = sorted(ranks)  # type: ignore[call-overload]
-    return ", ".join(str(r) for r in items) if items else "none"
 
 
 class RendezvousState:
@@ -113,11 +74,13 @@ class RendezvousState:
 
     def __init__(self) -> None:
         # The newest generation of each job id: the one that takes joins.
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, Job] = {}
         # Running jobs whose members began leaving while a new generation of
         # the same id formed (destroy_process_group, then init_process_group).
-        self._retired: list[_Job] = []
-        self._conn_job: dict[int, _Job] = {}
+        self._retired: list[Job] = []
+        self._conn_job: dict[int, Job] = {}
+        # Connections of members an elastic job went on without: why, for their next request.
+        self._excluded: dict[int, str] = {}
         self._joins = 0
 
     # -- queries ---------------------------------------------------------------
@@ -136,7 +99,7 @@ class RendezvousState:
                                       if not job or j.name == job))
 
     @staticmethod
-    def _describe(job: _Job, now: float) -> JobStatus:
+    def _describe(job: Job, now: float) -> JobStatus:
         if job.running:
             members = tuple(
                 MemberStatus(rank=r, host=m.info.host, port=m.info.port,
@@ -144,7 +107,11 @@ class RendezvousState:
                              state="left" if r in job.departed else "running", ops=m.ops,
                              heartbeat_age_s=-1.0 if m.last_heartbeat is None else
                              round(now - m.last_heartbeat, 3))
-                for r, m in sorted(job.members.items()))
+                for r, m in sorted(job.members.items())) + tuple(
+                MemberStatus(rank=-1, host=w.join.host, port=w.join.port,
+                             hostname=w.join.hostname, pid=w.join.pid, state="pending",
+                             ops=-1, heartbeat_age_s=-1.0)
+                for w in sorted(job.pending.values(), key=lambda w: w.order))
         else:
             members = tuple(
                 MemberStatus(rank=w.join.rank, host=w.join.host, port=w.join.port,
@@ -155,7 +122,9 @@ class RendezvousState:
                        for g, ranks in sorted(job.groups.items()))
         return JobStatus(job=job.name, state="running" if job.running else "waiting",
                          world_size=job.world_size, age_s=round(now - job.started, 3),
-                         members=members, groups=groups)
+                         members=members, groups=groups, generation=job.generation,
+                         elastic=int(job.elastic), min_size=job.min_size,
+                         max_size=job.max_size)
 
     # -- requests --------------------------------------------------------------
 
@@ -165,16 +134,23 @@ class RendezvousState:
             return self._join(conn, request_id, message, now)
         if isinstance(message, Status):
             return [Reply(conn, request_id, self.status(message.job, now))]
+        excluded = self._excluded.get(conn)
+        if excluded is not None:
+            return [error(conn, request_id, "excluded", excluded)]
         job = self._conn_job.get(conn)
         member = self._member_rank(job, conn)
         if job is None or member is None:
-            return [_error(conn, request_id, "protocol",
+            return [error(conn, request_id, "protocol",
                            f"a {message.TYPE} request needs a completed join first on this "
                            "connection")]
         if isinstance(message, NewGroup):
             return self._new_group(job, member, conn, request_id, message, now)
         if isinstance(message, Barrier):
             return self._barrier(job, member, conn, request_id, message, now)
+        if isinstance(message, CheckMembership):
+            return self._check_membership(job, member, conn, request_id, message, now)
+        if isinstance(message, Reconfigure):
+            return self._reconfigure(job, member, conn, request_id, message, now)
         if isinstance(message, Heartbeat):
             # Recorded for status; declaring silent members lost is the
             # failure detector's job, which reads the same timestamps.
@@ -183,12 +159,13 @@ class RendezvousState:
             return []
         if isinstance(message, Leave):
             replies = [Reply(conn, request_id, Ok())]
-            return replies + self._depart(job, member, conn, "left")
-        return [_error(conn, request_id, "protocol",
+            return replies + self._depart(job, member, conn, "left", now)
+        return [error(conn, request_id, "protocol",
                        f"the coordinator does not accept {message.TYPE} messages")]
 
     def disconnect(self, conn: int, now: float) -> list[Reply]:
         """Connection ``conn`` closed: forget its peer, failing what waits on it."""
+        self._excluded.pop(conn, None)
         job = self._conn_job.pop(conn, None)
         if job is None:
             return []
@@ -201,10 +178,15 @@ class RendezvousState:
             if not job.waiting:
                 self._forget(job)
             return []
+        pending = job.pending.pop(conn, None)
+        if pending is not None:
+            log.info("job %r: pending peer from %s (pid %d) disconnected; it leaves no trace",
+                     job.name, pending.join.hostname, pending.join.pid)
+            return []
         rank = self._member_rank(job, conn)
         if rank is None:
             return []
-        return self._depart(job, rank, conn, "disconnected without leaving")
+        return self._depart(job, rank, conn, "disconnected without leaving", now)
 
     def tick(self, now: float) -> list[Reply]:
         """Fail every rendezvous and gathering whose deadline has passed, and declare
@@ -216,16 +198,19 @@ class RendezvousState:
                 continue
             if job.running:
                 replies += self._check_heartbeats(job, now)
+                replies += self._expire_pending(job, now)
             for key, gathering in list(job.gatherings.items()):
-                if now >= gathering.deadline:
+                if key[0] == "reconfigure" and now >= gathering.deadline:
+                    replies += self._settle_reconfigure(job, now, final=True)
+                elif now >= gathering.deadline:
                     del job.gatherings[key]
                     missing = gathering.expected - gathering.arrivals.keys()
                     text = (f"{gathering.what} in job {job.name!r} timed out after "
-                            f"{now - gathering.started:.1f} s: ranks {_ranks_text(missing)} "
-                            f"did not arrive (ranks {_ranks_text(gathering.arrivals)} did). "
+                            f"{now - gathering.started:.1f} s: ranks {ranks_text(missing)} "
+                            f"did not arrive (ranks {ranks_text(gathering.arrivals)} did). "
                             f"{timed_out_words(gathering.deadline - gathering.started)}")
                     log.warning("%s", text)
-                    replies += [_error(c, r, gathering.timeout_code, text)
+                    replies += [error(c, r, gathering.timeout_code, text)
                                 for c, r, _ in gathering.arrivals.values()]
         return replies
 
@@ -236,19 +221,22 @@ class RendezvousState:
         if refusal is not None:
             log.warning("job %r: refused a peer from %s (pid %d): %s", join.job, join.hostname,
                         join.pid, refusal[1])
-            return [_error(conn, request_id, *refusal)]
+            return [error(conn, request_id, *refusal)]
         job = self._jobs.get(join.job)
+        if job is not None and job.running and job.elastic:
+            return self._join_pending(job, conn, request_id, join, now)
         if job is not None and job.running:
             # Its members have begun to leave (or _refuse_join would have said
             # no): this join starts the job's next generation.
             self._retired.append(job)
             job = None
         if job is None:
-            job = _Job(join.job, join.world_size, now + join.timeout, now,
-                       join.heartbeat_timeout)
+            job = Job(join.job, join.world_size, now + join.timeout, now,
+                      join.heartbeat_timeout, elastic=bool(join.elastic),
+                      min_size=join.min_size, max_size=join.max_size)
             self._jobs[join.job] = job
         self._joins += 1
-        job.waiting[conn] = _Waiter(conn, request_id, join, self._joins)
+        job.waiting[conn] = Waiter(conn, request_id, join, self._joins)
         self._conn_job[conn] = job
         wanted = "any rank" if join.rank < 0 else f"rank {join.rank}"
         log.info("job %r: peer from %s (pid %d) joined asking for %s; %d of %d present",
@@ -271,8 +259,24 @@ class RendezvousState:
                                      f"size {join.world_size}: use 0 to {join.world_size - 1}")
         if not join.job:
             return ("configuration", "the job id must not be empty")
+        if join.elastic and (min(join.min_size, join.max_size) < 0 or join.min_size >
+                             join.world_size or 0 < join.max_size < join.world_size):
+            return ("configuration", f"an elastic job needs 0 <= min_size <= world_size <= "
+                                     f"max_size (0: no bound), got min_size {join.min_size}, "
+                                     f"world_size {join.world_size}, max_size {join.max_size}")
         job = self._jobs.get(join.job)
         if job is None:
+            return None
+        if job.running and job.elastic:
+            if not join.elastic:
+                return ("rendezvous", f"job {join.job!r} is elastic and running: join it with "
+                                      "init_process_group(elastic=True) (or ASYNCOLL_ELASTIC=1) "
+                                      "to be admitted at its next reconfigure")
+            if job.max_size and len(job.live()) + len(job.pending) >= job.max_size:
+                return ("rendezvous", f"job {join.job!r} already has its max_size of "
+                                      f"{job.max_size} ({len(job.live())} running, "
+                                      f"{len(job.pending)} pending); this process cannot join "
+                                      "unless a member leaves")
             return None
         if job.running and not job.departed:
             return ("rendezvous", f"job {join.job!r} is already running with all "
@@ -294,7 +298,7 @@ class RendezvousState:
                             "needs a distinct RANK")
         return None
 
-    def _complete(self, job: _Job, now: float) -> list[Reply]:
+    def _complete(self, job: Job, now: float) -> list[Reply]:
         taken = {w.join.rank for w in job.waiting.values() if w.join.rank >= 0}
         free = iter(sorted(set(range(job.world_size)) - taken))
         unassigned = sorted((w for w in job.waiting.values() if w.join.rank < 0),
@@ -304,7 +308,7 @@ class RendezvousState:
         for waiter in job.waiting.values():
             rank = ranks[waiter.conn]
             j = waiter.join
-            job.members[rank] = _Member(waiter.conn, PeerInfo(rank, j.host, j.port, j.hostname),
+            job.members[rank] = Member(waiter.conn, PeerInfo(rank, j.host, j.port, j.hostname),
                                         j.pid)
             job.conn_rank[waiter.conn] = rank
         directory = tuple(job.members[r].info for r in range(job.world_size))
@@ -320,18 +324,18 @@ class RendezvousState:
                            sorted(job.members.values(), key=lambda m: m.info.rank)))
         return replies
 
-    def _expire_rendezvous(self, job: _Job, now: float) -> list[Reply]:
+    def _expire_rendezvous(self, job: Job, now: float) -> list[Reply]:
         requested = sorted(w.join.rank for w in job.waiting.values() if w.join.rank >= 0)
         unranked = sum(1 for w in job.waiting.values() if w.join.rank < 0)
         missing = job.world_size - len(job.waiting)
-        present = f"ranks {_ranks_text(requested)} present"
+        present = f"ranks {ranks_text(requested)} present"
         if unranked:
             present += f" and {unranked} peer(s) without a requested rank"
         text = (f"rendezvous of job {job.name!r} timed out after {now - job.started:.1f} s: "
                 f"{len(job.waiting)} of {job.world_size} peers joined ({present}); "
                 f"{missing} missing")
         log.warning("%s", text)
-        replies = [_error(w.conn, w.request_id, "rendezvous_timeout", text)
+        replies = [error(w.conn, w.request_id, "rendezvous_timeout", text)
                    for w in job.waiting.values()]
         for conn in job.waiting:
             self._conn_job.pop(conn, None)
@@ -340,11 +344,11 @@ class RendezvousState:
 
     # -- agreements among running members -----------------------------------------
 
-    def _new_group(self, job: _Job, rank: int, conn: int, request_id: int, msg: NewGroup,
+    def _new_group(self, job: Job, rank: int, conn: int, request_id: int, msg: NewGroup,
                    now: float) -> list[Reply]:
         bad = [r for r in msg.ranks if not 0 <= r < job.world_size]
         if bad or len(set(msg.ranks)) != len(msg.ranks) or not msg.ranks:
-            return [_error(conn, request_id, "configuration",
+            return [error(conn, request_id, "configuration",
                            f"new_group ranks {list(msg.ranks)} must be distinct ranks between "
                            f"0 and {job.world_size - 1}, at least one")]
         call = job.new_group_calls.get(rank, 0)
@@ -352,7 +356,7 @@ class RendezvousState:
         key = ("new_group", call)
         gathering = job.gatherings.get(key)
         if gathering is None:
-            gathering = _Gathering(f"new_group call #{call + 1}",
+            gathering = Gathering(f"new_group call #{call + 1}",
                                    frozenset(range(job.world_size)), now + msg.timeout, now,
                                    "rendezvous_timeout")
             job.gatherings[key] = gathering
@@ -364,13 +368,13 @@ class RendezvousState:
         for r, (_, _, ranks) in sorted(gathering.arrivals.items()):
             proposals.setdefault(ranks, []).append(r)  # type: ignore[arg-type]
         if len(proposals) > 1:
-            detail = "; ".join(f"ranks {_ranks_text(who)} passed {list(ranks)}"
+            detail = "; ".join(f"ranks {ranks_text(who)} passed {list(ranks)}"
                                for ranks, who in proposals.items())
             text = (f"new_group call #{call + 1} in job {job.name!r}: ranks disagree on the "
                     f"members ({detail}); every rank must call new_group with the same ranks "
                     "in the same order")
             log.warning("%s", text)
-            return [_error(c, r, "mismatch", text) for c, r, _ in gathering.arrivals.values()]
+            return [error(c, r, "mismatch", text) for c, r, _ in gathering.arrivals.values()]
         (members,) = proposals
         group_id = call + 1
         job.groups[group_id] = members
@@ -378,17 +382,17 @@ class RendezvousState:
         return [Reply(c, r, GroupCreated(group_id=group_id, ranks=members))
                 for c, r, _ in gathering.arrivals.values()]
 
-    def _barrier(self, job: _Job, rank: int, conn: int, request_id: int, msg: Barrier,
+    def _barrier(self, job: Job, rank: int, conn: int, request_id: int, msg: Barrier,
                  now: float) -> list[Reply]:
         members = job.groups.get(msg.group_id)
         if members is None or rank not in members:
-            return [_error(conn, request_id, "configuration",
+            return [error(conn, request_id, "configuration",
                            f"rank {rank} called barrier on group {msg.group_id}, which "
                            "does not exist or does not contain it")]
         key = ("barrier", msg.group_id, msg.seq)
         gathering = job.gatherings.get(key)
         if gathering is None:
-            gathering = _Gathering(f"barrier #{msg.seq} of group {msg.group_id}",
+            gathering = Gathering(f"barrier #{msg.seq} of group {msg.group_id}",
                                    frozenset(members), now + msg.timeout, now, "timeout")
             job.gatherings[key] = gathering
         gathering.arrivals[rank] = (conn, request_id, None)
@@ -397,8 +401,8 @@ class RendezvousState:
         del job.gatherings[key]
         return [Reply(c, r, Ok()) for c, r, _ in gathering.arrivals.values()]
 
-    def _fail_if_departed(self, job: _Job, key: tuple[object, ...],
-                          gathering: _Gathering) -> list[Reply]:
+    def _fail_if_departed(self, job: Job, key: tuple[object, ...],
+                          gathering: Gathering) -> list[Reply]:
         # A gathering that expects a rank which has already gone can never complete.
         gone = sorted(gathering.expected & job.departed)
         if not gone:
@@ -407,11 +411,154 @@ class RendezvousState:
         who = ", ".join(f"rank {r} on {job.members[r].info.hostname}" for r in gone)
         text = f"{gathering.what} in job {job.name!r} cannot complete: {who} already left the job"
 
-        return [_error(c, r, "peer_lost", text) for c, r, _ in gathering.arrivals.values()]
+        return [error(c, r, "peer_lost", text) for c, r, _ in gathering.arrivals.values()]
+
+    # -- elastic membership ---------------------------------------------------------
+
+    def _join_pending(self, job: Job, conn: int, request_id: int, join: Join,
+                      now: float) -> list[Reply]:
+        self._joins += 1
+        job.pending[conn] = Waiter(conn, request_id, join, self._joins, now + join.timeout)
+        self._conn_job[conn] = job
+        log.info("job %r: peer from %s (pid %d) is pending, to be admitted at the next "
+                 "reconfigure; %d pending", job.name, join.hostname, join.pid, len(job.pending))
+        return self._settle_reconfigure(job, now)
+
+    def _expire_pending(self, job: Job, now: float) -> list[Reply]:
+        replies = []
+        for conn, waiter in list(job.pending.items()):
+            if now < waiter.deadline:
+                continue
+            del job.pending[conn]
+            self._conn_job.pop(conn, None)
+            text = (f"job {job.name!r} did not admit this process within "
+                    f"{waiter.join.timeout:g} s: its members did not call reconfigure() "
+                    "(it leaves no trace in the job; try again later)")
+            log.info("job %r: pending peer from %s (pid %d) gave up: not admitted within %g s",
+                     job.name, waiter.join.hostname, waiter.join.pid, waiter.join.timeout)
+            replies.append(error(conn, waiter.request_id, "rendezvous_timeout", text))
+        return replies
+
+    def _check_membership(self, job: Job, rank: int, conn: int, request_id: int,
+                          msg: CheckMembership, now: float) -> list[Reply]:
+        call = job.checks.get(rank, 0)
+        job.checks[rank] = call + 1
+        key = ("check", job.generation, call)
+        gathering = job.gatherings.get(key)
+        if gathering is None:
+            gathering = Gathering(f"membership check #{call + 1}", frozenset(job.live()),
+                                  now + msg.timeout, now, "timeout")
+            job.gatherings[key] = gathering
+        gathering.arrivals[rank] = (conn, request_id, None)
+        return self._settle_check(job, key, gathering)
+
+    def _settle_check(self, job: Job, key: tuple[object, ...],
+                      gathering: Gathering) -> list[Reply]:
+        if not (gathering.expected - job.departed) <= gathering.arrivals.keys():
+            return []
+        del job.gatherings[key]
+        # Decided once, for every asker: the same answer even to members that
+        # heard of a loss at different moments.
+        answer = MembershipState(changed=int(bool(job.departed or job.pending)),
+                                 generation=job.generation, gone=tuple(sorted(job.departed)),
+                                 pending=len(job.pending))
+        return [Reply(c, r, answer) for rank, (c, r, _) in gathering.arrivals.items()
+                if rank not in job.departed]
+
+    def _reconfigure(self, job: Job, rank: int, conn: int, request_id: int, msg: Reconfigure,
+                     now: float) -> list[Reply]:
+        if not job.elastic:
+            return [error(conn, request_id, "configuration",
+                          f"job {job.name!r} is not elastic: start every process with "
+                          "init_process_group(elastic=True) (or ASYNCOLL_ELASTIC=1) to "
+                          "reconfigure it")]
+        key = ("reconfigure", job.generation)
+        gathering = job.gatherings.get(key)
+        if gathering is None:
+            gathering = Gathering(f"reconfigure of generation {job.generation}",
+                                  frozenset(job.live()), now + msg.timeout, now,
+                                  "rendezvous_timeout")
+            job.gatherings[key] = gathering
+        gathering.arrivals[rank] = (conn, request_id, None)
+        return self._settle_reconfigure(job, now)
+
+    def _settle_reconfigure(self, job: Job, now: float, final: bool = False) -> list[Reply]:
+        """Complete the reconfigure if it can (at its deadline, ``final``, if it ever can)."""
+        key = ("reconfigure", job.generation)
+        gathering = job.gatherings.get(key)
+        if gathering is None:
+            return []
+        live = set(job.live())
+        if not final and not (gathering.expected & live) <= gathering.arrivals.keys():
+            return []
+        members = sorted(gathering.arrivals.keys() & live)
+        room = job.max_size - len(members) if job.max_size else len(job.pending)
+        newcomers = sorted(job.pending.values(), key=lambda w: w.order)[:max(room, 0)]
+        size = len(members) + len(newcomers)
+        if size >= max(job.min_size, 1):
+            del job.gatherings[key]
+            return self._next_generation(job, gathering, members, newcomers, now)
+        if not final:
+            return []  # below the minimum: wait for newcomers, up to the deadline
+        del job.gatherings[key]
+        text = (f"reconfigure of job {job.name!r} timed out after "
+                f"{now - gathering.started:.1f} s: {size} members and pending processes, "
+                f"below the job's min_size of {job.min_size}; start more processes with "
+                "init_process_group(elastic=True), or lower min_size")
+        log.warning("%s", text)
+        return [error(c, r, "rendezvous_timeout", text)
+                for rank, (c, r, _) in gathering.arrivals.items() if rank in live]
+
+    def _next_generation(self, job: Job, gathering: Gathering, members: list[int],
+                         newcomers: list[Waiter], now: float) -> list[Reply]:
+        old = job.generation
+        late = [r for r in job.live() if r not in members]
+        for rank in late:
+            member = job.members[rank]
+            self._excluded[member.conn] = (
+                f"rank {rank} of job {job.name!r} did not call reconfigure() within "
+                f"{gathering.deadline - gathering.started:g} s, and the job went on without "
+                f"it (generation {old + 1}); this process is no longer a member: leave, and "
+                "join again with init_process_group(elastic=True)")
+            self._conn_job.pop(member.conn, None)
+        for waiter in newcomers:
+            del job.pending[waiter.conn]
+        joined = [Member(w.conn, PeerInfo(0, w.join.host, w.join.port, w.join.hostname),
+                         w.join.pid, last_heartbeat=now) for w in newcomers]
+        everyone = [job.members[r] for r in members] + joined
+        for new_rank, member in enumerate(everyone):
+            info = member.info
+            member.info = PeerInfo(new_rank, info.host, info.port, info.hostname)
+        gone = sorted(set(job.members) - set(members))
+        job.members = dict(enumerate(everyone))
+        job.conn_rank = {m.conn: r for r, m in job.members.items()}
+        job.world_size, job.generation = len(everyone), old + 1
+        job.departed.clear()
+        job.groups = {0: tuple(range(job.world_size))}
+        job.new_group_calls.clear()
+        job.checks.clear()
+        replies = []
+        for key, other in list(job.gatherings.items()):  # agreements of the old membership
+            del job.gatherings[key]
+            replies += [error(c, r, "group_broken", f"{other.what} in job {job.name!r} was "
+                              f"ended by the reconfigure to generation {job.generation}")
+                        for c, r, _ in other.arrivals.values()]
+        log.info("job %r: generation %d: %d members (ranks %s of generation %d gone%s; %d "
+                 "joined): %s", job.name, job.generation, job.world_size, ranks_text(gone), old,
+                 f", ranks {ranks_text(late)} excluded for not calling reconfigure"
+                 if late else "", len(joined),
+                 ", ".join(f"{m.info.rank}@{m.info.hostname}" for m in everyone))
+        directory = tuple(m.info for m in everyone)
+        answers = {job.members[new].conn: gathering.arrivals[old_rank][1]
+                   for new, old_rank in enumerate(members)}
+        answers.update({w.conn: w.request_id for w in newcomers})
+        return replies + [Reply(conn, request_id, Welcome(
+            rank=job.conn_rank[conn], world_size=job.world_size, peers=directory,
+            generation=job.generation)) for conn, request_id in answers.items()]
 
     # -- departures ----------------------------------------------------------------
 
-    def _check_heartbeats(self, job: _Job, now: float) -> list[Reply]:
+    def _check_heartbeats(self, job: Job, now: float) -> list[Reply]:
         replies: list[Reply] = []
         for rank, member in list(job.members.items()):
             if rank in job.departed:
@@ -423,12 +570,12 @@ class RendezvousState:
             reason = (f"no heartbeat for {silent:.1f} s (the job allows "
                       f"{job.heartbeat_timeout:g} s)")
             # Tell the silent peer too, in case it is only stopped: it must not go on.
-            replies.append(_error(member.conn, 0, "peer_lost",
+            replies.append(error(member.conn, 0, "peer_lost",
                                   f"the coordinator declared this rank ({rank}) lost: {reason}"))
-            replies += self._depart(job, rank, member.conn, f"was lost: {reason}")
+            replies += self._depart(job, rank, member.conn, f"was lost: {reason}", now)
         return replies
 
-    def _depart(self, job: _Job, rank: int, conn: int, how: str) -> list[Reply]:
+    def _depart(self, job: Job, rank: int, conn: int, how: str, now: float) -> list[Reply]:
         member = job.members[rank]
         job.departed.add(rank)
         self._conn_job.pop(conn, None)
@@ -439,11 +586,15 @@ class RendezvousState:
                 job.world_size - len(job.departed), job.world_size)
         replies: list[Reply] = []
         for key, gathering in list(job.gatherings.items()):
-            if rank in gathering.expected and rank not in gathering.arrivals:
+            if key[0] == "check":
+                replies += self._settle_check(job, key, gathering)
+            elif key[0] == "reconfigure":
+                replies += self._settle_reconfigure(job, now)
+            elif rank in gathering.expected and rank not in gathering.arrivals:
                 del job.gatherings[key]
                 text = (f"{gathering.what} in job {job.name!r} cannot complete: rank {rank} "
                         f"on {member.info.hostname} {how} before calling it")
-                replies += [_error(c, r, "peer_lost", text)
+                replies += [error(c, r, "peer_lost", text)
                             for c, r, _ in gathering.arrivals.values()]
         gone = MemberGone(rank=rank, host=member.info.host, hostname=member.info.hostname,
                           how="left" if how == "left" else "lost", reason=how)
@@ -451,20 +602,26 @@ class RendezvousState:
                     if r not in job.departed]
         if len(job.departed) == job.world_size:
             log.info("job %r: every rank has left; job closed", job.name)
+            replies += [error(w.conn, w.request_id, "rendezvous",
+                              f"job {job.name!r} ended before admitting this process: every "
+                              "member left") for w in job.pending.values()]
+            for conn in job.pending:
+                self._conn_job.pop(conn, None)
+            job.pending.clear()
             self._forget(job)
         return replies
 
-    def _live(self) -> list[_Job]:
+    def _live(self) -> list[Job]:
         return [*self._jobs.values(), *self._retired]
 
-    def _forget(self, job: _Job) -> None:
+    def _forget(self, job: Job) -> None:
         if self._jobs.get(job.name) is job:
             del self._jobs[job.name]
         elif job in self._retired:
             self._retired.remove(job)
 
     @staticmethod
-    def _member_rank(job: _Job | None, conn: int) -> int | None:
+    def _member_rank(job: Job | None, conn: int) -> int | None:
         if job is None or not job.running:
             return None
         return job.conn_rank.get(conn)

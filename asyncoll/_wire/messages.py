@@ -31,7 +31,10 @@ class Join:
     is the peer's data-plane address; ``timeout`` the rendezvous deadline in
     seconds, counted by the coordinator from the job's first join;
     ``heartbeat_timeout`` how long a member may stay silent before it is
-    declared lost (the job's first peer sets it).
+    declared lost (the job's first peer sets it). ``elastic`` (0 or 1): on a
+    running elastic job the peer becomes *pending* until a reconfigure
+    admits it; ``min_size``/``max_size`` bound an elastic job's size (0: no
+    bound; the job's first peer sets them).
     """
 
     TYPE: ClassVar[str] = "join"
@@ -45,6 +48,9 @@ class Join:
     version: int
     timeout: float
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT_S
+    elastic: int = 0
+    min_size: int = 0
+    max_size: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +65,17 @@ class PeerInfo:
 
 @dataclass(frozen=True, slots=True)
 class Welcome:
-    """Coordinator -> peer: the rendezvous is complete."""
+    """Coordinator -> peer: the rendezvous (or a reconfigure) is complete.
+
+    ``generation`` counts the job's memberships: 0 at its rendezvous, one more
+    at each reconfigure.
+    """
 
     TYPE: ClassVar[str] = "welcome"
     rank: int
     world_size: int
     peers: tuple[PeerInfo, ...]
+    generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +148,37 @@ class Proof:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckMembership:
+    """Peer -> coordinator: has the membership changed? (every live member asks)."""
+
+    TYPE: ClassVar[str] = "check_membership"
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class MembershipState:
+    """Coordinator -> every member that asked: the same answer for all.
+
+    ``changed`` (0 or 1): a member was lost or left, or a process is pending.
+    """
+
+    TYPE: ClassVar[str] = "membership_state"
+    changed: int
+    generation: int
+    gone: tuple[int, ...]
+    pending: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reconfigure:
+    """Peer -> coordinator: agree on the next membership (every live member asks;
+    the pending peers take part without asking). Answered with a Welcome."""
+
+    TYPE: ClassVar[str] = "reconfigure"
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
 class MemberGone:
     """Coordinator -> every other member (a notice, id 0): rank ``rank`` is gone.
 
@@ -185,7 +227,8 @@ class MemberStatus:
     port: int
     hostname: str
     pid: int
-    #: "waiting" (in rendezvous; rank -1 if not requested), "running" or "left".
+    #: "waiting" (in rendezvous; rank -1 if not requested), "pending" (asking to
+    #: join a running elastic job; rank -1), "running" or "left".
     state: str
     #: Operations the peer reported in its last heartbeat (-1: none yet).
     ops: int
@@ -211,6 +254,11 @@ class JobStatus:
     age_s: float
     members: tuple[MemberStatus, ...]
     groups: tuple[GroupStatus, ...]
+    #: The membership's generation (see Welcome); an elastic job's size bounds (0: none).
+    generation: int = 0
+    elastic: int = 0
+    min_size: int = 0
+    max_size: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,11 +269,13 @@ class StatusReply:
     jobs: tuple[JobStatus, ...]
 
 
-Message = Union[Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave, MemberGone,
-                Challenge, Proof, Ok, Error, Status, StatusReply]
+Message = Union[Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave,
+                CheckMembership, MembershipState, Reconfigure, MemberGone, Challenge, Proof, Ok,
+                Error, Status, StatusReply]
 _TYPES: dict[str, type[Any]] = {cls.TYPE: cls for cls in
                                 (Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave,
-                                 MemberGone, Challenge, Proof, Ok, Error, Status, StatusReply)}
+                                 CheckMembership, MembershipState, Reconfigure, MemberGone,
+                                 Challenge, Proof, Ok, Error, Status, StatusReply)}
 #: Records that appear inside messages, by the name their annotations use.
 _RECORDS: dict[str, type[Any]] = {cls.__name__: cls for cls in
                                   (PeerInfo, MemberStatus, GroupStatus, JobStatus)}
