@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from asyncoll._settings import PROTOCOL_VERSION
+from asyncoll.cli import table
 from asyncoll._wire.messages import (
     Barrier,
     CheckMembership,
@@ -107,6 +108,17 @@ def test_a_pending_process_is_admitted_by_the_next_reconfigure_after_the_survivo
     assert {w.world_size for w in new.values()} == {4}
     status = h.state.status(JOB, h.now).jobs[0]
     assert (status.generation, status.world_size, len(status.members)) == (1, 4, 4)
+    assert "running 4/4 gen 1" in table([status])
+
+
+def test_status_lists_pending_processes(h):
+    start(h, 2)
+    h.send(20, elastic_join(20))
+    lines = table(h.state.status(JOB, h.now).jobs).splitlines()
+    assert [line.split()[-5:-3] for line in lines[1:]] == [["1001", "running"],
+                                                          ["1002", "running"],
+                                                          ["1020", "pending"]]
+    assert all("running 3/2 gen 0" in line for line in lines[1:])
 
 
 def test_two_pending_processes_arriving_together_join_in_the_order_they_came(h):
