@@ -61,6 +61,34 @@ class World(AsyncProcessGroup):
         group_id, agreed = await self.session.new_group(members, limit)
         return AsyncProcessGroup(self.session, group_id, agreed, limit)
 
+    async def membership_changed(self, timeout: float | timedelta | None = None) -> bool:
+        """Whether a member was lost or left, or a process waits to join (elastic jobs).
+
+        Every live member calls it; all get the same answer, decided once by
+        the coordinator (a member lost meanwhile does not hold it up).
+        """
+        return await self.session.membership_changed(seconds(timeout, self.timeout))
+
+    async def reconfigure(self, timeout: float | timedelta | None = None) -> World:
+        """Go on with the live members and admit the pending processes: the next world.
+
+        Every live member calls it (the pending processes are waiting in
+        init_process_group). Survivors keep their order, numbered from 0;
+        newcomers follow. Returns the new World; this one and every group
+        made from it are closed (calls raise ClosedError): make groups anew.
+
+        Raises:
+            ConfigurationError: the job is not elastic.
+            RendezvousTimeoutError: fewer than min_size members took part in time.
+            ExcludedError: the others went on without this process (it was late).
+        """
+        return World(await self.session.reconfigure(seconds(timeout, self.timeout)))
+
+    @property
+    def generation(self) -> int:
+        """The job's membership generation: 0, then one more per reconfigure."""
+        return self.session.generation
+
     async def destroy(self) -> None:
         """Leave the job and close every connection. Never raises."""
         await self.session.close()
@@ -75,7 +103,9 @@ class World(AsyncProcessGroup):
 
 async def init_process_group(backend: str | None = None, init_method: str | None = None,
                              timeout: float | timedelta | None = None, world_size: int = -1,
-                             rank: int = -1, job_id: str | None = None) -> World:
+                             rank: int = -1, job_id: str | None = None,
+                             elastic: bool | None = None, min_size: int | None = None,
+                             max_size: int | None = None) -> World:
     """Join a job and return its World group, as torch.distributed.init_process_group.
 
     Args:
@@ -88,6 +118,12 @@ async def init_process_group(backend: str | None = None, init_method: str | None
         rank: this process's rank; -1 reads RANK, or lets the coordinator choose.
         job_id: the job to join on a shared coordinator (default: ASYNCOLL_JOB_ID,
             else "default").
+        elastic: the job goes on when members are lost (reconfigure), and a
+            process that joins it while it runs waits, pending, until a
+            reconfigure admits it (default: ASYNCOLL_ELASTIC=1). Elastic jobs
+            need a coordinator that outlives every worker (a daemon, or asyncoll-run's).
+        min_size, max_size: an elastic job's size bounds (default: ASYNCOLL_MIN_SIZE,
+            ASYNCOLL_MAX_SIZE; 0: none), as torchrun's --nnodes MIN:MAX.
 
     Raises:
         ConfigurationError: bad arguments or environment, or refused by the coordinator.
@@ -96,5 +132,6 @@ async def init_process_group(backend: str | None = None, init_method: str | None
     """
     settings = Settings.from_environment()
     where = resolve(backend, init_method, world_size, rank,
-                    seconds(timeout, DEFAULT_TIMEOUT_S), job_id, settings.environment)
+                    seconds(timeout, DEFAULT_TIMEOUT_S), job_id, settings.environment,
+                    elastic, min_size, max_size)
     return World(await runtime().join(where, settings))

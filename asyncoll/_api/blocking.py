@@ -40,11 +40,14 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
                        timeout: float | timedelta | None = None, world_size: int = -1,
                        rank: int = -1, store: Any = None, group_name: str = "",
                        pg_options: Any = None, device_id: Any = None,
-                       job_id: str | None = None) -> None:
+                       job_id: str | None = None, elastic: bool | None = None,
+                       min_size: int | None = None, max_size: int | None = None) -> None:
     """Join the job and make its world the default group (see aio.init_process_group).
 
     ``store``, ``pg_options`` and ``device_id`` are torch's; asyncoll refuses a
-    store (it has its own coordinator) and ignores the others.
+    store (it has its own coordinator) and ignores the others. With
+    ``elastic=True`` (or ASYNCOLL_ELASTIC=1), joining a job that already runs
+    blocks until its members call :func:`reconfigure`, which admits this process.
 
     Raises:
         ConfigurationError: already initialized, or bad arguments or environment.
@@ -61,7 +64,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
                                      "destroy_process_group() first")
         shared = runtime()
         _world = shared.run(aio.init_process_group(backend, init_method, timeout, world_size,
-                                                   rank, job_id))
+                                                   rank, job_id, elastic, min_size, max_size))
         # A program that forgets destroy_process_group still leaves the job
         # cleanly, so its peers and an embedded coordinator are not left waiting.
         shared.at_exit(destroy_process_group)
@@ -76,6 +79,34 @@ def destroy_process_group(group: Group = None) -> None:
         world, _world = _world, None
         if world is not None:
             runtime().run(world.destroy())
+
+
+def membership_changed(timeout: float | timedelta | None = None) -> bool:
+    """Whether a member was lost or left, or a process waits to join (an elastic job).
+
+    A collective over the world: every live member calls it and all get the
+    same answer, even members that heard of a loss at different moments.
+    """
+    return bool(_run(_default().membership_changed(timeout)))
+
+
+def reconfigure(timeout: float | timedelta | None = None) -> None:
+    """Go on with the live members and admit the waiting processes (an elastic job).
+
+    Every live member calls it. Afterwards get_rank() and get_world_size()
+    answer for the new world (survivors in their old order from 0, newcomers
+    after them); groups made before are closed: make them anew. After a
+    PeerLostError this is how the survivors go on.
+
+    Raises:
+        ConfigurationError: the job is not elastic.
+        RendezvousTimeoutError: fewer than min_size members took part in time.
+        ExcludedError: the others went on without this process (it was late).
+    """
+    global _world
+    with _lock:
+        old = _default()
+        _world = _run(old.reconfigure(timeout))
 
 
 def is_available() -> bool:

@@ -479,7 +479,7 @@ class RendezvousState:
                                   frozenset(job.live()), now + msg.timeout, now,
                                   "rendezvous_timeout")
             job.gatherings[key] = gathering
-        gathering.arrivals[rank] = (conn, request_id, None)
+        gathering.arrivals[rank] = (conn, request_id, (msg.host, msg.port))
         return self._settle_reconfigure(job, now)
 
     def _settle_reconfigure(self, job: Job, now: float, final: bool = False) -> list[Reply]:
@@ -526,9 +526,14 @@ class RendezvousState:
         joined = [Member(w.conn, PeerInfo(0, w.join.host, w.join.port, w.join.hostname),
                          w.join.pid, last_heartbeat=now) for w in newcomers]
         everyone = [job.members[r] for r in members] + joined
+        # Each member's address for the new generation: what it gave reconfigure
+        # (a survivor), or its join (a newcomer).
+        addresses: list[tuple[str, int]] = [
+            gathering.arrivals[r][2] for r in members]  # type: ignore[misc]
+        addresses += [(w.join.host, w.join.port) for w in newcomers]
         for new_rank, member in enumerate(everyone):
-            info = member.info
-            member.info = PeerInfo(new_rank, info.host, info.port, info.hostname)
+            host, port = addresses[new_rank]
+            member.info = PeerInfo(new_rank, host, port, member.info.hostname)
         gone = sorted(set(job.members) - set(members))
         job.members = dict(enumerate(everyone))
         job.conn_rank = {m.conn: r for r, m in job.members.items()}
@@ -543,10 +548,11 @@ class RendezvousState:
             replies += [error(c, r, "group_broken", f"{other.what} in job {job.name!r} was "
                               f"ended by the reconfigure to generation {job.generation}")
                         for c, r, _ in other.arrivals.values()]
-        log.info("job %r: generation %d: %d members (ranks %s of generation %d gone%s; %d "
-                 "joined): %s", job.name, job.generation, job.world_size, ranks_text(gone), old,
-                 f", ranks {ranks_text(late)} excluded for not calling reconfigure"
-                 if late else "", len(joined),
+        changes = [f"ranks {ranks_text(gone)} of generation {old} gone" if gone else "",
+                   f"ranks {ranks_text(late)} excluded for not calling reconfigure"
+                   if late else "", f"{len(joined)} joined" if joined else ""]
+        log.info("job %r: generation %d: %d members (%s): %s", job.name, job.generation,
+                 job.world_size, "; ".join(c for c in changes if c) or "no change",
                  ", ".join(f"{m.info.rank}@{m.info.hostname}" for m in everyone))
         directory = tuple(m.info for m in everyone)
         answers = {job.members[new].conn: gathering.arrivals[old_rank][1]

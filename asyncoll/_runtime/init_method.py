@@ -24,7 +24,8 @@ ACCEPTED_BACKENDS = ("asyncoll", "gloo", "cpu:gloo")
 
 def resolve(backend: str | None, init_method: str | None, world_size: int, rank: int,
             timeout: float, job_id: str | None,
-            environ: Mapping[str, str]) -> Rendezvous:
+            environ: Mapping[str, str], elastic: bool | None = None,
+            min_size: int | None = None, max_size: int | None = None) -> Rendezvous:
     """Work out where to join, as torch.distributed would from the same arguments.
 
     ``env://`` (the default) reads MASTER_ADDR, MASTER_PORT, WORLD_SIZE and,
@@ -34,6 +35,8 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
     are not set, Open MPI's (OMPI_COMM_WORLD_RANK/SIZE) and Slurm's
     (SLURM_PROCID, SLURM_NTASKS) are used, so mpirun and srun can launch. A rank of -1 lets the
     coordinator choose. Rank 0 may host the coordinator when none is running.
+    ``elastic``, ``min_size`` and ``max_size`` default to ASYNCOLL_ELASTIC
+    ("1": elastic), ASYNCOLL_MIN_SIZE and ASYNCOLL_MAX_SIZE (0 or unset: no bound).
 
     Raises:
         ConfigurationError: an unknown backend or scheme, or a missing or bad value.
@@ -75,8 +78,20 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
     if not 0 < port < 65536:
         raise ConfigurationError(f"port {port} is not a TCP port; use 1 to 65535")
     job = job_id if job_id is not None else environ.get("ASYNCOLL_JOB_ID", DEFAULT_JOB_ID)
+    if elastic is None:
+        elastic = environ.get("ASYNCOLL_ELASTIC", "0") not in ("", "0")
+    if min_size is None:
+        min_size = _int_value("ASYNCOLL_MIN_SIZE", environ.get("ASYNCOLL_MIN_SIZE") or "0")
+    if max_size is None:
+        max_size = _int_value("ASYNCOLL_MAX_SIZE", environ.get("ASYNCOLL_MAX_SIZE") or "0")
+    if elastic and (min(min_size, max_size) < 0 or min_size > world_size
+                    or 0 < max_size < world_size):
+        raise ConfigurationError(f"an elastic job needs 0 <= min_size <= world_size <= "
+                                 f"max_size (0: no bound), got min_size {min_size}, world_size "
+                                 f"{world_size}, max_size {max_size}")
     return Rendezvous(host=host, port=port, job=job, world_size=world_size, rank=rank,
-                      timeout=timeout, may_host=rank == 0 and not launched)
+                      timeout=timeout, may_host=rank == 0 and not launched,
+                      elastic=bool(elastic), min_size=min_size, max_size=max_size)
 
 
 def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> str:

@@ -29,13 +29,16 @@ from asyncoll._settings import (
 from asyncoll._transport.tcp.mesh import TcpMesh
 from asyncoll._wire.messages import (
     Barrier,
+    CheckMembership,
     GroupCreated,
     Heartbeat,
     Join,
     Leave,
     MemberGone,
+    MembershipState,
     Message,
     NewGroup,
+    Reconfigure,
     Status,
     StatusReply,
     Welcome,
@@ -67,6 +70,11 @@ class Rendezvous:
     rank: int
     timeout: float
     may_host: bool
+    #: An elastic job (issue 15): joining it while it runs makes this peer
+    #: pending until a reconfigure admits it; its size bounds (0: none).
+    elastic: bool = False
+    min_size: int = 0
+    max_size: int = 0
 
 
 class Session:
@@ -81,6 +89,10 @@ class Session:
         self.faults = GroupFaults(mesh)
         self.rank = welcome.rank
         self.world_size = welcome.world_size
+        #: The job's membership this session belongs to (one more per reconfigure).
+        self.generation = welcome.generation
+        # Set when a reconfigure replaced this session with the next generation's.
+        self._replaced_by: str | None = None
         self.job = job
         self.timeout = timeout
         self._embedded = embedded
@@ -129,7 +141,9 @@ class Session:
             join = Join(job=where.job, rank=where.rank, world_size=where.world_size,
                         host=plan.advertise, port=port, hostname=socket.gethostname(),
                         pid=os.getpid(), version=PROTOCOL_VERSION, timeout=where.timeout,
-                        heartbeat_timeout=settings.heartbeat_timeout)
+                        heartbeat_timeout=settings.heartbeat_timeout,
+                        elastic=int(where.elastic), min_size=where.min_size,
+                        max_size=where.max_size)
             reporter = asyncio.ensure_future(_report_while_waiting(client, where.job))
             try:
                 welcome = await client.request(join, where.timeout + COORDINATOR_GRACE_S,
@@ -168,6 +182,64 @@ class Session:
         await self.client.request(Barrier(group_id=group_id, seq=seq, timeout=timeout),
                                   timeout + COORDINATOR_GRACE_S,
                                   f"barrier #{seq} of group {group_id}")
+
+    async def membership_changed(self, timeout: float) -> bool:
+        """Whether a member was lost or left, or a process is pending (every member asks;
+        all get the same answer, decided once by the coordinator)."""
+        self.check_open("membership_changed")
+        self._need_coordinator("membership_changed")
+        reply = await self.client.request(CheckMembership(timeout=timeout),
+                                          timeout + COORDINATOR_GRACE_S, "membership check")
+        if not isinstance(reply, MembershipState):
+            raise ProtocolError(f"the coordinator answered a membership check with "
+                                f"{reply.TYPE}")
+        return bool(reply.changed)
+
+    async def reconfigure(self, timeout: float) -> Session:
+        """Agree with the live members and the pending processes on the next membership.
+
+        Returns the next generation's session: new ranks, a new data plane
+        (connections of its own), the same coordinator link. This one is
+        closed for good; its groups refuse every call with ClosedError.
+
+        Raises:
+            ConfigurationError: the job is not elastic.
+            RendezvousTimeoutError: fewer than the job's min_size took part in time.
+            ExcludedError: the job went on without this process.
+        """
+        self.check_open("reconfigure")
+        self._need_coordinator("reconfigure")
+        mesh = TcpMesh(self.job, self.settings.transport)
+        try:
+            plan = listen_plan(self.client.local_host, self.settings.environment)
+            port = await _listen(mesh, plan)
+            welcome = await self.client.request(
+                Reconfigure(timeout=timeout, host=plan.advertise, port=port),
+                timeout + COORDINATOR_GRACE_S, f"reconfigure of job {self.job!r}")
+            if not isinstance(welcome, Welcome):
+                raise ProtocolError(f"the coordinator answered reconfigure with "
+                                    f"{welcome.TYPE}")
+            mesh.set_directory(welcome.rank, {p.rank: (p.host, p.port, p.hostname)
+                                              for p in welcome.peers})
+        except BaseException:
+            await mesh.close()
+            raise
+        await self._retire(f"the job was reconfigured (generation {welcome.generation}, "
+                           f"{welcome.world_size} members); groups made before are closed: "
+                           "make them anew after reconfigure()")
+        return Session(self.client, mesh, welcome, self.job, self.timeout, self._embedded,
+                       self.settings)
+
+    async def _retire(self, reason: str) -> None:
+        """Close this generation's data plane, keeping the coordinator link for the next."""
+        self._closed = True
+        self._replaced_by = reason
+        self._heartbeat.cancel()
+        for action in self._on_close:
+            action()
+        for executor in self._lanes.values():
+            executor.shutdown(wait=False)
+        await self.mesh.close()
 
     async def _beat(self) -> None:
         """Tell the coordinator, every few seconds, that this rank is alive and how busy."""
@@ -231,6 +303,8 @@ class Session:
         Raises:
             ClosedError: :meth:`close` has been called.
         """
+        if self._replaced_by is not None:
+            raise ClosedError(f"{what}: {self._replaced_by}")
         if self._closed:
             raise ClosedError(f"{what}: this rank destroyed its process group "
                               "(destroy_process_group) and cannot use it or its sub-groups "

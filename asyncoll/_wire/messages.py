@@ -172,10 +172,16 @@ class MembershipState:
 @dataclass(frozen=True, slots=True)
 class Reconfigure:
     """Peer -> coordinator: agree on the next membership (every live member asks;
-    the pending peers take part without asking). Answered with a Welcome."""
+    the pending peers take part without asking). Answered with a Welcome.
+
+    ``host``/``port``: the data-plane address this member listens on in the
+    next generation (each generation has connections of its own).
+    """
 
     TYPE: ClassVar[str] = "reconfigure"
     timeout: float
+    host: str
+    port: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,8 @@ def check(h: Harness, conns: list[int]) -> dict[int, MembershipState]:
 def reconfigure(h: Harness, conns: list[int], timeout: float = 30.0) -> list:
     replies = []
     for conn in conns:
-        replies += h.send(conn, Reconfigure(timeout=timeout))
+        replies += h.send(conn, Reconfigure(timeout=timeout, host=f"10.0.1.{conn}",
+                                            port=50000 + conn))
     return replies
 
 
@@ -78,6 +79,8 @@ def test_survivors_of_a_lost_member_agree_it_changed_and_renumber_in_order(h):
     directory = next(iter(new.values())).peers
     assert [p.hostname for p in directory] == ["node-1", "node-2", "node-4"]
     assert [p.rank for p in directory] == [0, 1, 2]
+    # Each generation has connections of its own: the addresses given to reconfigure.
+    assert [p.port for p in directory] == [50000 + c for c in survivors]
     # The new world works: a barrier of its default group, and nothing changed since.
     assert {r.conn for r in h.send(ranks[0], Barrier(group_id=0, seq=1, timeout=5.0))
             + h.send(ranks[1], Barrier(group_id=0, seq=1, timeout=5.0))
@@ -197,7 +200,7 @@ def test_below_min_size_a_reconfigure_fails_clearly_at_its_deadline(h):
 
 def test_reconfigure_of_a_job_that_is_not_elastic_is_refused(h):
     ranks = h.start_job(2)
-    refused = errors(h.send(ranks[0], Reconfigure(timeout=5.0)))[ranks[0]]
+    refused = errors(h.send(ranks[0], Reconfigure(timeout=5.0, host="h", port=1)))[ranks[0]]
     assert refused.code == "configuration" and "not elastic" in refused.message
 
 

@@ -91,7 +91,7 @@ EXAMPLES: list[Message] = [
                reason="no heartbeat for 10.2 s"),
     CheckMembership(timeout=30.0),
     MembershipState(changed=1, generation=2, gone=(1, 3), pending=1),
-    Reconfigure(timeout=60.0),
+    Reconfigure(timeout=60.0, host="10.0.0.1", port=40001),
     Status(job=""),
     StatusReply(jobs=(JobStatus("j", "running", 2, 3.5,
                                 (MemberStatus(0, "10.0.0.1", 40001, "a", 9, "running", 12, 0.5),),
