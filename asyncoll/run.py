@@ -17,6 +17,14 @@ free port (the coordinator's + 1 with several nodes), so a torch.distributed
 program, whose rank 0 binds its store there, runs unchanged too. Its output
 passes through unchanged. When a worker fails, the others are stopped and
 asyncoll-run exits non-zero, saying which rank failed and how.
+
+With ``--max-restarts N`` (torchrun's name) the job is elastic
+(ASYNCOLL_ELASTIC=1 for every worker) and a worker that fails is not the
+end: the others go on (the program calls asyncoll.reconfigure(), see
+examples/elastic_training.py) and asyncoll-run starts one replacement, which
+joins the running job and is admitted at its next reconfigure; up to N
+replacements in all, then a failure stops the job as before. Elastic jobs
+need the coordinator to outlive every worker: asyncoll-run's own, or a daemon.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from asyncoll import _auth
 from asyncoll._runtime import hosting
@@ -69,6 +77,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--token-file",
                         help="file holding the job's shared secret: the embedded coordinator "
                              "requires it and the workers get it as ASYNCOLL_TOKEN")
+    parser.add_argument("--max-restarts", "--max_restarts", type=int, default=0,
+                        help="make the job elastic and replace a worker that fails, up to "
+                             "this many times; each replacement joins the running job "
+                             "(default 0: a failure stops the job)")
     parser.add_argument("--job-id", help="job id on the coordinator (default: unique per run "
                                          f"on one node, {DEFAULT_JOB_ID!r} with --nnodes > 1)")
     parser.add_argument("-m", dest="module", action="store_true",
@@ -159,10 +171,24 @@ def _wait_any(procs: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes] |
         time.sleep(_POLL_S)
 
 
-def _supervise(procs: list[subprocess.Popen[bytes]]) -> int:
-    """Wait for every worker; on the first failure stop the rest. Return the exit code."""
+def _supervise(procs: list[subprocess.Popen[bytes]],
+               replace: Callable[[int], subprocess.Popen[bytes]] | None = None,
+               restarts: int = 0) -> int:
+    """Wait for every worker; on the first failure stop the rest. Return the exit code.
+
+    With ``replace``, the first ``restarts`` failures start ``replace(slot)`` in the
+    failed worker's place instead.
+    """
     while (proc := _wait_any(procs)) is not None:
         code = proc.returncode
+        if code != 0 and replace is not None and restarts > 0:
+            restarts -= 1
+            slot = procs.index(proc)
+            procs[slot] = replace(slot)
+            print(f"asyncoll-run: worker {slot} (pid {proc.pid}) {_describe(code)}; started "
+                  f"pid {procs[slot].pid} to join the running job in its place ({restarts} "
+                  "restart(s) left)", file=sys.stderr, flush=True)
+            continue
         if code != 0:
             rank = procs.index(proc)
             others = sum(1 for p in procs if p.poll() is None)
@@ -175,6 +201,9 @@ def _supervise(procs: list[subprocess.Popen[bytes]]) -> int:
 
 
 def _check(args: argparse.Namespace) -> None:
+    if args.max_restarts < 0:
+        raise SystemExit(f"asyncoll-run: --max-restarts must be 0 or more, got "
+                         f"{args.max_restarts}")
     if args.nproc_per_node < 1:
         raise SystemExit(f"asyncoll-run: --nproc-per-node must be at least 1, got "
                          f"{args.nproc_per_node}")
@@ -244,16 +273,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for sig in previous:
             signal.signal(sig, forward)
-        for local in range(n):
+        if args.max_restarts:
+            passed["ASYNCOLL_ELASTIC"] = "1"
+
+        def worker(local: int, replacement: bool = False) -> subprocess.Popen[bytes]:
             env = dict(os.environ, **passed, RANK=str(args.node_rank * n + local),
                        LOCAL_RANK=str(local), WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(n),
                        GROUP_RANK=str(args.node_rank), MASTER_ADDR=host,
                        MASTER_PORT=str(store_port), ASYNCOLL_JOB_ID=job,
                        ASYNCOLL_COORDINATOR=f"[{host}]:{port}" if ":" in host else
                        f"{host}:{port}")
-            procs.append(subprocess.Popen([sys.executable, *target, *args.script_args],
-                                          env=env))
-        code = _supervise(procs)
+            if replacement:
+                del env["RANK"]  # the job numbers it when it admits it
+            return subprocess.Popen([sys.executable, *target, *args.script_args], env=env)
+
+        procs.extend(worker(local) for local in range(n))
+        code = _supervise(procs, lambda slot: worker(slot, replacement=True),
+                          args.max_restarts)
         if embedded is not None and code == 0:
             # Workers of other nodes may still be leaving: let them.
             runtime().run(embedded.wait_until_idle(job, EMBEDDED_DRAIN_TIMEOUT_S))

@@ -109,6 +109,14 @@ def reconfigure(timeout: float | timedelta | None = None) -> None:
         _world = _run(old.reconfigure(timeout))
 
 
+def get_generation() -> int:
+    """The job's membership generation: 0 at its start, one more per reconfigure.
+
+    A process admitted into a running elastic job starts past 0.
+    """
+    return _default().generation
+
+
 def is_available() -> bool:
     """Always True: asyncoll needs nothing beyond its Python dependencies."""
     return True
