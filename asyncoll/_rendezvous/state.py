@@ -579,6 +579,12 @@ class RendezvousState:
             replies.append(error(member.conn, 0, "peer_lost",
                                   f"the coordinator declared this rank ({rank}) lost: {reason}"))
             replies += self._depart(job, rank, member.conn, f"was lost: {reason}", now)
+            if job.elastic:
+                # It may only be stopped: if it wakes, the job has gone on without it.
+                self._excluded[member.conn] = (
+                    f"rank {rank} of job {job.name!r} was declared lost ({reason}) and the "
+                    "job went on without it; this process is no longer a member: leave, and "
+                    "join again with init_process_group(elastic=True)")
         return replies
 
     def _depart(self, job: Job, rank: int, conn: int, how: str, now: float) -> list[Reply]:

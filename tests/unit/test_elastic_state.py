@@ -31,11 +31,14 @@ def h() -> Harness:
 
 
 def elastic_join(conn: int, *, world_size: int = 4, min_size: int = 0, max_size: int = 0,
-                 timeout: float = 30.0, elastic: int = 1) -> Join:
+                 timeout: float = 30.0, elastic: int = 1, heartbeat_timeout: float = 1e9
+                 ) -> Join:
+    """A join to the elastic job JOB; heartbeats never expire unless a test asks."""
     return Join(job=JOB, rank=-1, world_size=world_size, host=f"10.0.0.{conn}",
                 port=40000 + conn, hostname=f"node-{conn}", pid=1000 + conn,
-                version=PROTOCOL_VERSION, timeout=timeout, heartbeat_timeout=1e9,
-                elastic=elastic, min_size=min_size, max_size=max_size)
+                version=PROTOCOL_VERSION, timeout=timeout,
+                heartbeat_timeout=heartbeat_timeout, elastic=elastic, min_size=min_size,
+                max_size=max_size)
 
 
 def start(h: Harness, size: int = 4, **bounds: int) -> dict[int, int]:
@@ -220,3 +223,13 @@ def test_agreements_of_the_old_membership_end_with_the_reconfigure(h):
     new = reconfigure(h, [ranks[0], ranks[1]])
     assert sorted(w.rank for w in welcomes(new).values()) == [0, 1]
     assert all(isinstance(r.message, (Welcome, Error)) for r in new)
+
+
+def test_a_frozen_member_declared_lost_is_excluded_when_it_wakes(h):
+    replies = []
+    for conn in (1, 2):
+        replies = h.send(conn, elastic_join(conn, world_size=2, heartbeat_timeout=5.0))
+    ranks = {w.rank: conn for conn, w in welcomes(replies).items()}
+    h.tick(6.0)  # neither beat: both are declared lost
+    refused = errors(h.send(ranks[1], CheckMembership(timeout=5.0)))[ranks[1]]
+    assert refused.code == "excluded" and "declared lost" in refused.message
