@@ -85,6 +85,11 @@ class Runtime:
         if embedded is None and where.may_host:
             embedded = await hosting.host_unless_listening(where.host, where.port,
                                                            settings.token)
+            if embedded is not None and where.elastic:
+                log.warning("job %r is elastic but its coordinator runs in this process "
+                            "(rank 0): if it dies, the others cannot go on. Run the job "
+                            "under asyncoll-run or with an asyncoll-coordinator daemon",
+                            where.job)
         return await Session.join(where, settings, embedded)
 
     def shutdown(self) -> None:

@@ -65,24 +65,47 @@ def torch_version() -> str:
     return str(torch.__version__).split("+")[0]
 
 
+def run_suites(backend: str, world_sizes: tuple[int, ...],
+               tmp_path: Path) -> dict[int, dict[str, tuple[str, str]]]:
+    """Run the suite on ``backend`` at each world size, all at once (each test's ranks
+    mostly wait, so two runs share two processors well); each test's (outcome,
+    message) by name, by world size."""
+    runs = {}
+    for world_size in world_sizes:
+        report = tmp_path / f"{backend}-ws{world_size}.xml"
+        init = tmp_path / f"init-{backend}-{world_size}"
+        init.mkdir()
+        log = open(tmp_path / f"{backend}-ws{world_size}.log", "w+")
+        env = {**os.environ, "BACKEND": "gloo", "WORLD_SIZE": str(world_size),
+               # The suite's file:// tests run only when it is told it uses a file.
+               "INIT_METHOD": f"file://{init}/", "ASYNCOLL_SUITE_BACKEND": backend,
+               "PYTORCH_PRINT_REPRO_ON_FAILURE": "0"}
+        command = [sys.executable, "-m", "pytest", str(HERE / "suite_module.py"), "-q",
+                   "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning",
+                   f"--junitxml={report}", f"--rootdir={HERE}", "-o", "addopts="]
+        runs[world_size] = (subprocess.Popen(command, env=env, cwd=tmp_path, stdout=log,
+                                             stderr=subprocess.STDOUT), report, log)
+    results = {}
+    for world_size, (proc, report, log) in runs.items():
+        try:
+            proc.wait(timeout=RUN_LIMIT_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        with log:
+            log.seek(0)
+            text = log.read()
+        if not report.exists():
+            raise AssertionError(f"the suite on {backend} at world size {world_size} wrote "
+                                 f"no report:\n{text[-12000:]}")
+        results[world_size] = outcomes(report)
+    return results
+
+
 def run_suite(backend: str, world_size: int, tmp_path: Path) -> dict[str, tuple[str, str]]:
     """Run the suite on ``backend``; each test's (outcome, message) by name."""
-    report = tmp_path / f"{backend}-ws{world_size}.xml"
-    init = tmp_path / f"init-{backend}-{world_size}"
-    init.mkdir()
-    env = {**os.environ, "BACKEND": "gloo", "WORLD_SIZE": str(world_size),
-           # The suite's file:// tests run only when it is told it uses a file.
-           "INIT_METHOD": f"file://{init}/", "ASYNCOLL_SUITE_BACKEND": backend,
-           "PYTORCH_PRINT_REPRO_ON_FAILURE": "0"}
-    command = [sys.executable, "-m", "pytest", str(HERE / "suite_module.py"), "-q",
-               "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning",
-               f"--junitxml={report}", f"--rootdir={HERE}", "-o", "addopts="]
-    finished = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True,
-                              text=True, timeout=RUN_LIMIT_S)
-    if not report.exists():
-        raise AssertionError(f"the suite on {backend} wrote no report:\n"
-                             f"{finished.stdout[-6000:]}\n{finished.stderr[-6000:]}")
-    return outcomes(report)
+    return run_suites(backend, (world_size,), tmp_path)[world_size]
 
 
 def outcomes(report: Path) -> dict[str, tuple[str, str]]:
@@ -109,10 +132,16 @@ def gloo_passes(world_size: int, tmp_path: Path) -> set[str]:
             if outcome == "passed"}
 
 
-@pytest.mark.timeout(2 * RUN_LIMIT_S + 60)
+@pytest.fixture(scope="module")
+def asyncoll_runs(tmp_path_factory) -> dict[int, dict[str, tuple[str, str]]]:
+    """The suite on asyncoll at every world size (run together)."""
+    return run_suites("asyncoll", WORLD_SIZES, tmp_path_factory.mktemp("asyncoll"))
+
+
+@pytest.mark.timeout(3 * RUN_LIMIT_S + 60)
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
-def test_every_test_gloo_passes_passes_on_asyncoll(world_size, tmp_path):
-    ours = run_suite("asyncoll", world_size, tmp_path)
+def test_every_test_gloo_passes_passes_on_asyncoll(world_size, asyncoll_runs, tmp_path):
+    ours = asyncoll_runs[world_size]
     theirs = gloo_passes(world_size, tmp_path)
     version = tuple(int(part) for part in torch_version().split(".")[:2])
     failed = {}
