@@ -235,11 +235,15 @@ class Session:
         self._closed = True
         self._replaced_by = reason
         self._heartbeat.cancel()
+        self._stop_groups()
+        await self.mesh.close()
+
+    def _stop_groups(self) -> None:
+        """Close what the groups hold (arenas, links) and their lanes' threads."""
         for action in self._on_close:
             action()
         for executor in self._lanes.values():
             executor.shutdown(wait=False)
-        await self.mesh.close()
 
     async def _beat(self) -> None:
         """Tell the coordinator, every few seconds, that this rank is alive and how busy."""
@@ -335,10 +339,7 @@ class Session:
         self._heartbeat.cancel()
         with contextlib.suppress(AsyncollError, OSError):
             await self.client.request(Leave(), LEAVE_TIMEOUT_S, "leave")
-        for action in self._on_close:
-            action()
-        for executor in self._lanes.values():
-            executor.shutdown(wait=False)
+        self._stop_groups()
         await _close_quietly(self.client, self.mesh, self._embedded, self.job)
 
 

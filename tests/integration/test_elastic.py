@@ -89,22 +89,32 @@ def start(daemon: Daemon, job: str, role: str, *extra: str) -> subprocess.Popen[
                             stderr=subprocess.PIPE, text=True)
 
 
+def ready_members(daemon: Daemon, job: str) -> list[subprocess.Popen[str]]:
+    """The job's two members, joined (each said READY)."""
+    members = [start(daemon, job, "member") for _ in range(2)]
+    for proc in members:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("READY")
+    return members
+
+
+def tell(procs: list[subprocess.Popen[str]], command: str) -> None:
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(f"{command}\n")
+        proc.stdin.flush()
+
+
 def test_newcomers_arriving_together_join_in_one_reconfigure_and_max_size_refuses_more(
         tmp_path):
     daemon = Daemon(tmp_path)
     try:
-        members = [start(daemon, "together", "member") for _ in range(2)]
-        for proc in members:
-            assert proc.stdout is not None and proc.stdout.readline().startswith("READY")
+        members = ready_members(daemon, "together")
         newcomers = [start(daemon, "together", "newcomer") for _ in range(2)]
         daemon.wait_for_log("2 pending")
         extra = start(daemon, "together", "newcomer")  # max_size is 4
         code, out, err = finish(extra, timeout=60)
         assert code == 3 and "max_size of 4" in out, (out, err)
-        for proc in members:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
+        tell(members, "go")
         results = [finish(proc, timeout=60) for proc in members + newcomers]
         assert all(code == 0 for code, _, _ in results), results
         reports = [re.search(r"RANK (\d+) SIZE 4 SUM ([\d.]+)", out) for _, out, _ in results]
@@ -120,16 +130,11 @@ def test_newcomers_arriving_together_join_in_one_reconfigure_and_max_size_refuse
 def test_a_pending_process_that_gives_up_leaves_no_trace(tmp_path):
     daemon = Daemon(tmp_path)
     try:
-        members = [start(daemon, "patience", "member") for _ in range(2)]
-        for proc in members:
-            assert proc.stdout is not None and proc.stdout.readline().startswith("READY")
+        members = ready_members(daemon, "patience")
         quitter = start(daemon, "patience", "newcomer", "1")  # a 1 s timeout
         code, out, err = finish(quitter, timeout=60)
         assert code == 4 and "RendezvousTimeoutError" in out, (out, err)
-        for proc in members:
-            assert proc.stdin is not None
-            proc.stdin.write("check\n")
-            proc.stdin.flush()
+        tell(members, "check")
         results = [finish(proc, timeout=60) for proc in members]
         assert all(code == 0 and "CHANGED False SIZE 2" in out for code, out, _ in results), \
             results
