@@ -159,13 +159,17 @@ def timed_out_words(seconds: float) -> str:
     return f"Timed out waiting {round(seconds * 1000)}ms"
 
 
-def broken_by(what: str, first: AsyncollError) -> GroupBrokenError:
+def broken_by(what: str, first: AsyncollError) -> AsyncollError:
     """The sticky error of a call on ``what`` after ``first`` broke it.
 
     A lost peer's stays a PeerLostError too, naming the rank and its host, so
     ``except PeerLostError`` catches it whether the loss came during an
-    operation or between two.
+    operation or between two. An exclusion from an elastic job stays an
+    ExcludedError.
     """
+    if isinstance(first, ExcludedError):
+        # Not the group's fault, and not mended by a new group: the process must leave.
+        return ExcludedError(str(first))
     text = f"{what} failed earlier ({first}); destroy it and create a new one"
     if isinstance(first, PeerLostError):
         return GroupBrokenByPeerLossError(text, rank=first.rank, host=first.host)

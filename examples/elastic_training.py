@@ -17,7 +17,8 @@ The pattern: the state is the application's. After every membership change
 Options: ``--steps`` (default 300), ``--size`` (parameters, default 100000),
 ``--pause`` (seconds per step, default 0.01: slow enough to kill one).
 Each worker prints its pid and rank when it starts, one line per membership
-change and, at the end, the checksum of its weights.
+change and one when its first step after it is done (with the time, to
+measure the pause a change costs) and, at the end, the checksum of its weights.
 """
 
 from __future__ import annotations
@@ -64,6 +65,12 @@ def go_on(weights: np.ndarray, step: np.ndarray, why: str) -> None:
           flush=True)
 
 
+def first_step_done() -> None:
+    """Say when this worker completed its first step in a new world (Unix time)."""
+    print(f"[pid {os.getpid()}] first step in a world of {dist.get_world_size()} done at "
+          f"{time.time():.3f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=300)
@@ -81,18 +88,24 @@ def main() -> None:
         share_state(weights, step)  # a newcomer, admitted into a running job
         print(f"[pid {os.getpid()}] joined as rank {dist.get_rank()} of "
               f"{dist.get_world_size()} at step {int(step[0])}", flush=True)
+    new_world = False
     while step[0] < args.steps:
         try:
             if dist.membership_changed():
                 go_on(weights, step, "membership changed")
+                new_world = True
                 continue
             grad = gradient(weights, int(step[0]))
             dist.all_reduce(grad)
             weights -= 0.1 * grad / dist.get_world_size()
             step += 1
+            if new_world:
+                first_step_done()
+                new_world = False
             time.sleep(args.pause)
         except dist.CollectiveError as exc:  # a peer died mid-step: the step is redone
             go_on(weights, step, f"{type(exc).__name__} at step {int(step[0])}")
+            new_world = True
     digest = hashlib.sha256(weights.tobytes()).hexdigest()[:16]
     print(f"[pid {os.getpid()}] rank {dist.get_rank()} of {dist.get_world_size()} done at "
           f"step {int(step[0])}: weights {digest}", flush=True)

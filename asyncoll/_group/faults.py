@@ -125,6 +125,14 @@ class GroupFaults:
                 self._send_aborts(group_id, self._completed.get(group_id, 0) + 1, error,
                                   members)
 
+    def exclude(self, error: AsyncollError) -> None:
+        """The job went on without this rank (an elastic job): break every group.
+
+        No aborts are sent: the other members have left this generation's mesh.
+        """
+        for group_id in list(self._groups):
+            self._break(group_id, error)
+
     # -- the mesh's Listener ------------------------------------------------------------
 
     def early_frame(self, peer: int, tag: Tag, fingerprint: Fingerprint) -> None:

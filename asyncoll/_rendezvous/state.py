@@ -480,6 +480,8 @@ class RendezvousState:
                                   "rendezvous_timeout")
             job.gatherings[key] = gathering
         gathering.arrivals[rank] = (conn, request_id, (msg.host, msg.port))
+        log.info("job %r: rank %d calls reconfigure (%d of %d live members)", job.name, rank,
+                 len(gathering.arrivals.keys() & set(job.live())), len(job.live()))
         return self._settle_reconfigure(job, now)
 
     def _settle_reconfigure(self, job: Job, now: float, final: bool = False) -> list[Reply]:
@@ -513,14 +515,18 @@ class RendezvousState:
                          newcomers: list[Waiter], now: float) -> list[Reply]:
         old = job.generation
         late = [r for r in job.live() if r not in members]
+        replies: list[Reply] = []
         for rank in late:
             member = job.members[rank]
-            self._excluded[member.conn] = (
-                f"rank {rank} of job {job.name!r} did not call reconfigure() within "
-                f"{gathering.deadline - gathering.started:g} s, and the job went on without "
-                f"it (generation {old + 1}); this process is no longer a member: leave, and "
-                "join again with init_process_group(elastic=True)")
+            text = (f"rank {rank} of job {job.name!r} did not call reconfigure() within "
+                    f"{gathering.deadline - gathering.started:g} s, and the job went on "
+                    f"without it (generation {old + 1}); this process is no longer a member: "
+                    "leave, and join again with init_process_group(elastic=True)")
+            self._excluded[member.conn] = text
             self._conn_job.pop(member.conn, None)
+            # Told at once, so that its next call of any kind fails with this,
+            # not only its next request to the coordinator.
+            replies.append(error(member.conn, 0, "excluded", text))
         for waiter in newcomers:
             del job.pending[waiter.conn]
         joined = [Member(w.conn, PeerInfo(0, w.join.host, w.join.port, w.join.hostname),
@@ -542,7 +548,6 @@ class RendezvousState:
         job.groups = {0: tuple(range(job.world_size))}
         job.new_group_calls.clear()
         job.checks.clear()
-        replies = []
         for key, other in list(job.gatherings.items()):  # agreements of the old membership
             del job.gatherings[key]
             replies += [error(c, r, "group_broken", f"{other.what} in job {job.name!r} was "

@@ -48,6 +48,7 @@ from asyncoll.errors import (
     AsyncollError,
     ClosedError,
     ConfigurationError,
+    ExcludedError,
     PeerLostError,
     ProtocolError,
     RendezvousError,
@@ -326,7 +327,11 @@ class Session:
                 "keep working over the data plane. Restart the job to create groups again.")
 
     def _coordinator_lost(self, error: AsyncollError) -> None:
-        if not self._closed:
+        if isinstance(error, ExcludedError):
+            # The job went on without this process: nothing of it may go on.
+            self.faults.exclude(error)
+            log.warning("%s", error)
+        elif not self._closed:
             log.warning("%s; collectives go on over the data plane, but new_group, "
                         "monitored_barrier and the coordinator's failure notices are gone",
                         error)

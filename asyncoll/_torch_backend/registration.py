@@ -5,9 +5,10 @@
 would make ``import torch`` fail) and on ``import asyncoll`` when torch is
 already loaded. torch then calls ``create`` for every group with
 backend "asyncoll": for the default group (no member list) this process joins
-a new asyncoll job; for a sub-group, a group of that job's ranks is made over
-its existing connections, on the members only, as torch calls the creator on
-members only.
+a new asyncoll job, or, with init_method "asyncoll://", runs on the blocking
+API's world (asyncoll._torch_backend.elastic); for a sub-group, a group of that
+job's ranks is made over its existing connections, on the members only, as
+torch calls the creator on members only.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import sys
 import threading
 import zlib
 from typing import Any
+
+from asyncoll._torch_backend import elastic
 
 log = logging.getLogger("asyncoll")
 
@@ -52,6 +55,7 @@ def register() -> bool:
     backend = distributed.Backend
     if BACKEND_NAME.upper() not in backend._plugins:
         backend.register_backend(BACKEND_NAME, create, extended_api=True, devices=["cpu"])
+    elastic.register_init_method()
     return True
 
 
@@ -75,8 +79,12 @@ def create(options: Any, backend_options: Any = None) -> Any:
         if world is not None and world.closed:
             world = _default_world = None
         if not members or world is None:
-            world = TorchWorld.join(options.store, options.group_rank, options.group_size,
-                                    timeout)
+            blocking_world = elastic.world_of(options.store)
+            if blocking_world is not None:
+                world = TorchWorld.over(blocking_world, options.group_rank, options.group_size)
+            else:
+                world = TorchWorld.join(options.store, options.group_rank, options.group_size,
+                                        timeout)
             if not members:
                 _default_world = world
             return AsyncollProcessGroup(world, world.world, owns_world=True)

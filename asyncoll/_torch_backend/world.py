@@ -4,7 +4,9 @@ torch hands a backend a Store and a rank. The default group's rank 0 starts an
 embedded asyncoll coordinator on a free port and publishes its address in the
 store; every rank reads it and joins asyncoll as usual, so every collective
 then runs over asyncoll's own peers and algorithms. The store carries nothing
-else. The job runs on the runtime's event loop thread; a TorchWorld owns one
+else. With init_method "asyncoll://" there is no job of its own: torch's
+group runs on the blocking API's world (TorchWorld.over, elastic.py). The job
+runs on the runtime's event loop thread; a TorchWorld owns one
 thread that completes torch futures (so their callbacks never run on the event
 loop, where a callback starting a collective would deadlock), which shutdown()
 joins. The runtime shuts down at exit what the program did not.
@@ -39,9 +41,10 @@ STORE_KEY = "asyncoll/coordinator"
 class TorchWorld:
     """One asyncoll job, run on the runtime's loop, and its future-completing thread."""
 
-    def __init__(self, runtime: Runtime, world: aio.World) -> None:
+    def __init__(self, runtime: Runtime, world: aio.World, owns_world: bool = True) -> None:
         self.runtime = runtime
         self.world = world
+        self._owns_world = owns_world
         self._completions = CallbackThread("asyncoll-torch-futures")
         self._lock = threading.Lock()
         self._closed = False
@@ -79,6 +82,18 @@ class TorchWorld:
         # The session stops the coordinator when it closes, or when it fails to join.
         return cls(shared, aio.World(shared.run(shared.join(where, settings, coordinator))))
 
+    @classmethod
+    def over(cls, world: aio.World, rank: int, size: int) -> TorchWorld:
+        """Run torch's group on ``world``, the blocking API's, which stays the API's to end.
+
+        Raises:
+            RuntimeError: torch's rank or size is not the world's.
+        """
+        if (rank, size) != (world.rank, world.size):
+            raise RuntimeError(f"torch made a group of rank {rank} and size {size} over "
+                               f"asyncoll's world of rank {world.rank} and size {world.size}")
+        return cls(runtime(), world, owns_world=False)
+
     @property
     def closed(self) -> bool:
         """Whether shutdown() has been called."""
@@ -94,6 +109,8 @@ class TorchWorld:
     def shutdown(self) -> None:
         """Leave the job (stopping the coordinator this rank hosts), join the thread.
 
+        A world made ``over`` the blocking API's is left to it: only the thread ends.
+
         Operations still running fail with an asyncoll error. Never raises.
         """
         with self._lock:
@@ -101,10 +118,11 @@ class TorchWorld:
                 return
             self._closed = True
         self.runtime.forget_at_exit(self.shutdown)
-        try:
-            self.runtime.run(self.world.destroy())
-        except Exception:  # noqa: BLE001 - shutdown must always finish
-            log.exception("asyncoll: error while leaving the job")
+        if self._owns_world:
+            try:
+                self.runtime.run(self.world.destroy())
+            except Exception:  # noqa: BLE001 - shutdown must always finish
+                log.exception("asyncoll: error while leaving the job")
         self._completions.stop()
 
 

@@ -270,3 +270,43 @@ async def test_the_mesh_knows_whether_any_frame_waits_for_its_receive(setup):
     assert mesh.has_early  # group 5's frame is still kept
     mesh.fail_group(5, MismatchError("broken elsewhere"))
     assert not mesh.has_early and mesh.inbox(0).kept_bytes == 0
+
+
+class OpenTransport:
+    """A connection's transport to a peer that never closes its end (it is frozen)."""
+
+    def __init__(self) -> None:
+        self.eof_written = self.closed = False
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof_written = True
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_closing_does_not_linger_for_a_peer_declared_lost(setup, monkeypatch):
+    # A frozen peer keeps its end open: lingering for it would delay an elastic
+    # job's survivors by the linger time at every reconfigure.
+    mesh, connection = setup
+    transport = OpenTransport()
+    connection.transport = transport
+    monkeypatch.setattr("asyncoll._transport.tcp.mesh.LINGER_S", 60.0)
+    mesh.fail_peer(0, PeerLostError("rank 0 was lost", rank=0, host="a"))
+    await asyncio.wait_for(mesh.close(), 10)
+    assert transport.closed and not transport.eof_written

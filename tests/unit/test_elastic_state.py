@@ -159,8 +159,11 @@ def test_a_second_member_killed_during_the_reconfigure_is_left_out_and_it_comple
 def test_a_member_that_does_not_reconfigure_in_time_is_excluded_with_a_clear_error(h):
     ranks = start(h, 3)
     assert reconfigure(h, [ranks[0], ranks[1]], timeout=5.0) == []
-    new = welcomes(h.tick(5.0))
+    replies = h.tick(5.0)
+    new = welcomes(replies)
     assert {conn: w.rank for conn, w in new.items()} == {ranks[0]: 0, ranks[1]: 1}
+    told = [r for r in replies if r.conn == ranks[2]]  # at once, unasked (request 0)
+    assert [(r.request_id, r.message.code) for r in told] == [(0, "excluded")]
     refused = errors(h.send(ranks[2], Barrier(group_id=0, seq=1, timeout=5.0)))[ranks[2]]
     assert refused.code == "excluded"
     assert "did not call reconfigure() within 5 s" in refused.message

@@ -323,6 +323,10 @@ class TcpMesh:
             return
         error = ClosedError("the process group was destroyed on this rank while this "
                             "operation ran")
+        # A peer declared lost may only be frozen: waiting for it to close its
+        # end would only delay the survivors (an elastic job's reconfigure).
+        lost = {id(c) for c in self._channels.values() if isinstance(c.inbox.error,
+                                                                     PeerLostError)}
         for channel in self._channels.values():
             channel.fail(error)
         self._closed = True
@@ -334,7 +338,8 @@ class TcpMesh:
             transport = connection.transport if connection is not None else None
             if connection is None or transport is None or transport.is_closing():
                 continue
-            if connection.ready.done() and transport.can_write_eof():
+            if (connection.ready.done() and transport.can_write_eof()
+                    and id(channel) not in lost):
                 # GOODBYE after this rank's last frames, so the peer can tell
                 # leaving from dying; then half-close and keep reading (and
                 # discarding) until the peer closes too. Closing with unread
