@@ -20,12 +20,14 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Sequence
 
+import numpy as np
+
 from asyncoll._runtime.init_method import resolve
 from asyncoll._runtime.runtime import runtime
 from asyncoll._runtime.settings import Settings
 from asyncoll._runtime.session import Session
 from asyncoll._settings import DEFAULT_TIMEOUT_S
-from asyncoll.errors import ConfigurationError
+from asyncoll.errors import CollectiveError, ConfigurationError
 from asyncoll.group import AsyncProcessGroup, seconds
 from asyncoll.types import ReduceOp
 
@@ -64,10 +66,20 @@ class World(AsyncProcessGroup):
     async def membership_changed(self, timeout: float | timedelta | None = None) -> bool:
         """Whether a member was lost or left, or a process waits to join (elastic jobs).
 
-        Every live member calls it; all get the same answer, decided once by
-        the coordinator (a member lost meanwhile does not hold it up).
+        Every live member calls it; all get the same answer. When no member
+        has heard of a change it is one small all_reduce; otherwise the
+        coordinator decides, once for all (a member lost meanwhile does not
+        hold it up).
         """
-        return await self.session.membership_changed(seconds(timeout, self.timeout))
+        limit = seconds(timeout, self.timeout)
+        heard = np.array([self.session.heard_of_change()], dtype=np.int32)
+        try:
+            await self.all_reduce(heard, ReduceOp.MAX, limit)
+        except CollectiveError as exc:
+            if not self.session.changed_membership(exc):
+                raise
+            heard[0] = 1  # lost or left, meanwhile or before: the coordinator gathers all
+        return bool(heard[0]) and await self.session.membership_changed(limit)
 
     async def reconfigure(self, timeout: float | timedelta | None = None) -> World:
         """Go on with the live members and admit the pending processes: the next world.

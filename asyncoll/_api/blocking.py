@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Union
 
+import numpy as np
+
 from asyncoll import aio
 from asyncoll._runtime.runtime import runtime
 from asyncoll._api.work import Work
 from asyncoll._group.core import Operation
-from asyncoll.errors import AsyncollError, ConfigurationError
-from asyncoll.group import WORLD, AsyncProcessGroup, WorldGroup
+from asyncoll.errors import AsyncollError, CollectiveError, ConfigurationError
+from asyncoll.group import WORLD, AsyncProcessGroup, WorldGroup, seconds
 from asyncoll.types import ReduceOp
 
 #: What ``group=`` accepts: a group, None or ``asyncoll.group.WORLD`` for the world.
@@ -86,8 +88,19 @@ def membership_changed(timeout: float | timedelta | None = None) -> bool:
 
     A collective over the world: every live member calls it and all get the
     same answer, even members that heard of a loss at different moments.
+    When none has heard of a change, it is one small all_reduce (in this
+    thread, on one host); otherwise the coordinator decides (aio.World's).
     """
-    return bool(_run(_default().membership_changed(timeout)))
+    world = _default()
+    heard = np.array([world.session.heard_of_change()], dtype=np.int32)
+    try:
+        all_reduce(heard, ReduceOp.MAX)
+    except CollectiveError as exc:
+        if not world.session.changed_membership(exc):
+            raise
+        heard[0] = 1  # lost or left, meanwhile or before: the coordinator gathers all
+    return bool(heard[0]) and bool(_run(world.session.membership_changed(
+        seconds(timeout, world.timeout))))
 
 
 def reconfigure(timeout: float | timedelta | None = None) -> None:

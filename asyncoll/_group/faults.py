@@ -109,6 +109,10 @@ class GroupFaults:
         self._left[peer] = left_error(peer, hostname)
         self._mesh.peer_left(peer, hostname)
 
+    def someone_left(self) -> bool:
+        """Whether any member left the job (the coordinator said so)."""
+        return bool(self._left)
+
     def left(self, peer: int) -> AsyncollError | None:
         """The error of waiting for ``peer``, if it left the job; else None."""
         return self._left.get(peer)

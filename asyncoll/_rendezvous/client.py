@@ -12,7 +12,14 @@ from asyncoll import _auth
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._rendezvous.control import read_message, write_message
 from asyncoll._settings import CONNECT_RETRY_INTERVAL_S, HANDSHAKE_TIMEOUT_S
-from asyncoll._wire.messages import Challenge, Error, MemberGone, Message, Proof
+from asyncoll._wire.messages import (
+    Challenge,
+    Error,
+    MemberGone,
+    MembersPending,
+    Message,
+    Proof,
+)
 from asyncoll.errors import (
     AsyncollError,
     AuthenticationError,
@@ -109,6 +116,8 @@ class CoordinatorClient:
         self._closed: AsyncollError | None = None
         #: Called with each notice the coordinator sends unasked (a member gone).
         self.on_notice: Callable[[Message], None] | None = None
+        #: The newest membership event the notices told of (their job's epoch).
+        self.heard_epoch = 0
         #: Called once, with the error, when the connection to the coordinator ends.
         self.on_lost: Callable[[AsyncollError], None] | None = None
         self._reader_task = asyncio.get_running_loop().create_task(self._read_replies())
@@ -208,7 +217,8 @@ class CoordinatorClient:
                 future = self._pending.get(request_id)
                 if future is not None and not future.done():
                     future.set_result(message)
-                elif request_id == 0 and isinstance(message, MemberGone):
+                elif request_id == 0 and isinstance(message, (MemberGone, MembersPending)):
+                    self.heard_epoch = max(self.heard_epoch, message.epoch)
                     if self.on_notice is not None:
                         self.on_notice(message)
                 elif request_id == 0 and isinstance(message, Error):

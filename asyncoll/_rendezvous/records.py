@@ -80,6 +80,9 @@ class Job:
     pending: dict[int, Waiter] = field(default_factory=dict)
     #: Per rank, how many membership checks it made in this generation.
     checks: dict[int, int] = field(default_factory=dict)
+    #: Membership events so far (a member gone, a process pending or giving
+    #: up), across generations: what members' notices and answers are dated by.
+    epoch: int = 0
 
     def live(self) -> list[int]:
         """The ranks of the members that have not left, in order."""

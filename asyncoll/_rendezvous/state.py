@@ -43,6 +43,7 @@ from asyncoll._wire.messages import (
     Leave,
     MemberGone,
     MembershipState,
+    MembersPending,
     MemberStatus,
     Message,
     NewGroup,
@@ -422,7 +423,10 @@ class RendezvousState:
         self._conn_job[conn] = job
         log.info("job %r: peer from %s (pid %d) is pending, to be admitted at the next "
                  "reconfigure; %d pending", job.name, join.hostname, join.pid, len(job.pending))
-        return self._settle_reconfigure(job, now)
+        job.epoch += 1
+        notice = MembersPending(pending=len(job.pending), epoch=job.epoch)
+        return [Reply(job.members[r].conn, 0, notice) for r in job.live()
+                ] + self._settle_reconfigure(job, now)
 
     def _expire_pending(self, job: Job, now: float) -> list[Reply]:
         replies = []
@@ -430,6 +434,7 @@ class RendezvousState:
             if now < waiter.deadline:
                 continue
             del job.pending[conn]
+            job.epoch += 1
             self._conn_job.pop(conn, None)
             text = (f"job {job.name!r} did not admit this process within "
                     f"{waiter.join.timeout:g} s: its members did not call reconfigure() "
@@ -454,14 +459,21 @@ class RendezvousState:
 
     def _settle_check(self, job: Job, key: tuple[object, ...],
                       gathering: Gathering) -> list[Reply]:
-        if not (gathering.expected - job.departed) <= gathering.arrivals.keys():
+        # A member that has begun to reconfigure answered for itself: members
+        # can part at a check when one met a loss in it that another did not
+        # (it went on, and meets the loss next), and all must meet again.
+        reconfiguring = job.gatherings.get(("reconfigure", job.generation))
+        answered = gathering.arrivals.keys() | (reconfiguring.arrivals.keys()
+                                                if reconfiguring else set())
+        if not (gathering.expected - job.departed) <= answered:
             return []
         del job.gatherings[key]
         # Decided once, for every asker: the same answer even to members that
         # heard of a loss at different moments.
-        answer = MembershipState(changed=int(bool(job.departed or job.pending)),
-                                 generation=job.generation, gone=tuple(sorted(job.departed)),
-                                 pending=len(job.pending))
+        changed = bool(job.departed or job.pending or reconfiguring)
+        answer = MembershipState(changed=int(changed), generation=job.generation,
+                                 gone=tuple(sorted(job.departed)), pending=len(job.pending),
+                                 epoch=job.epoch)
         return [Reply(c, r, answer) for rank, (c, r, _) in gathering.arrivals.items()
                 if rank not in job.departed]
 
@@ -482,7 +494,11 @@ class RendezvousState:
         gathering.arrivals[rank] = (conn, request_id, (msg.host, msg.port))
         log.info("job %r: rank %d calls reconfigure (%d of %d live members)", job.name, rank,
                  len(gathering.arrivals.keys() & set(job.live())), len(job.live()))
-        return self._settle_reconfigure(job, now)
+        replies = []
+        for check_key, check in list(job.gatherings.items()):
+            if check_key[0] == "check":
+                replies += self._settle_check(job, check_key, check)
+        return replies + self._settle_reconfigure(job, now)
 
     def _settle_reconfigure(self, job: Job, now: float, final: bool = False) -> list[Reply]:
         """Complete the reconfigure if it can (at its deadline, ``final``, if it ever can)."""
@@ -595,6 +611,7 @@ class RendezvousState:
     def _depart(self, job: Job, rank: int, conn: int, how: str, now: float) -> list[Reply]:
         member = job.members[rank]
         job.departed.add(rank)
+        job.epoch += 1
         self._conn_job.pop(conn, None)
         job.conn_rank.pop(conn, None)
         level = logging.INFO if how == "left" else logging.WARNING
@@ -614,7 +631,8 @@ class RendezvousState:
                 replies += [error(c, r, "peer_lost", text)
                             for c, r, _ in gathering.arrivals.values()]
         gone = MemberGone(rank=rank, host=member.info.host, hostname=member.info.hostname,
-                          how="left" if how == "left" else "lost", reason=how)
+                          how="left" if how == "left" else "lost", reason=how,
+                          epoch=job.epoch)
         replies += [Reply(other.conn, 0, gone) for r, other in job.members.items()
                     if r not in job.departed]
         if len(job.departed) == job.world_size:

@@ -49,6 +49,7 @@ from asyncoll.errors import (
     ClosedError,
     ConfigurationError,
     ExcludedError,
+    MismatchError,
     PeerLostError,
     ProtocolError,
     RendezvousError,
@@ -114,6 +115,8 @@ class Session:
         self._lanes: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
         self._on_close: list[Callable[[], None]] = []
         client.on_notice = self._notice
+        #: The job's epoch at the last "unchanged" answer; none yet in this generation.
+        self._agreed_epoch = -1
         client.on_lost = self._coordinator_lost
 
     @classmethod
@@ -184,6 +187,22 @@ class Session:
                                   timeout + COORDINATOR_GRACE_S,
                                   f"barrier #{seq} of group {group_id}")
 
+    def heard_of_change(self) -> bool:
+        """Whether the coordinator told of a membership event that the last unchanged
+        answer of :meth:`membership_changed` did not account for, or none came yet.
+
+        False on every member means nothing changed; True on any, ask the coordinator.
+        """
+        return self.client.heard_epoch > self._agreed_epoch
+
+    def changed_membership(self, error: AsyncollError) -> bool:
+        """Whether ``error``, from the all_reduce that starts a membership check, means
+        the membership changed (a member lost, or one that left): then the coordinator
+        decides for everyone. Else (a desync, say) the check fails with it.
+        """
+        return isinstance(error, PeerLostError) or (isinstance(error, MismatchError)
+                                                    and self.faults.someone_left())
+
     async def membership_changed(self, timeout: float) -> bool:
         """Whether a member was lost or left, or a process is pending (every member asks;
         all get the same answer, decided once by the coordinator)."""
@@ -194,6 +213,8 @@ class Session:
         if not isinstance(reply, MembershipState):
             raise ProtocolError(f"the coordinator answered a membership check with "
                                 f"{reply.TYPE}")
+        if not reply.changed:
+            self._agreed_epoch = max(self._agreed_epoch, reply.epoch)
         return bool(reply.changed)
 
     async def reconfigure(self, timeout: float) -> Session:

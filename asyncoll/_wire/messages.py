@@ -159,7 +159,9 @@ class CheckMembership:
 class MembershipState:
     """Coordinator -> every member that asked: the same answer for all.
 
-    ``changed`` (0 or 1): a member was lost or left, or a process is pending.
+    ``changed`` (0 or 1): a member was lost or left, a process is pending, or
+    a member has begun to reconfigure. ``epoch`` is the job's count of
+    membership events when this was decided (see MembersPending).
     """
 
     TYPE: ClassVar[str] = "membership_state"
@@ -167,6 +169,7 @@ class MembershipState:
     generation: int
     gone: tuple[int, ...]
     pending: int
+    epoch: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +201,22 @@ class MemberGone:
     hostname: str
     how: str
     reason: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class MembersPending:
+    """Coordinator -> every member (a notice, id 0): a process waits to join (elastic).
+
+    ``epoch`` counts the job's membership events (a member gone, a process
+    pending or giving up); a notice or answer with a higher one is newer. A
+    member that has heard of an event newer than the last unchanged answer
+    knows the membership may have changed, without asking.
+    """
+
+    TYPE: ClassVar[str] = "members_pending"
+    pending: int
+    epoch: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,12 +295,12 @@ class StatusReply:
 
 
 Message = Union[Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave,
-                CheckMembership, MembershipState, Reconfigure, MemberGone, Challenge, Proof, Ok,
-                Error, Status, StatusReply]
+                CheckMembership, MembershipState, Reconfigure, MemberGone, MembersPending,
+                Challenge, Proof, Ok, Error, Status, StatusReply]
 _TYPES: dict[str, type[Any]] = {cls.TYPE: cls for cls in
                                 (Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave,
                                  CheckMembership, MembershipState, Reconfigure, MemberGone,
-                                 Challenge, Proof, Ok, Error, Status, StatusReply)}
+                                 MembersPending, Challenge, Proof, Ok, Error, Status, StatusReply)}
 #: Records that appear inside messages, by the name their annotations use.
 _RECORDS: dict[str, type[Any]] = {cls.__name__: cls for cls in
                                   (PeerInfo, MemberStatus, GroupStatus, JobStatus)}

@@ -15,7 +15,9 @@ from asyncoll._wire.messages import (
     CheckMembership,
     Error,
     Join,
+    MemberGone,
     MembershipState,
+    MembersPending,
     Reconfigure,
     Welcome,
 )
@@ -47,6 +49,14 @@ def start(h: Harness, size: int = 4, **bounds: int) -> dict[int, int]:
     for conn in range(1, size + 1):
         replies = h.send(conn, elastic_join(conn, world_size=size, **bounds))
     return {w.rank: conn for conn, w in welcomes(replies).items()}
+
+
+def pend(h: Harness, conn: int, **join: float) -> list[MembersPending]:
+    """Join as a pending process; the only replies are notices to the live members."""
+    replies = h.send(conn, elastic_join(conn, **join))  # type: ignore[arg-type]
+    assert all(r.request_id == 0 and r.conn != conn and isinstance(r.message, MembersPending)
+               for r in replies), replies
+    return [r.message for r in replies]
 
 
 def check(h: Harness, conns: list[int]) -> dict[int, MembershipState]:
@@ -105,7 +115,7 @@ def test_a_check_spanning_a_death_gives_every_asker_the_same_answer(h):
 def test_a_pending_process_is_admitted_by_the_next_reconfigure_after_the_survivors(h):
     ranks = start(h)
     h.disconnect(ranks[1])
-    assert h.send(20, elastic_join(20)) == []  # pending: no answer yet
+    pend(h, 20)  # pending: no answer yet
     members = [ranks[0], ranks[2], ranks[3]]
     assert {(a.changed, a.pending) for a in check(h, members).values()} == {(1, 1)}
     new = welcomes(reconfigure(h, members))
@@ -171,7 +181,7 @@ def test_a_member_that_does_not_reconfigure_in_time_is_excluded_with_a_clear_err
 
 def test_a_pending_process_that_gives_up_leaves_no_trace(h):
     ranks = start(h, 2)
-    assert h.send(20, elastic_join(20, timeout=3.0)) == []
+    pend(h, 20, timeout=3.0)
     gave_up = errors(h.tick(3.0))[20]
     assert gave_up.code == "rendezvous_timeout" and "not admit" in gave_up.message
     assert {a.changed for a in check(h, [ranks[0], ranks[1]]).values()} == {0}
@@ -180,7 +190,7 @@ def test_a_pending_process_that_gives_up_leaves_no_trace(h):
 
 def test_max_size_refuses_extra_processes_clearly(h):
     ranks = start(h, 2, max_size=3)
-    assert h.send(20, elastic_join(20, world_size=2, max_size=3)) == []
+    pend(h, 20, world_size=2, max_size=3)
     refused = errors(h.send(21, elastic_join(21, world_size=2, max_size=3)))[21]
     assert refused.code == "rendezvous" and "max_size of 3" in refused.message
     new = welcomes(reconfigure(h, [ranks[0], ranks[1]]))
@@ -236,3 +246,32 @@ def test_a_frozen_member_declared_lost_is_excluded_when_it_wakes(h):
     h.tick(6.0)  # neither beat: both are declared lost
     refused = errors(h.send(ranks[1], CheckMembership(timeout=5.0)))[ranks[1]]
     assert refused.code == "excluded" and "declared lost" in refused.message
+
+
+def test_notices_and_answers_are_dated_so_members_know_without_asking(h):
+    # A member compares the newest epoch its notices told of with the last
+    # "unchanged" answer's: newer means ask the coordinator; else nothing changed.
+    ranks = start(h, 3)
+    calm = check(h, list(ranks.values()))
+    assert {(a.changed, a.epoch) for a in calm.values()} == {(0, 0)}
+    notices = pend(h, 20, world_size=3, timeout=2.0)
+    assert len(notices) == 3 and {(n.pending, n.epoch) for n in notices} == {(1, 1)}
+    assert {a.changed for a in check(h, list(ranks.values())).values()} == {1}
+    h.tick(2.0)  # it gives up: an event too, told by no notice
+    after = check(h, list(ranks.values()))
+    assert {(a.changed, a.epoch) for a in after.values()} == {(0, 2)}
+    gone = [r.message for r in h.disconnect(ranks[2]) if isinstance(r.message, MemberGone)]
+    assert {(g.rank, g.epoch) for g in gone} == {(2, 3)} and len(gone) == 2
+
+
+def test_members_parted_at_a_check_meet_again_when_one_reconfigures(h):
+    # One member met a loss inside the check's all_reduce and asks the
+    # coordinator; another completed it and went straight to reconfigure().
+    ranks = start(h, 3)
+    h.disconnect(ranks[2])
+    assert h.send(ranks[0], CheckMembership(timeout=30.0)) == []  # waits for rank 1
+    replies = reconfigure(h, [ranks[1]])
+    answer = by_conn(replies)[ranks[0]].message
+    assert isinstance(answer, MembershipState) and answer.changed == 1
+    new = welcomes(reconfigure(h, [ranks[0]]))
+    assert {conn: w.rank for conn, w in new.items()} == {ranks[0]: 0, ranks[1]: 1}
