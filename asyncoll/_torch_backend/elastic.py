@@ -55,6 +55,7 @@ def rendezvous(url: str, timeout: timedelta | None = None,
             TORCH_DIST_INIT_BARRIER=1.
     """
     import asyncoll
+    from asyncoll._api import blocking
 
     # torch's own reading of TORCH_DIST_INIT_BARRIER, where this torch has one.
     c10d = importlib.import_module("torch.distributed.distributed_c10d")
@@ -73,7 +74,7 @@ def rendezvous(url: str, timeout: timedelta | None = None,
                 f"init_process_group was given {key}={wanted}, but asyncoll's world has "
                 f"{key} {actual}: with init_method='asyncoll://' leave rank and world_size "
                 "out (they come from asyncoll.get_rank() and asyncoll.get_world_size())")
-    yield _store_naming(asyncoll._api.blocking._default()), rank, size  # noqa: SLF001
+    yield _store_naming(blocking._default()), rank, size  # noqa: SLF001
     raise RuntimeError("asyncoll:// gives one rendezvous per init_process_group call")
 
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from test_torch_suite import HERE, WORLD_SIZES, run_suite, torch_version  # noqa: E402
+from test_torch_suite import HERE, WORLD_SIZES, run_suites, torch_version  # noqa: E402
 
 
 def main() -> None:
-    for world_size in WORLD_SIZES:
-        with tempfile.TemporaryDirectory() as tmp:
-            results = run_suite("gloo", world_size, Path(tmp))
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = run_suites("gloo", WORLD_SIZES, Path(tmp))
+    for world_size, results in runs.items():
         passed = sorted(name for name, (outcome, _) in results.items() if outcome == "passed")
         target = HERE / "gloo" / f"{torch_version()}-ws{world_size}.txt"
         target.parent.mkdir(exist_ok=True)

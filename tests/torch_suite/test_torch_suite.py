@@ -78,7 +78,8 @@ def run_suites(backend: str, world_sizes: tuple[int, ...],
         log = open(tmp_path / f"{backend}-ws{world_size}.log", "w+")
         env = {**os.environ, "BACKEND": "gloo", "WORLD_SIZE": str(world_size),
                # The suite's file:// tests run only when it is told it uses a file.
-               "INIT_METHOD": f"file://{init}/", "ASYNCOLL_SUITE_BACKEND": backend,
+               "INIT_METHOD": f"file://{init}/shared_init_file",
+               "ASYNCOLL_SUITE_BACKEND": backend,
                "PYTORCH_PRINT_REPRO_ON_FAILURE": "0"}
         command = [sys.executable, "-m", "pytest", str(HERE / "suite_module.py"), "-q",
                    "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning",
