@@ -11,8 +11,10 @@ unshare; skipped with the reason otherwise. CI runs as root.
 from __future__ import annotations
 
 import os
+import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -22,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from integration.conftest import finish
+from integration.test_elastic import assert_went_on_and_ended_together, lines_of
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "netns-cluster.sh"
@@ -29,6 +32,7 @@ PROBE = HERE.parent / "integration" / "workers" / "probe.py"
 COLLECTIVES = HERE.parent / "integration" / "workers" / "collectives.py"
 FAST_PATHS = HERE.parent / "integration" / "workers" / "arena_path.py"
 SURVIVOR = HERE.parent / "integration" / "workers" / "survivor.py"
+ELASTIC_EXAMPLE = HERE.parents[1] / "examples" / "elastic_training.py"
 NET = "10.78.0"
 ENV = dict(os.environ, NC_PREFIX="acl", NC_BRIDGE="aclbr0", NC_NET=NET)
 COORDINATOR = f"{NET}.1:29500"
@@ -198,3 +202,46 @@ def test_host_crash_while_the_others_wait_on_direct_links_names_the_lost_rank(ho
     _, failures = fail_host(procs, 2, "crash", survivors=(0, 2))
     for match in failures:
         assert match[1] == "PeerLostError" and match[2] == "1", match[0]
+
+
+def test_elastic_job_across_hosts_goes_on_after_a_kill_9_and_admits_a_replacement(hosts):
+    # examples/elastic_training.py, one worker per host on acl1-acl3, each host's
+    # launcher with --max-restarts 1; the worker on acl3 is killed with SIGKILL.
+    # The survivors on acl1 and acl2 go on over the network, acl3's launcher
+    # starts a replacement there, and it joins the running job from its host.
+    launchers = [subprocess.Popen(
+        ["bash", str(SCRIPT), "exec", str(node + 1), sys.executable, "-m", "asyncoll.run",
+         "--nnodes", "3", "--node-rank", str(node), "--nproc-per-node", "1",
+         "--max-restarts", "1", "--coordinator", COORDINATOR, "--job-id", "elastic",
+         str(ELASTIC_EXAMPLE), "--steps", "500", "--size", "20000"],
+        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for node in range(3)]
+    lines = [lines_of(proc) for proc in launchers]
+    seen = ["", "", ""]
+
+    def read(wait: float = 0.0) -> None:
+        for node, arriving in enumerate(lines):
+            try:
+                while True:
+                    seen[node] += arriving.get(timeout=wait)
+            except queue.Empty:
+                pass
+
+    try:
+        started = re.compile(r"\[pid (\d+)\] rank (\d+) of 3 training")
+        deadline = time.monotonic() + 90
+        while len(pids := dict((int(r), int(p)) for p, r in
+                               started.findall("".join(seen)))) < 3:
+            assert time.monotonic() < deadline, seen
+            read(0.05)
+        assert f"[pid {pids[2]}] rank 2 of 3 training" in seen[2], seen  # on acl3
+        time.sleep(0.5)
+        os.kill(pids[2], signal.SIGKILL)
+        codes = [proc.wait(timeout=150) for proc in launchers]
+        read(2.0)
+    finally:
+        for proc in launchers:
+            if proc.poll() is None:
+                proc.kill()
+    assert codes == [0, 0, 0], seen
+    assert_went_on_and_ended_together("".join(seen), 3, 500)
