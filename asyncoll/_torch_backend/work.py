@@ -35,6 +35,7 @@ class AsyncollWork(_WorkBase):  # type: ignore[misc]
         self._world = world
         self._source = source
         self._torch_future: Any = None
+        self._settled: Any = None
         self._lock = threading.Lock()
 
     def wait(self, timeout: timedelta | float | None = None) -> bool:
@@ -82,26 +83,34 @@ class AsyncollWork(_WorkBase):  # type: ignore[misc]
         """Nothing to do on the CPU."""
 
     def get_future(self) -> Any:
-        """A torch.futures.Future completing with the output tensors, or the error."""
+        """A torch.futures.Future completing with the output tensors, or failing.
+
+        A failure is the future's error, as torch's C++ callers (DDP's reducer)
+        read it: torch's Python ``set_exception`` would instead complete the
+        future with the exception as its value, which they take for tensors
+        (a crash). Its ``wait()`` raises a RuntimeError carrying asyncoll's
+        message, as gloo's does; ``Work.wait()`` raises asyncoll's error itself.
+        """
         with self._lock:
             if self._torch_future is None:
-                self._torch_future = torch.futures.Future()
+                self._settled = torch.futures.Future()
+                # A callback of then() that raises fails the future then() returns.
+                self._torch_future = self._settled.then(self._outcome)
                 self._work.get_future().add_done_callback(self._settle_later)
             return self._torch_future
+
+    def _outcome(self, _: Any) -> list[Any]:
+        error = self._work.exception()
+        if error is not None:
+            raise error
+        return self._outputs
 
     def _settle_later(self, done: concurrent.futures.Future[Any]) -> None:
         # Runs on the loop thread (or here, when already done); the torch
         # future's callbacks run on the world's completion thread instead.
-        self._world.complete_later(lambda: _settle(self._torch_future, done, self._outputs))
+        self._world.complete_later(lambda: self._settled.set_result(None))
 
     def __repr__(self) -> str:
         state = "completed" if self._work.is_completed() else "running"
         return f"<AsyncollWork {self._what} {state}>"
 
-
-def _settle(torch_future: Any, done: concurrent.futures.Future[Any], outputs: list[Any]) -> None:
-    error = done.exception()
-    if error is not None:
-        torch_future.set_exception(error)
-    else:
-        torch_future.set_result(outputs)

@@ -52,6 +52,7 @@ def run_and_kill_one(example: str, nproc: int, *args: str) -> tuple[str, float]:
     Returns the launcher's output and the moment of the kill (Unix time).
     """
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    env["PYTHONFAULTHANDLER"] = "1"  # a worker that crashes shows where
     started = re.compile(rf"\[pid (\d+)\] rank (\d+) of {nproc} training")
     launcher = subprocess.Popen(
         [sys.executable, "-m", "asyncoll.run", "--nproc-per-node", str(nproc),

@@ -43,3 +43,17 @@ def test_ddp_losses_and_parameters_match_gloo(world_size: int, entry_point_dir: 
         assert result["max_parameter_difference"] < TOLERANCE, report
         assert result["ranks_agree"], report
         assert sum(ours[-10:]) < sum(ours[:10])  # it trained
+
+
+@pytest.mark.timeout(120)
+def test_a_lost_peer_fails_ddps_backward_with_an_error_not_a_crash(entry_point_dir: Path) -> None:
+    # torch's Future.set_exception completes the future with the exception as its
+    # value; DDP's reducer took that for tensors and the process died of SIGSEGV.
+    env = conftest.environment(entry_point_dir)
+    result = conftest.run(conftest.asyncoll_run(2, [str(conftest.WORKERS /
+                                                        "ddp_peer_lost.py")]), env, 90)
+    assert "SIGSEGV" not in result.stderr, result.stdout + result.stderr
+    raised = [line for line in result.stdout.splitlines() if line.startswith("RAISED")]
+    assert len(raised) == 1, result.stdout + result.stderr
+    assert raised[0].startswith("RAISED RuntimeError") and "rank 1" in raised[0] and \
+        "was lost" in raised[0], raised
