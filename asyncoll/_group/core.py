@@ -51,7 +51,6 @@ from asyncoll.errors import (
     CollectiveTimeoutError,
     ConfigurationError,
     GroupBrokenError,
-    broken_by,
     timed_out_words,
 )
 from asyncoll.types import ReduceOp
@@ -90,6 +89,8 @@ class GroupCore:
         self.group_id = group_id
         #: The members' global ranks, in group-rank order.
         self.ranks: tuple[int, ...] = tuple(ranks)
+        #: How its errors name it.
+        self._named = f"group {group_id} (ranks {list(self.ranks)})"
         self.timeout = timeout
         self._seq = 0
         self._tail: asyncio.Future[None] | None = None
@@ -217,10 +218,9 @@ class GroupCore:
         self._seq += 1
         self._session.ops += 1
         self._session.check_open(what)
-        first = self._session.faults.error(self.group_id)
-        if first is not None:
-            raise broken_by(f"group {self.group_id} (ranks {list(self.ranks)})",
-                            first) from first
+        refused = self._session.faults.refusal(self.group_id, self._seq, self._named)
+        if refused is not None:
+            raise refused
         return self._seq
 
     def _run_here(self, operation: Operation) -> bool:
@@ -312,10 +312,9 @@ class GroupCore:
             if previous is not None:
                 await previous  # always resolved with None, in a finally
             self._session.check_open(f"{what} on group {self.group_id}")
-            first = faults.error(self.group_id)
-            if first is not None:
-                raise broken_by(f"group {self.group_id} (ranks {list(self.ranks)})",
-                                   first) from first
+            refused = faults.refusal(self.group_id, seq, self._named)
+            if refused is not None:
+                raise refused
             team = Team(mesh, self.ranks, self.group_id, seq, fingerprint=fingerprint)
             faults.begin(self.group_id, seq, fingerprint)
             fast = self._fast

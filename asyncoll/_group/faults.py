@@ -20,15 +20,16 @@ failed does not wait for data that will never come.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 from asyncoll._transport.base import MeshControl, Tag
-from asyncoll._transport.inbox import desync, left_error
+from asyncoll._transport.inbox import desync, left_error, stale
 from asyncoll._wire.frames import Fingerprint, decode_abort, encode_abort
 from asyncoll.errors import (
     AsyncollError,
-    MismatchError,
     PeerLostError,
+    broken_by,
     error_code,
     error_from_code,
 )
@@ -42,9 +43,14 @@ class GroupFaults:
         #: Members of every group this rank knows (and of point-to-point channels).
         self._groups: dict[int, tuple[int, ...]] = {}
         self._broken: dict[int, AsyncollError] = {}
+        #: The operation each broken group broke in, where known.
+        self._broken_in: dict[int, int] = {}
         #: The operation each group runs now, and the last one each completed.
         self._running: dict[int, tuple[int, Fingerprint]] = {}
         self._completed: dict[int, int] = {}
+        #: The fingerprint of the last operation each group completed, so that a
+        #: frame sent late for it can name the argument that differs.
+        self._last: dict[int, tuple[int, Fingerprint]] = {}
         #: Members that left the job, with the error of waiting for them.
         self._left: dict[int, AsyncollError] = {}
         mesh.listener = self
@@ -56,6 +62,23 @@ class GroupFaults:
     def error(self, group_id: int) -> AsyncollError | None:
         """The failure that broke group ``group_id``, or None while it is intact."""
         return self._broken.get(group_id)
+
+    def refusal(self, group_id: int, seq: int, what: str) -> AsyncollError | None:
+        """The error operation ``seq`` of group ``group_id`` (named ``what``) meets as it
+        begins, or None while the group is intact.
+
+        The group's own error where it broke in this very operation (a member gave
+        up on it before it began here: it is this call's failure too); else
+        GroupBrokenError, caused by it.
+        """
+        first = self._broken.get(group_id)
+        if first is None:
+            return None
+        if self._broken_in.get(group_id) == seq:
+            return copy.copy(first)
+        error = broken_by(what, first)
+        error.__cause__ = first
+        return error
 
     def begin(self, group_id: int, seq: int, fingerprint: Fingerprint,
               scan: bool = True) -> None:
@@ -75,7 +98,9 @@ class GroupFaults:
         a different operation: the group is out of step and is broken.
         """
         self._completed[group_id] = seq
-        self._running.pop(group_id, None)
+        running = self._running.pop(group_id, None)
+        if running is not None and running[0] == seq:
+            self._last[group_id] = running
         if scan:
             self.scan(group_id)
 
@@ -96,7 +121,7 @@ class GroupFaults:
     def abort(self, group_id: int, seq: int, error: AsyncollError,
               members: Sequence[int] | None = None) -> None:
         """Break group ``group_id`` here, and tell its other members to do the same."""
-        if self._break(group_id, error):
+        if self._break(group_id, error, seq):
             self._send_aborts(group_id, seq, error, members)
 
     def member_left(self, peer: int, hostname: str) -> None:
@@ -158,15 +183,17 @@ class GroupFaults:
         if isinstance(error, PeerLostError):
             error.rank = lost if lost >= 0 else peer
             error.host = self._mesh.hostname(error.rank)
-        if self._break(group_id, error):
+        if self._break(group_id, error, seq):
             self._send_aborts(group_id, seq, error, None, skip=peer)
 
     # -- internals ----------------------------------------------------------------------
 
-    def _break(self, group_id: int, error: AsyncollError) -> bool:
+    def _break(self, group_id: int, error: AsyncollError, seq: int = 0) -> bool:
         if group_id in self._broken:
             return False
         self._broken[group_id] = error
+        if seq:
+            self._broken_in[group_id] = seq
         self._mesh.fail_group(group_id, error)
         return True
 
@@ -180,8 +207,6 @@ class GroupFaults:
 
     def _stale(self, peer: int, tag: Tag, theirs: Fingerprint) -> None:
         """Rank ``peer`` sent data for an operation this rank finished without it."""
-        described = ", ".join(f"{k} {v}" for k, v in theirs.fields().items())
-        self.abort(tag[0], tag[1], MismatchError(
-            f"rank {peer} sent data for operation #{tag[1]} of group {tag[0]} ({described}), "
-            "which this rank completed without expecting it: the ranks called different "
-            "collectives, or passed different roots"))
+        last = self._last.get(tag[0])
+        mine = last[1] if last is not None and last[0] == tag[1] else None
+        self.abort(tag[0], tag[1], stale(self._mesh.rank, peer, tag, mine, theirs))

@@ -48,10 +48,12 @@ from asyncoll._transport.direct import (
     LinkMismatch,
     LinksExpired,
 )
+from asyncoll._transport.inbox import stale as stale_frame
 from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import (
     AsyncollError,
     CollectiveError,
+    GroupBrokenError,
     MismatchError,
     PeerLostError,
     broken_by,
@@ -74,6 +76,8 @@ class LinksStep:
     me: int
     #: Set by another thread to make the waits give up (the operation was cancelled).
     cancelled: bool = False
+    #: The operation before this one, so data sent late for it can be told apart.
+    previous: Fingerprint | None = None
 
 
 class GroupLinks:
@@ -186,6 +190,7 @@ class GroupLinks:
             assert self.links is not None
             me = self._ranks.index(self._session.rank)
             step = self._step = LinksStep(self.links, 0, fingerprint, me)
+        step.previous = step.fingerprint if step.operation else None
         step.operation += 1
         step.fingerprint = fingerprint
         step.cancelled = False
@@ -252,12 +257,8 @@ class GroupLinks:
             if exc.operation < step.operation:
                 # Sent for an operation this rank completed without it: the ranks
                 # were out of step then, and the group has been broken since.
-                described = ", ".join(f"{k} {v}" for k, v in theirs.fields().items())
-                stale = MismatchError(
-                    f"rank {rank} sent data for operation #{exc.operation} of group "
-                    f"{self._group_id} ({described}), which this rank completed without "
-                    "expecting it: the ranks called different collectives, or passed "
-                    "different roots")
+                mine = step.previous if exc.operation == step.operation - 1 else None
+                stale = stale_frame(me, rank, (self._group_id, exc.operation, 0), mine, theirs)
                 broken = broken_by(f"group {self._group_id} (ranks {list(self._ranks)})",
                                    stale)
                 broken.__cause__ = stale
@@ -272,9 +273,15 @@ class GroupLinks:
 
     def abandon(self, step: LinksStep, error: BaseException) -> None:
         """Tell the other members, over the links, that this member gave up on ``step``."""
+        operation, cause = step.operation, error.__cause__
+        if isinstance(error, GroupBrokenError) and isinstance(cause, AsyncollError) and \
+                operation > 1:
+            # The group broke in an operation before this one: say so, and why, so
+            # that the others meet it broken by the same kind of error as here.
+            operation, error = operation - 1, cause
         kind = kind_code(error)
         named = error.rank if isinstance(error, PeerLostError) else -1
-        step.links.abort(step.operation, kind, named, str(error))
+        step.links.abort(operation, kind, named, str(error))
 
     def close(self) -> None:
         """Close the links (the session closes)."""

@@ -137,6 +137,8 @@ class DirectLinks:
         #: Records that arrived before their receive: (member, operation, step) ->
         #: (fingerprint, payload).
         self._early: dict[tuple[int, int, int], tuple[tuple[int, ...], bytes]] = {}
+        #: Whether records kept early are yet to be checked against the operation now run.
+        self._unchecked = False
         self.deadline = 0.0
         self.check: Callable[[list[int]], None] = lambda waiting_for: None
 
@@ -152,6 +154,7 @@ class DirectLinks:
         self.check = check
         self._posted.clear()
         self._done.clear()
+        self._unchecked = bool(self._early)
 
     def send(self, index: int, step: int, payload: memoryview) -> None:
         """Start sending a record to member ``index``; :meth:`flush` waits for it to leave.
@@ -225,6 +228,8 @@ class DirectLinks:
     # -- waiting and moving bytes ----------------------------------------------------------
 
     def _wait(self, ready: Callable[[], bool], waiting_for: Callable[[], list[int]]) -> None:
+        if self._unchecked:
+            self._check_early()
         eager = self._eager_polls
         while not ready():
             self._fail_if_gone(waiting_for)
@@ -248,6 +253,20 @@ class DirectLinks:
                                                        select.POLLHUP):
                     self._read(ready_peer)
         self._fail_if_gone(waiting_for)
+
+    def _check_early(self) -> None:
+        """Raise LinkMismatch for a record kept early that this operation cannot take.
+
+        A record that came before this member began the operation it was sent
+        for is checked here, at the operation's first wait: the member may wait
+        for someone else and never post its receive. A record of an operation
+        already over was never taken: its sender ran something else then.
+        """
+        self._unchecked = False
+        for (index, operation, _), (fingerprint, payload) in self._early.items():
+            if operation < self.operation or (operation == self.operation and
+                                              fingerprint != self.fingerprint):
+                raise LinkMismatch(index, fingerprint, len(payload), operation)
 
     def _fail_if_gone(self, waiting_for: Callable[[], list[int]]) -> None:
         """Raise LinkClosed if a member the wait is for has closed its connection."""

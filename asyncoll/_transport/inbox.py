@@ -316,6 +316,21 @@ def desync(rank: int, peer: int, tag: Tag, mine: Fingerprint,
                          "the same arguments")
 
 
+def stale(rank: int, peer: int, tag: Tag, mine: Fingerprint | None,
+          theirs: Fingerprint) -> MismatchError:
+    """The error for a frame of an operation this rank completed without it.
+
+    ``mine`` is what this rank ran as that operation, where it still knows:
+    the error then names the arguments that differ.
+    """
+    if mine is not None and mine != theirs:
+        return desync(rank, peer, tag, mine, theirs)
+    described = ", ".join(f"{k} {v}" for k, v in theirs.fields().items())
+    return MismatchError(f"rank {peer} sent data for operation #{tag[1]} of group {tag[0]} "
+                         f"({described}), which this rank completed without expecting it: "
+                         "the ranks called different collectives, or passed different roots")
+
+
 def size_mismatch(peer: int, tag: Tag, sent: int, expected: int) -> MismatchError:
     """The error for a frame whose size differs from its receive's."""
     return MismatchError(f"rank {peer} sent {sent} bytes for step {tag[2]} of operation "

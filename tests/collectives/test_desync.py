@@ -10,6 +10,8 @@ has a short timeout that a hang would turn into CollectiveTimeoutError.
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 
@@ -83,3 +85,27 @@ async def test_one_rank_calling_one_collective_more_fails_every_rank():
         # Whichever rank notices first words it from its side.
         assert ("operation: all_reduce on rank 1, barrier on rank 0" in str(mismatch)
                 or "operation: barrier on rank 0, all_reduce on rank 1" in str(mismatch))
+
+
+async def test_data_for_an_operation_this_rank_completed_names_the_differing_argument():
+    """A root that finished its broadcast before the other root's data came still names it.
+
+    Rank 0 broadcasts from itself and completes at once; rank 2, calling the
+    same operation with root 2, sends its data later. Rank 0 must still say
+    which argument differed (the root), not only that data came unexpected.
+    """
+    async def body(world):
+        x = np.ones(4, np.float32)
+        await world.all_reduce(x)
+        with pytest.raises((MismatchError, GroupBrokenError)) as info:
+            if world.rank == 2:
+                await asyncio.sleep(0.3)  # rank 0 completes its part first
+            await world.broadcast(x, 2 if world.rank == 2 else 0, timeout=10)
+            await world.all_reduce(x, timeout=10)
+        return info.value
+
+    errors = await run_ranks(3, body, op_timeout=10)
+    first = errors[0] if isinstance(errors[0], MismatchError) else errors[0].__cause__
+    assert isinstance(first, MismatchError)
+    # Rank 0 words it, or another rank did first and told rank 0 (its abort).
+    assert "root: " in str(first) and "on rank 2" in str(first), str(first)

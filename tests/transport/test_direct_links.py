@@ -175,6 +175,26 @@ def test_a_record_kept_for_later_is_checked_when_its_receive_is_posted():
     assert mismatch.value.theirs[0] == 9
 
 
+def test_a_record_kept_early_is_checked_at_the_first_wait_of_its_operation():
+    # b waits for another record of the operation (as a broadcast's member waits
+    # for its parent, not for a): a's record, of another operation, must still
+    # end the wait at once, and one never taken must end the next operation's.
+    for later, expected in ((2, 2), (3, 2)):
+        a, b = pair()
+        stamp(a, 2, fingerprint=(9, 9, 9, 0, -1, 10))
+        a.send(1, 0, as_bytes(np.zeros(10, np.uint8)))
+        a.flush()
+        b.post(0, 5, as_bytes(np.zeros(1, np.uint8)))
+        with pytest.raises(LinksExpired):  # reads (and keeps) a's record while it waits
+            stamp(b, 1, seconds=0.2)
+            b.wait_received(0, 5)
+        stamp(b, later, seconds=20)
+        b.post(0, 7, as_bytes(np.zeros(1, np.uint8)))
+        with pytest.raises(LinkMismatch) as mismatch:
+            b.wait_received(0, 7)
+        assert (mismatch.value.theirs[0], mismatch.value.operation) == (9, expected)
+
+
 def test_a_member_that_closed_fails_only_waits_for_it():
     # Member 2 sent its last record and closed (it finished the group's last
     # operation first); member 0 still waits for member 1, and must get it.
