@@ -154,20 +154,18 @@ def _reduce_slots(out: np.ndarray, parts: Sequence[np.ndarray], op: ReduceOp, n:
         combine(op, parts[0], parts[1], out)
         for part in parts[2:]:
             reduce_into(op, out, part)
-    finish(op, out, n)
+    if op is ReduceOp.AVG:
+        finish(op, out, n)
 
 
 def _check_fingerprints(arena: Arena, mine: Fingerprint, operation: int) -> None:
-    me = arena.ranks[arena.me]
-    for member in range(arena.size):
-        if member == arena.me:
-            continue
-        row = arena.fingerprint(member, operation)
-        if row != mine:
-            theirs = Fingerprint(*row)
-            them = arena.ranks[member]
-            raise MismatchError(
-                f"ranks {me} and {them} called operation #{operation} of their shared-memory "
-                f"arena differently ({'; '.join(mine.differences(theirs, me, them))}): every "
-                "rank must call the same collectives in the same order, with the same "
-                "arguments")
+    member = arena.differs(mine, operation)
+    if member is None:
+        return
+    me, them = arena.ranks[arena.me], arena.ranks[member]
+    theirs = Fingerprint(*arena.fingerprint(member, operation))
+    raise MismatchError(
+        f"ranks {me} and {them} called operation #{operation} of their shared-memory "
+        f"arena differently ({'; '.join(mine.differences(theirs, me, them))}): every "
+        "rank must call the same collectives in the same order, with the same "
+        "arguments")

@@ -194,12 +194,17 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Group = None,
         ConfigurationError: bad tensor or dtype/op pair, before anything is sent.
         CollectiveError: the operation failed (PeerLostError, CollectiveTimeoutError, ...).
     """
+    if not async_op and _ran_again(group, tensor, "all_reduce", op):
+        return None
     return _collective("all_reduce", group, async_op, lambda g: g.all_reduce(tensor, op))
 
 
 def broadcast(tensor: Any, src: int | None = None, group: Group = None, async_op: bool = False,
               group_src: int | None = None) -> Work | None:
     """Copy global rank ``src``'s ``tensor`` (or group rank ``group_src``'s) to every member."""
+    if (not async_op and group_src is None and type(src) is int
+            and _ran_again(group, tensor, "broadcast", src)):
+        return None
     return _collective("broadcast", group, async_op, lambda g: g.broadcast(
         tensor, _root(g, src, group_src, "src")))
 
@@ -272,6 +277,8 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: list[int] | N
 
 def barrier(group: Group = None, async_op: bool = False, device_ids: Any = None) -> Work | None:
     """Block until every member of ``group`` has called barrier."""
+    if not async_op and _run_again(group, ("barrier",), _NO_DATA):
+        return None
     return _collective("barrier", group, async_op, lambda g: g.barrier())
 
 
@@ -451,6 +458,41 @@ def _root(group: AsyncProcessGroup, rank: int | None, group_rank: int | None,
     return default if rank is None else rank
 
 
+#: The array a repeated barrier is given (it moves none).
+_NO_DATA = np.zeros(0, dtype=np.uint8)
+
+
+def _ran_again(group: Group, tensor: Any, what: str, *signature: Any) -> bool:
+    """Whether a blocking call on a numpy array ran in this thread as a repeat of an
+    earlier one (the same collective, dtype, size and ``signature``: GroupCore.remember).
+
+    False, having done nothing, for anything else: the full path then checks
+    the call and runs it (and remembers it for next time).
+    """
+    if type(tensor) is not np.ndarray:
+        return False
+    flags = tensor.flags
+    if not (flags.c_contiguous and flags.writeable):
+        return False
+    return _run_again(group, (what, tensor.dtype, tensor.size, *signature),
+                      tensor if tensor.ndim == 1 else tensor.reshape(-1))
+
+
+def _run_again(group: Group, key: tuple[Any, ...], flat: np.ndarray) -> bool:
+    world = _world
+    if world is None:
+        return False  # not initialized, or destroyed: the full path says so
+    resolved = world if group is None or group is WORLD else group
+    return isinstance(resolved, AsyncProcessGroup) and resolved.run_again(key, flat)
+
+
+def _done(what: str) -> Work:
+    """The Work of a call that ran to its end in this thread."""
+    done: concurrent.futures.Future[None] = concurrent.futures.Future()
+    done.set_result(None)
+    return Work(done, what)
+
+
 def _collective(what: str, group: Group, async_op: bool,
                 make: Callable[[AsyncProcessGroup], Coroutine[Any, Any, Any]]) -> Work | None:
     """Check and start ``make(group)`` on the loop; wait for it unless ``async_op``."""
@@ -467,15 +509,14 @@ def _collective(what: str, group: Group, async_op: bool,
 
 def _submit(coro: Coroutine[Any, Any, Any], what: str) -> Work:
     if isinstance(coro, Operation):
-        done: concurrent.futures.Future[None] = concurrent.futures.Future()
         try:
             if coro.run_here():
-                done.set_result(None)
-                return Work(done, what)
+                return _done(what)
         except AsyncollError as exc:
             # As for an operation on the loop: the error comes from wait().
-            done.set_exception(exc)
-            return Work(done, what)
+            failed: concurrent.futures.Future[None] = concurrent.futures.Future()
+            failed.set_exception(exc)
+            return Work(failed, what)
         coro.to_loop()
     return Work(runtime().submit(coro), what)
 

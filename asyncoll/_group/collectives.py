@@ -10,7 +10,7 @@ they are matched per (peer, tag) in call order, as MPI's are.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -99,24 +99,34 @@ class AsyncProcessGroup(GroupCore):
         check_op(reduce_op, flat.dtype)
         name = self._choose(what, flat.nbytes, algorithm)
 
-        async def body(team: Team) -> None:
-            if self._over_transport(what, name, flat.nbytes) == "ring":
-                scratch = self._scratch_of(flat.dtype,
-                                           all_reduce_scratch_elements(flat.size, team.size))
-                await ring_all_reduce(team, flat, reduce_op, scratch, selection.SEGMENT_BYTES)
+        async def over_transport(team: Team, array: np.ndarray) -> None:
+            if self._over_transport(what, name, array.nbytes) == "ring":
+                scratch = self._scratch_of(array.dtype,
+                                           all_reduce_scratch_elements(array.size, team.size))
+                await ring_all_reduce(team, array, reduce_op, scratch, selection.SEGMENT_BYTES)
             else:
-                await recursive_doubling_all_reduce(team, flat, reduce_op,
-                                                    self._scratch_of(flat.dtype, flat.size))
+                await recursive_doubling_all_reduce(team, array, reduce_op,
+                                                    self._scratch_of(array.dtype, array.size))
+
+        async def body(team: Team) -> None:
+            await over_transport(team, flat)
             buffer.write_back()
+
+        split = flat.nbytes >= selection.ARENA_SPLIT_FROM_BYTES
+
+        def on_arena(step: ArenaStep, array: np.ndarray) -> None:
+            in_arena.all_reduce(step.arena, step.operation, array, reduce_op, step.fingerprint,
+                                step.waiter, split)
 
         def here(step: ArenaStep) -> None:
-            in_arena.all_reduce(step.arena, step.operation, flat, reduce_op, step.fingerprint,
-                                step.waiter, flat.nbytes >= selection.ARENA_SPLIT_FROM_BYTES)
+            on_arena(step, flat)
             buffer.write_back()
 
-        return self._run(what, timeout, body, _fingerprint(
-            Kind.ALL_REDUCE, flat.dtype, reduce_op, count=flat.size,
-            algorithm=_algorithm_code(what, name)), self._fast_body(name, here, body))
+        operation = self._run(what, timeout, body, _fingerprint(
+            Kind.ALL_REDUCE, flat.dtype, reduce_op, -1, flat.size, _algorithm_code(what, name)),
+            self._fast_body(name, here, body))
+        return self._repeatable(operation, name, timeout, algorithm,
+                                (what, flat.dtype, flat.size, reduce_op), on_arena, over_transport)
 
     def reduce(self, tensor: Any, dst: int, op: Any = ReduceOp.SUM,
                timeout: float | timedelta | None = None,
@@ -241,23 +251,32 @@ class AsyncProcessGroup(GroupCore):
         buffer = as_buffer(tensor, what)
         name = self._choose(what, buffer.flat.nbytes, algorithm)
 
-        async def body(team: Team) -> None:
-            if self._over_transport(what, name, buffer.flat.nbytes) == "chain":
-                await chain_broadcast(team, buffer.flat, root, selection.SEGMENT_BYTES)
+        async def over_transport(team: Team, array: np.ndarray) -> None:
+            if self._over_transport(what, name, array.nbytes) == "chain":
+                await chain_broadcast(team, array, root, selection.SEGMENT_BYTES)
             else:
-                await tree_broadcast(team, buffer.flat, root)
+                await tree_broadcast(team, array, root)
+
+        async def body(team: Team) -> None:
+            await over_transport(team, buffer.flat)
             if team.me != root:
                 buffer.write_back()
 
+        def on_arena(step: ArenaStep, array: np.ndarray) -> None:
+            in_arena.broadcast(step.arena, step.operation, array, root, step.fingerprint,
+                               step.waiter)
+
         def here(step: ArenaStep) -> None:
-            in_arena.broadcast(step.arena, step.operation, buffer.flat, root,
-                               step.fingerprint, step.waiter)
+            on_arena(step, buffer.flat)
             if step.arena.me != root:
                 buffer.write_back()
 
-        return self._run(what, timeout, body, _fingerprint(
-            Kind.BROADCAST, buffer.flat.dtype, root=root, count=buffer.flat.size,
-            algorithm=_algorithm_code(what, name)), self._fast_body(name, here, body))
+        flat = buffer.flat
+        operation = self._run(what, timeout, body, _fingerprint(
+            Kind.BROADCAST, flat.dtype, None, root, flat.size, _algorithm_code(what, name)),
+            self._fast_body(name, here, body))
+        return self._repeatable(operation, name, timeout, algorithm,
+                                (what, flat.dtype, flat.size, src), on_arena, over_transport)
 
     def gather(self, tensor: Any, gather_list: Sequence[Any] | None, dst: int,
                timeout: float | timedelta | None = None) -> Operation:
@@ -452,16 +471,22 @@ class AsyncProcessGroup(GroupCore):
         token = np.zeros(1, dtype=np.uint8)
         name = self._choose("barrier", 0, algorithm)
 
-        async def body(team: Team) -> None:
+        # A repeat (GroupCore.remember) reuses this call's token: barriers run one at a time.
+        async def over_transport(team: Team, _: np.ndarray) -> None:
             await recursive_doubling_all_reduce(team, token, ReduceOp.MAX,
                                                 self._scratch_of(token.dtype, 1))
 
-        def here(step: ArenaStep) -> None:
+        def on_arena(step: ArenaStep, _: np.ndarray) -> None:
             in_arena.barrier(step.arena, step.operation, step.fingerprint, step.waiter)
 
-        return self._run("barrier", timeout, body, _fingerprint(
-            Kind.BARRIER, algorithm=_algorithm_code("barrier", name)),
-            self._fast_body(name, here, body))
+        def body(team: Team) -> Awaitable[None]:
+            return over_transport(team, token)
+
+        operation = self._run("barrier", timeout, body, _fingerprint(
+            Kind.BARRIER, None, None, -1, 0, _algorithm_code("barrier", name)),
+            self._fast_body(name, lambda step: on_arena(step, token), body))
+        return self._repeatable(operation, name, timeout, algorithm, ("barrier",), on_arena,
+                                over_transport)
 
     async def monitored_barrier(self, timeout: float | timedelta | None = None) -> None:
         """A barrier through the coordinator, whose timeout names every rank that is missing.

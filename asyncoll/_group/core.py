@@ -25,7 +25,7 @@ import asyncio
 import collections.abc
 import functools
 import math
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Hashable, Sequence
 from datetime import timedelta
 from typing import Any, cast
 
@@ -59,6 +59,22 @@ from asyncoll.types import ReduceOp
 #: given the path's step (asyncoll._group.arena_path.ArenaStep or
 #: asyncoll._group.links_path.LinksStep).
 Here = Callable[[Any], None]
+#: What runs a remembered call again (GroupCore.remember): given the path's
+#: step and the call's flat array.
+Again = Callable[[Any, np.ndarray], None]
+#: Remembered calls per group (GroupCore.remember), forgotten all at once past it.
+_REPEATS = 256
+
+
+class _Repeat:
+    """A remembered fast-path call: its name, its fingerprint and how to run it again."""
+
+    __slots__ = ("what", "fingerprint", "run")
+
+    def __init__(self, what: str, fingerprint: Fingerprint, run: Again) -> None:
+        self.what = what
+        self.fingerprint = fingerprint
+        self.run = run
 
 
 def seconds(timeout: float | timedelta | None, default: float) -> float:
@@ -100,6 +116,8 @@ class GroupCore:
         self._messages = Messages(session, group_id, self.ranks)
         #: The group's way of running operations in the calling thread.
         self._fast: FastPath = fast_path_of(session, group_id, self.ranks)
+        # Fast-path calls to run again without making an Operation (see remember).
+        self._repeats: dict[Hashable, _Repeat] = {}
         # Choices already made, by (collective, bytes, algorithm asked, path's capacity):
         # blocking calls repeat the same few, and each microsecond shows.
         self._choices: dict[tuple[str, int, str | None, int], str] = {}
@@ -176,15 +194,35 @@ class GroupCore:
         if name == selection.ARENA:
             return here
         if name == selection.LINKS:
-            ranks = self.ranks
-
-            def over_links(step: LinksStep) -> None:
-                team = LinkTeam(step.links, ranks, step.me)
-                run_here(cast(Coroutine[Any, Any, None], body(cast(Team, team))))
-                team.check_neighbours()
-
-            return over_links
+            return lambda step: self._over_links(step, body)
         return None
+
+    def _over_links(self, step: LinksStep, body: Callable[[Team], Awaitable[None]]) -> None:
+        """Run the transport's algorithm ``body`` to its end over the group's direct links."""
+        team = LinkTeam(step.links, self.ranks, step.me)
+        run_here(cast(Coroutine[Any, Any, None], body(cast(Team, team))))
+        team.check_neighbours()
+
+    def _repeatable(self, operation: Operation, name: str,
+                    timeout: float | timedelta | None, algorithm: str | None, key: Hashable,
+                    on_arena: Again,
+                    over_transport: Callable[[Team, np.ndarray], Awaitable[None]]) -> Operation:
+        """``operation``, remembered under ``key`` to run again (see :meth:`remember`)
+        when it runs on a fast path with the group's timeout and the algorithm chosen
+        by size.
+
+        ``on_arena`` runs it on the arena's step and an array like the call's;
+        ``over_transport`` is the transport's algorithm on such an array, which
+        direct links run.
+        """
+        if timeout is None and algorithm is None:
+            if name == selection.ARENA:
+                self.remember(key, operation.what, operation.fingerprint, on_arena)
+            elif name == selection.LINKS:
+                self.remember(key, operation.what, operation.fingerprint,
+                              lambda step, array: self._over_links(
+                                  step, lambda team: over_transport(team, array)))
+        return operation
 
     def _root_list(self, items: Sequence[Any] | None, root: int, name: str,
                    what: str) -> list[Any] | None:
@@ -213,46 +251,80 @@ class GroupCore:
         """The operation: ``body`` over the transport, or ``here`` on the arena if given."""
         return Operation(self, what, seconds(timeout, self.timeout), body, fingerprint, here)
 
-    def _start(self, what: str) -> int:
-        """Number a new operation, and refuse it on a closed session or a broken group."""
-        self._seq += 1
-        self._session.ops += 1
-        self._session.check_open(what)
-        refused = self._session.faults.refusal(self.group_id, self._seq, self._named)
-        if refused is not None:
-            raise refused
-        return self._seq
-
     def _run_here(self, operation: Operation) -> bool:
         """Run a fast-path operation in the calling thread, if nothing of the group is on
         the loop.
 
         Returns False, having done nothing, where it must go to the loop instead.
         """
+        assert operation.here is not None
+        return self._here(operation.what, operation.fingerprint, operation.limit,
+                          operation.here)
+
+    def remember(self, key: Hashable, what: str, fingerprint: Fingerprint,
+                 run: Again) -> None:
+        """Keep how to run again, in the calling thread, a fast-path call keyed ``key``.
+
+        ``key`` must name everything the operation was made from besides the
+        array itself (collective, dtype, element count, op, root), for calls
+        with the group's timeout and the algorithm chosen by size: another
+        call with the same key makes the same fingerprint and algorithm, so
+        :meth:`run_again` may skip making an Operation (an MPI persistent
+        collective, without the user having to ask for one).
+        """
+        if key not in self._repeats:
+            if len(self._repeats) >= _REPEATS:
+                self._repeats.clear()
+            self._repeats[key] = _Repeat(what, fingerprint, run)
+
+    def run_again(self, key: Hashable, flat: np.ndarray) -> bool:
+        """Run the call remembered under ``key`` on ``flat``, here, as :meth:`_run_here` would.
+
+        ``flat`` must be a 1-D C-contiguous writable array of the dtype and size
+        the key names. Returns False, having done nothing, when no call was
+        remembered under ``key`` or the operation must go to the loop.
+        """
+        repeat = self._repeats.get(key)
+        if repeat is None:
+            return False
+        run = repeat.run
+        return self._here(repeat.what, repeat.fingerprint, self.timeout,
+                          lambda step: run(step, flat))
+
+    def _here(self, what: str, fingerprint: Fingerprint, limit: float, here: Here) -> bool:
+        """Run ``here`` on the fast path in the calling thread (see :meth:`_run_here`)."""
         if not self._fast.ready or self._handed != self._finished:
             return False
-        what, fingerprint = operation.what, operation.fingerprint
-        seq = self._start(what)
-        faults, session = self._session.faults, self._session
+        session, group_id = self._session, self.group_id
+        # Numbered, then refused on a closed session or a broken group, as on the loop.
+        self._seq += 1
+        seq = self._seq
+        session.ops += 1
+        session.check_open(what)
+        faults = session.faults
+        refused = faults.refusal(group_id, seq, self._named)
+        if refused is not None:
+            raise refused
         # Taking note is safe from this thread; checking frames kept early is the loop's.
-        faults.begin(self.group_id, seq, fingerprint, scan=False)
-        if session.mesh.has_early:
-            session.call_soon(faults.scan, self.group_id)
+        faults.begin(group_id, seq, fingerprint, scan=False)
+        mesh = session.mesh
+        if mesh.has_early:
+            session.call_soon(faults.scan, group_id)
         try:
-            self._on_fast_path(what, seq, operation.limit, operation.here, fingerprint)
+            self._on_fast_path(what, seq, limit, here, fingerprint)
         except (GroupBrokenError, ClosedError):
             raise
         except AsyncollError as exc:
             if not isinstance(exc, ConfigurationError):
-                session.call_soon(faults.abort, self.group_id, seq, exc, self.ranks)
+                session.call_soon(faults.abort, group_id, seq, exc, self.ranks)
             raise
         except BaseException:
-            session.call_soon(faults.abort, self.group_id, seq, self._cancelled(what, seq),
+            session.call_soon(faults.abort, group_id, seq, self._cancelled(what, seq),
                               self.ranks)
             raise
-        faults.complete(self.group_id, seq, scan=False)
-        if session.mesh.has_early:
-            session.call_soon(faults.scan, self.group_id)
+        faults.complete(group_id, seq, scan=False)
+        if mesh.has_early:
+            session.call_soon(faults.scan, group_id)
         return True
 
     def _on_fast_path(self, what: str, seq: int, limit: float, here: Here | None,
@@ -263,7 +335,8 @@ class GroupCore:
         """
         assert here is not None
         fast = self._fast
-        if not fast.lock.acquire(timeout=limit):
+        # An untimed try first: a timed acquire costs several times as much.
+        if not fast.lock.acquire(False) and not fast.lock.acquire(timeout=limit):
             raise CollectiveTimeoutError(
                 f"{what} #{seq} on group {self.group_id} waited {limit:g} s for another "
                 f"thread of this process to finish its operation on the group. "

@@ -52,6 +52,22 @@ def test_small_blocking_collectives_run_in_the_calling_thread_in_call_order():
         assert int(counts["loop"]) == 2 and int(counts["here"]) == 7, (rank, text)
 
 
+@pytest.mark.parametrize("shm", ["1", "0"], ids=["arena", "direct_links"])
+def test_repeated_calls_run_again_without_being_made_anew_with_the_right_results(shm):
+    for rank, text in run("repeats", ASYNCOLL_SHM=shm).items():
+        counts = dict(re.findall(r"(repeated|here|loop)=(\d+)", text))
+        # 4 all_reduces and a 2-D one after the first (which set the arena up on the
+        # loop), 4 broadcasts (2 roots, each after its first), 2 barriers after the
+        # first; the MAX all_reduce and the float64 one are new signatures.
+        assert counts == {"repeated": "11", "here": "16", "loop": "1"}, (rank, text)
+
+
+@pytest.mark.parametrize("shm", ["1", "0"], ids=["arena", "direct_links"])
+def test_a_desync_between_repeated_calls_raises_mismatch_error_on_both_ranks(shm):
+    for rank, text in run("desync_repeats", ASYNCOLL_SHM=shm).items():
+        assert text.startswith("MismatchError"), (rank, text)
+
+
 def test_with_shared_memory_off_small_collectives_run_over_direct_links():
     # No arena: the same collectives run in the calling thread over the group's
     # own TCP connections (the cross-host fast path), in the same order.

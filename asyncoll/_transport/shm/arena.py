@@ -109,10 +109,11 @@ class Poll:
     def __init__(self, words: memoryview, fields: Sequence[int], phase: int) -> None:
         self._words = words
         self._fields = fields
-        self._phase = phase
+        #: The phase waited for; an arena reuses its polls, one wait after another.
+        self.phase = phase
 
     def __call__(self) -> bool:
-        words, phase = self._words, self._phase
+        words, phase = self._words, self.phase
         for index in self._fields:
             if words[index] < phase:
                 return False
@@ -121,11 +122,11 @@ class Poll:
     def behind(self) -> list[int]:
         """The members whose field has not reached the phase yet."""
         return [member for member, index in enumerate(self._fields)
-                if self._words[index] < self._phase]
+                if self._words[index] < self.phase]
 
     def first_behind(self) -> tuple[int, int] | None:
         """(word index, value) of the first field short of the phase, or None."""
-        words, phase = self._words, self._phase
+        words, phase = self._words, self.phase
         for index in self._fields:
             value = words[index]
             if value < phase:
@@ -218,6 +219,7 @@ class Arena:
         # Futex addresses are the mapping's; numpy tells where it starts.
         self._address = buffer.ctypes.data if futex.AVAILABLE else 0
         self._sleeping = range(SLEEPING, size * _LINE, _LINE)
+        self._polls: dict[int, Poll] = {}
         #: The fingerprint object last written in each set's field, by identity.
         self._written: list[Sequence[int] | None] = [None, None]
 
@@ -279,8 +281,17 @@ class Arena:
             words[flag] = 0
 
     def all_at_least(self, field: int, phase: int) -> Poll:
-        """A poll: has every member's ``field`` reached ``phase``?"""
-        return Poll(self._words, range(field, self.size * _LINE, _LINE), phase)
+        """A poll: has every member's ``field`` reached ``phase``?
+
+        The arena's one poll of ``field``, aimed at ``phase``: its waits come
+        one at a time (its operations run under the group's lock).
+        """
+        poll = self._polls.get(field)
+        if poll is None:
+            poll = self._polls[field] = Poll(self._words, range(field, self.size * _LINE,
+                                                                _LINE), phase)
+        poll.phase = phase
+        return poll
 
     def abandon(self, operation: int, code: int, rank: int) -> None:
         """Say this member gave up on ``operation`` with error ``code`` (naming ``rank``)."""
@@ -303,6 +314,15 @@ class Arena:
         """The fingerprint ``member`` published for ``operation`` (or for k +- 2...)."""
         start = member * _LINE + FINGERPRINTS[operation & 1]
         return tuple(self._words[start:start + 6])
+
+    def differs(self, fingerprint: Sequence[int], operation: int) -> int | None:
+        """The first other member whose fingerprint for ``operation`` is not ``fingerprint``."""
+        words, field, me = self._words, FINGERPRINTS[operation & 1], self.me
+        for member in range(self.size):
+            start = member * _LINE + field
+            if member != me and tuple(words[start:start + 6]) != fingerprint:
+                return member
+        return None
 
     def pid(self, member: int) -> int:
         """The process id ``member`` wrote when it mapped the arena."""

@@ -5,12 +5,17 @@ Usage (under asyncoll-run, 2 ranks): arena_path.py MODE
 Modes, each printing "RESULT <rank> <words>" lines the test reads:
 
 - ``paths``: every small blocking collective runs in the calling thread (a
-  spy on GroupCore._run_here counts), with the right result; an async one
+  spy on GroupCore._here counts), with the right result; an async one
   with nothing pending completes before the call returns; a blocking one
   after an async operation still on the loop goes to the loop behind it,
   in order (the broadcast of a slice of the array the all_reduce writes
   sees its result).
 - ``nowhere``: counts the same, for a run with shared memory off.
+- ``repeats``: calls repeated with the same signature (collective, dtype,
+  size, op or root) run again without being made anew (GroupCore.run_again),
+  on other arrays of that signature too, with the right results.
+- ``desync_repeats``: rank 0 repeats an all_reduce, rank 1 a broadcast of
+  the same dtype and size.
 - ``desync``: rank 0 calls all_reduce, rank 1 broadcast (both arena sizes).
 - ``desync_mixed``: rank 0 all_reduces an arena size, rank 1 a large array.
 - ``timeout``: rank 1 calls 3 s late in a group with a 1 s timeout.
@@ -27,16 +32,24 @@ from asyncoll._group.core import GroupCore
 
 mode = sys.argv[1]
 ran = {True: 0, False: 0}
-real_run_here = GroupCore._run_here
+again = {True: 0, False: 0}
+real_here, real_run_again = GroupCore._here, GroupCore.run_again
 
 
-def spy(self, operation):
-    result = real_run_here(self, operation)
+def spy(self, *args):
+    result = real_here(self, *args)
     ran[result] += 1
     return result
 
 
-GroupCore._run_here = spy
+def spy_again(self, *args):
+    result = real_run_again(self, *args)
+    again[result] += 1
+    return result
+
+
+GroupCore._here = spy
+GroupCore.run_again = spy_again
 dist.init_process_group(init_method="env://", timeout=30)
 rank, size = dist.get_rank(), dist.get_world_size()
 
@@ -89,6 +102,38 @@ if mode in ("paths", "nowhere"):
     dist.all_reduce(x)
     print(f"RESULT {rank} here={ran[True]} loop={ran[False]} here_before_async={here_before}",
           flush=True)
+elif mode == "repeats":
+    total = size * (size + 1) / 2
+    for value in range(5):
+        x = np.full(1000, rank + value, np.float32)  # a new array each time
+        dist.all_reduce(x)
+        check((x == total + size * (value - 1)).all(), f"all_reduce #{value}")
+    grid = np.full((10, 100), rank + 1, np.float32)  # 2-D: the same signature, flattened
+    dist.all_reduce(grid)
+    check((grid == total).all(), "all_reduce of a 2-D array")
+    for value in range(3):
+        for src in (0, 1):
+            y = np.full(10, 10 * rank + value, np.int64)
+            dist.broadcast(y, src=src)
+            check((y == 10 * src + value).all(), f"broadcast #{value} from {src}")
+    for _ in range(3):
+        dist.barrier()
+    # Another op, dtype or size is another signature: made anew.
+    z = np.full(1000, rank + 1, np.float32)
+    dist.all_reduce(z, op=dist.ReduceOp.MAX)
+    check((z == size).all(), "all_reduce MAX")
+    w = np.full(7, rank + 1, np.float64)
+    dist.all_reduce(w)
+    check((w == total).all(), "all_reduce of 7 float64")
+    print(f"RESULT {rank} repeated={again[True]} here={ran[True]} loop={ran[False]}",
+          flush=True)
+elif mode == "desync_repeats":
+    x = np.ones(100, np.float32)
+    for _ in range(2):
+        dist.all_reduce(x)
+        dist.broadcast(x, src=0)
+    print(f"RESULT {rank} " + raised(lambda: dist.all_reduce(x) if rank == 0 else
+                            dist.broadcast(x, src=0)), flush=True)
 elif mode == "desync":
     x = np.ones(100, np.float32)
     print(f"RESULT {rank} " + raised(lambda: dist.all_reduce(x) if rank == 0 else
