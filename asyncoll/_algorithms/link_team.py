@@ -52,6 +52,12 @@ class LinkTeam:
         self._sent_to: set[int] = set()
         self._received_from: set[int] = set()
 
+    def again(self) -> LinkTeam:
+        """This team, ready for the group's next operation (one team serves them all)."""
+        self._sent_to.clear()
+        self._received_from.clear()
+        return self
+
     def phase(self, index: int) -> LinkTeam:
         """A team for the ``index``-th algorithm of a composite operation (as Team's)."""
         team = LinkTeam(self.links, self.ranks, self.me,

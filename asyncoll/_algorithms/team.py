@@ -37,8 +37,12 @@ _EMPTY = memoryview(bytearray(0))
 
 
 def as_bytes(array: np.ndarray) -> memoryview:
-    """The bytes of a contiguous array, as a writable or read-only memoryview."""
-    return memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+    """The bytes of a C-contiguous array, as a writable or read-only memoryview.
+
+    Raises TypeError for one that is not contiguous (it has no such bytes).
+    """
+    # Several times faster than through numpy views (array.view(np.uint8)).
+    return memoryview(array).cast("B")  # type: ignore[arg-type]
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:

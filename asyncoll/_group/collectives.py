@@ -99,8 +99,10 @@ class AsyncProcessGroup(GroupCore):
         check_op(reduce_op, flat.dtype)
         name = self._choose(what, flat.nbytes, algorithm)
 
+        transport = self._over_transport(what, name, flat.nbytes)
+
         async def over_transport(team: Team, array: np.ndarray) -> None:
-            if self._over_transport(what, name, array.nbytes) == "ring":
+            if transport == "ring":
                 scratch = self._scratch_of(array.dtype,
                                            all_reduce_scratch_elements(array.size, team.size))
                 await ring_all_reduce(team, array, reduce_op, scratch, selection.SEGMENT_BYTES)
@@ -251,8 +253,10 @@ class AsyncProcessGroup(GroupCore):
         buffer = as_buffer(tensor, what)
         name = self._choose(what, buffer.flat.nbytes, algorithm)
 
+        transport = self._over_transport(what, name, buffer.flat.nbytes)
+
         async def over_transport(team: Team, array: np.ndarray) -> None:
-            if self._over_transport(what, name, array.nbytes) == "chain":
+            if transport == "chain":
                 await chain_broadcast(team, array, root, selection.SEGMENT_BYTES)
             else:
                 await tree_broadcast(team, array, root)

@@ -116,6 +116,8 @@ class GroupCore:
         self._messages = Messages(session, group_id, self.ranks)
         #: The group's way of running operations in the calling thread.
         self._fast: FastPath = fast_path_of(session, group_id, self.ranks)
+        # The team of operations over direct links, made once (they run one at a time).
+        self._link_team: LinkTeam | None = None
         # Fast-path calls to run again without making an Operation (see remember).
         self._repeats: dict[Hashable, _Repeat] = {}
         # Choices already made, by (collective, bytes, algorithm asked, path's capacity):
@@ -199,8 +201,10 @@ class GroupCore:
 
     def _over_links(self, step: LinksStep, body: Callable[[Team], Awaitable[None]]) -> None:
         """Run the transport's algorithm ``body`` to its end over the group's direct links."""
-        team = LinkTeam(step.links, self.ranks, step.me)
-        run_here(cast(Coroutine[Any, Any, None], body(cast(Team, team))))
+        team = self._link_team
+        if team is None or team.links is not step.links:
+            team = self._link_team = LinkTeam(step.links, self.ranks, step.me)
+        run_here(cast(Coroutine[Any, Any, None], body(cast(Team, team.again()))))
         team.check_neighbours()
 
     def _repeatable(self, operation: Operation, name: str,
