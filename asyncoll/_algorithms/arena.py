@@ -27,6 +27,7 @@ asyncoll._transport.shm.arena for the memory order this relies on.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -112,12 +113,12 @@ def reduce_scatter(arena: Arena, operation: int, inputs: Sequence[np.ndarray],
                    waiter: Waiter) -> None:
     """Reduce block i (``inputs[i]``) across the members into member i's ``output``."""
     n, me = arena.size, arena.me
-    offsets = np.concatenate(([0], np.cumsum([block.size for block in inputs]))).astype(int)
-    slots = arena.slots(operation, output.dtype, int(offsets[-1]))
+    offsets = [0, *itertools.accumulate(block.size for block in inputs)]
+    slots = arena.slots(operation, output.dtype, offsets[-1])
     for block, start in zip(inputs, offsets):
         slots[me][start:start + block.size] = block
     _publish_and_check(arena, operation, fingerprint, waiter)
-    lo, hi = int(offsets[me]), int(offsets[me + 1])
+    lo, hi = offsets[me], offsets[me + 1]
     _reduce_slots(output, [slot[lo:hi] for slot in slots], op, n)
 
 

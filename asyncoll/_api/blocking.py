@@ -212,6 +212,9 @@ def broadcast(tensor: Any, src: int | None = None, group: Group = None, async_op
 def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: Group = None,
            async_op: bool = False, group_dst: int | None = None) -> Work | None:
     """Reduce ``tensor`` across ``group`` into ``dst``'s tensor; the others' are unchanged."""
+    if (not async_op and group_dst is None and type(dst) is int
+            and _ran_again(group, tensor, "reduce", dst, op)):
+        return None
     return _collective("reduce", group, async_op, lambda g: g.reduce(
         tensor, _root(g, dst, group_dst, "dst"), op))
 
@@ -226,6 +229,9 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: Group = None,
 def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Group = None,
                            async_op: bool = False) -> Work | None:
     """Gather every member's ``input_tensor`` into ``output_tensor``, in member order."""
+    if not async_op and _ran_again_on_two(group, output_tensor, input_tensor,
+                                          "all_gather_into_tensor"):
+        return None
     return _collective("all_gather_into_tensor", group, async_op,
                        lambda g: g.all_gather_into_tensor(output_tensor, input_tensor))
 
@@ -240,6 +246,8 @@ def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM,
 def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM, group: Group = None,
                           async_op: bool = False) -> Work | None:
     """Reduce ``input`` across ``group``; member i gets block i of the result in ``output``."""
+    if not async_op and _ran_again_on_two(group, output, input, "reduce_scatter_tensor", op):
+        return None
     return _collective("reduce_scatter_tensor", group, async_op,
                        lambda g: g.reduce_scatter_tensor(output, input, op))
 
@@ -469,21 +477,36 @@ def _ran_again(group: Group, tensor: Any, what: str, *signature: Any) -> bool:
     False, having done nothing, for anything else: the full path then checks
     the call and runs it (and remembers it for next time).
     """
+    flat = _flat(tensor, writing=True)
+    return flat is not None and _run_again(group, (what, flat.dtype, flat.size, *signature),
+                                           flat)
+
+
+def _ran_again_on_two(group: Group, output: Any, input: Any, what: str,
+                      *signature: Any) -> bool:
+    """As :func:`_ran_again`, for a call that writes ``output`` and reads ``input``."""
+    out, source = _flat(output, writing=True), _flat(input, writing=False)
+    return out is not None and source is not None and _run_again(
+        group, (what, out.dtype, out.size, source.dtype, source.size, *signature),
+        (out, source))
+
+
+def _flat(tensor: Any, writing: bool) -> np.ndarray | None:
+    """A C-contiguous numpy array (writable if ``writing``) as a 1-D view, or None."""
     if type(tensor) is not np.ndarray:
-        return False
+        return None
     flags = tensor.flags
-    if not (flags.c_contiguous and flags.writeable):
-        return False
-    return _run_again(group, (what, tensor.dtype, tensor.size, *signature),
-                      tensor if tensor.ndim == 1 else tensor.reshape(-1))
+    if not flags.c_contiguous or (writing and not flags.writeable):
+        return None
+    return tensor if tensor.ndim == 1 else tensor.reshape(-1)
 
 
-def _run_again(group: Group, key: tuple[Any, ...], flat: np.ndarray) -> bool:
+def _run_again(group: Group, key: tuple[Any, ...], arrays: Any) -> bool:
     world = _world
     if world is None:
         return False  # not initialized, or destroyed: the full path says so
     resolved = world if group is None or group is WORLD else group
-    return isinstance(resolved, AsyncProcessGroup) and resolved.run_again(key, flat)
+    return isinstance(resolved, AsyncProcessGroup) and resolved.run_again(key, arrays)
 
 
 def _done(what: str) -> Work:

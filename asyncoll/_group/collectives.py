@@ -10,7 +10,7 @@ they are matched per (peer, tag) in call order, as MPI's are.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -148,25 +148,36 @@ class AsyncProcessGroup(GroupCore):
         check_op(reduce_op, flat.dtype)
         name = self._choose(what, flat.nbytes, algorithm)
 
-        async def body(team: Team) -> None:
-            if self._over_transport(what, name, flat.nbytes) == "chain":
-                await chain_reduce(team, flat, reduce_op, root, self._scratch_of(
-                    flat.dtype, flat.size), selection.SEGMENT_BYTES)
+        transport = self._over_transport(what, name, flat.nbytes)
+
+        async def over_transport(team: Team, array: np.ndarray) -> None:
+            if transport == "chain":
+                await chain_reduce(team, array, reduce_op, root, self._scratch_of(
+                    array.dtype, array.size), selection.SEGMENT_BYTES)
             else:
-                await tree_reduce(team, flat, reduce_op, root,
-                                  self._scratch_of(flat.dtype, 2 * flat.size))
+                await tree_reduce(team, array, reduce_op, root,
+                                  self._scratch_of(array.dtype, 2 * array.size))
+
+        async def body(team: Team) -> None:
+            await over_transport(team, flat)
             if team.me == root:
                 buffer.write_back()
 
-        def here(step: ArenaStep) -> None:
-            in_arena.reduce(step.arena, step.operation, flat, reduce_op, root,
+        def on_arena(step: ArenaStep, array: np.ndarray) -> None:
+            in_arena.reduce(step.arena, step.operation, array, reduce_op, root,
                             step.fingerprint, step.waiter)
+
+        def here(step: ArenaStep) -> None:
+            on_arena(step, flat)
             if step.arena.me == root:
                 buffer.write_back()
 
-        return self._run(what, timeout, body, _fingerprint(
+        operation = self._run(what, timeout, body, _fingerprint(
             Kind.REDUCE, flat.dtype, reduce_op, root, flat.size, _algorithm_code(what, name)),
             self._fast_body(name, here, body))
+        return self._repeatable(operation, name, timeout, algorithm,
+                                (what, flat.dtype, flat.size, dst, reduce_op), on_arena,
+                                over_transport)
 
     def reduce_scatter(self, output: Any, input_list: Sequence[Any], op: Any = ReduceOp.SUM,
                        timeout: float | timedelta | None = None,
@@ -196,12 +207,22 @@ class AsyncProcessGroup(GroupCore):
         count = as_buffer(output, what).flat.size
         check.same_size(flat, count * self.size, "input", what,
                         f"group size {self.size} x the output's {count}")
-        inputs = [flat[i * count:(i + 1) * count] for i in range(self.size)]
-        return self._reduce_scatter(what, output, inputs, reduce_op, timeout, algorithm)
+        inputs = _blocks(flat, count, self.size)
+        # A repeat (GroupCore.remember) is given (output, input), 1-D: the input cut as here.
+        return self._reduce_scatter(what, output, inputs, reduce_op, timeout, algorithm,
+                                    lambda arrays: (arrays[0], _blocks(arrays[1], count,
+                                                                        self.size)))
 
     def _reduce_scatter(self, what: str, output: Any, inputs: list[np.ndarray],
                         reduce_op: ReduceOp, timeout: float | timedelta | None,
-                        algorithm: str | None) -> Operation:
+                        algorithm: str | None,
+                        cut: Callable[[Any], tuple[np.ndarray, list[np.ndarray]]] | None = None
+                        ) -> Operation:
+        """The reduce-scatter of ``inputs`` (block i for member i) into ``output``.
+
+        With ``cut``, which turns a repeat's arrays into (output, input blocks),
+        the call is remembered to run again (GroupCore.remember).
+        """
         buffer = as_buffer(output, what)
         out = buffer.flat
         me = self.rank
@@ -213,30 +234,44 @@ class AsyncProcessGroup(GroupCore):
         sizes = [block.size for block in inputs]
         name = self._choose("reduce_scatter", sum(sizes) * dtype.itemsize, algorithm)
 
-        async def body(team: Team) -> None:
+        async def over_transport(team: Team, arrays: tuple[np.ndarray, list[np.ndarray]]
+                                 ) -> None:
+            result, blocks = arrays
             partial = sum(sizes) - sizes[me]
             scratch = self._scratch_of(dtype, partial + ring_scratch_elements(sizes))
             accumulators, offset = [], 0
             for i, size in enumerate(sizes):
                 if i == me:
-                    accumulators.append(out)
+                    accumulators.append(result)
                 else:
                     accumulators.append(scratch[offset:offset + size])
                     offset += size
-            await ring_reduce_scatter(team, inputs, accumulators, reduce_op,
+            await ring_reduce_scatter(team, blocks, accumulators, reduce_op,
                                       scratch[partial:], selection.SEGMENT_BYTES)
-            finish(reduce_op, out, team.size)
+            finish(reduce_op, result, team.size)
+
+        async def body(team: Team) -> None:
+            await over_transport(team, (out, inputs))
             buffer.write_back()
+
+        def on_arena(step: ArenaStep, arrays: tuple[np.ndarray, list[np.ndarray]]) -> None:
+            in_arena.reduce_scatter(step.arena, step.operation, arrays[1], arrays[0],
+                                    reduce_op, step.fingerprint, step.waiter)
 
         def here(step: ArenaStep) -> None:
-            in_arena.reduce_scatter(step.arena, step.operation, inputs, out, reduce_op,
-                                    step.fingerprint, step.waiter)
+            on_arena(step, (out, inputs))
             buffer.write_back()
 
-        return self._run(what, timeout, body, _fingerprint(
+        operation = self._run(what, timeout, body, _fingerprint(
             Kind.REDUCE_SCATTER, dtype, reduce_op, count=sum(sizes),
             algorithm=_algorithm_code("reduce_scatter", name)),
             self._fast_body(name, here, body))
+        if cut is None:
+            return operation
+        return self._repeatable(operation, name, timeout, algorithm,
+                                (what, out.dtype, out.size, dtype, sum(sizes), reduce_op),
+                                lambda step, arrays: on_arena(step, cut(arrays)),
+                                lambda team, arrays: over_transport(team, cut(arrays)))
 
     # -- one to all, all to one ----------------------------------------------------------
 
@@ -373,10 +408,15 @@ class AsyncProcessGroup(GroupCore):
     def _all_gather(self, what: str, tensor: Any, buffers: list[Any],
                     timeout: float | timedelta | None, algorithm: str | None,
                     block: int | None = None) -> Operation:
+        """Member i's ``tensor`` into output i on every member.
+
+        With ``block``, one output cut into equal blocks; the call is then
+        remembered to run again (GroupCore.remember) on (output, input), 1-D.
+        """
         mine = as_source(tensor, what)
         flats = [b.flat for b in buffers]
         if block is not None:  # one output cut into equal blocks
-            flats = [flats[0][i * block:(i + 1) * block] for i in range(self.size)]
+            flats = _blocks(flats[0], block, self.size)
         me = self.rank
         check.same_dtype([mine, *flats], ["tensor"] + [f"output {i}" for i in range(len(flats))],
                          what)
@@ -385,24 +425,44 @@ class AsyncProcessGroup(GroupCore):
         # The largest block, which every member agrees on (not its own input's size).
         name = self._choose("all_gather", max(f.nbytes for f in flats), algorithm)
 
+        async def over_transport(team: Team, arrays: tuple[list[np.ndarray], np.ndarray]
+                                 ) -> None:
+            outputs, source = arrays
+            if not (outputs[me].size and np.shares_memory(outputs[me], source)
+                    and outputs[me].__array_interface__ == source.__array_interface__):
+                np.copyto(outputs[me], source)
+            await ring_all_gather(team, outputs, selection.SEGMENT_BYTES)
+
         async def body(team: Team) -> None:
-            if not (flats[me].size and np.shares_memory(flats[me], mine)
-                    and flats[me].__array_interface__ == mine.__array_interface__):
-                np.copyto(flats[me], mine)
-            await ring_all_gather(team, flats, selection.SEGMENT_BYTES)
+            await over_transport(team, (flats, mine))
             for b in buffers:
                 b.write_back()
+
+        def on_arena(step: ArenaStep, arrays: tuple[list[np.ndarray], np.ndarray]) -> None:
+            in_arena.all_gather(step.arena, step.operation, arrays[1], arrays[0],
+                                step.fingerprint, step.waiter)
 
         def here(step: ArenaStep) -> None:
-            in_arena.all_gather(step.arena, step.operation, mine, flats, step.fingerprint,
-                                step.waiter)
+            on_arena(step, (flats, mine))
             for b in buffers:
                 b.write_back()
 
-        return self._run(what, timeout, body, _fingerprint(
-            Kind.ALL_GATHER, mine.dtype, count=sum(f.size for f in flats),
+        count = sum(f.size for f in flats)
+        operation = self._run(what, timeout, body, _fingerprint(
+            Kind.ALL_GATHER, mine.dtype, count=count,
             algorithm=_algorithm_code("all_gather", name)),
             self._fast_body(name, here, body))
+        if block is None:
+            return operation
+        size = self.size
+
+        def cut(arrays: tuple[np.ndarray, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+            return _blocks(arrays[0], block, size), arrays[1]
+
+        return self._repeatable(operation, name, timeout, algorithm,
+                                (what, mine.dtype, count, mine.dtype, mine.size),
+                                lambda step, arrays: on_arena(step, cut(arrays)),
+                                lambda team, arrays: over_transport(team, cut(arrays)))
 
     def all_to_all(self, output_list: Sequence[Any], input_list: Sequence[Any],
                    timeout: float | timedelta | None = None) -> Operation:
@@ -655,3 +715,8 @@ def _cut(flat: np.ndarray, rows: list[int], width: int) -> list[np.ndarray]:
     """Consecutive blocks of ``rows[i] * width`` elements of ``flat``."""
     bounds = np.concatenate(([0], np.cumsum(rows))) * width
     return [flat[int(bounds[i]):int(bounds[i + 1])] for i in range(len(rows))]
+
+
+def _blocks(flat: np.ndarray, block: int, count: int) -> list[np.ndarray]:
+    """``flat`` cut into ``count`` consecutive blocks of ``block`` elements."""
+    return [flat[i * block:(i + 1) * block] for i in range(count)]

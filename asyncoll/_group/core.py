@@ -60,8 +60,8 @@ from asyncoll.types import ReduceOp
 #: asyncoll._group.links_path.LinksStep).
 Here = Callable[[Any], None]
 #: What runs a remembered call again (GroupCore.remember): given the path's
-#: step and the call's flat array.
-Again = Callable[[Any, np.ndarray], None]
+#: step and the call's arrays (one flat array, or a tuple of them).
+Again = Callable[[Any, Any], None]
 #: Remembered calls per group (GroupCore.remember), forgotten all at once past it.
 _REPEATS = 256
 
@@ -210,13 +210,13 @@ class GroupCore:
     def _repeatable(self, operation: Operation, name: str,
                     timeout: float | timedelta | None, algorithm: str | None, key: Hashable,
                     on_arena: Again,
-                    over_transport: Callable[[Team, np.ndarray], Awaitable[None]]) -> Operation:
+                    over_transport: Callable[[Team, Any], Awaitable[None]]) -> Operation:
         """``operation``, remembered under ``key`` to run again (see :meth:`remember`)
         when it runs on a fast path with the group's timeout and the algorithm chosen
         by size.
 
-        ``on_arena`` runs it on the arena's step and an array like the call's;
-        ``over_transport`` is the transport's algorithm on such an array, which
+        ``on_arena`` runs it on the arena's step and arrays like the call's;
+        ``over_transport`` is the transport's algorithm on such arrays, which
         direct links run.
         """
         if timeout is None and algorithm is None:
@@ -224,8 +224,8 @@ class GroupCore:
                 self.remember(key, operation.what, operation.fingerprint, on_arena)
             elif name == selection.LINKS:
                 self.remember(key, operation.what, operation.fingerprint,
-                              lambda step, array: self._over_links(
-                                  step, lambda team: over_transport(team, array)))
+                              lambda step, arrays: self._over_links(
+                                  step, lambda team: over_transport(team, arrays)))
         return operation
 
     def _root_list(self, items: Sequence[Any] | None, root: int, name: str,
@@ -281,19 +281,21 @@ class GroupCore:
                 self._repeats.clear()
             self._repeats[key] = _Repeat(what, fingerprint, run)
 
-    def run_again(self, key: Hashable, flat: np.ndarray) -> bool:
-        """Run the call remembered under ``key`` on ``flat``, here, as :meth:`_run_here` would.
+    def run_again(self, key: Hashable, arrays: Any) -> bool:
+        """Run the call remembered under ``key`` on ``arrays``, here, as :meth:`_run_here`
+        would.
 
-        ``flat`` must be a 1-D C-contiguous writable array of the dtype and size
-        the key names. Returns False, having done nothing, when no call was
-        remembered under ``key`` or the operation must go to the loop.
+        ``arrays`` are the call's as the collective's remembering said (1-D
+        C-contiguous arrays of the dtypes and sizes the key names; those
+        written into writable). Returns False, having done nothing, when no
+        call was remembered under ``key`` or the operation must go to the loop.
         """
         repeat = self._repeats.get(key)
         if repeat is None:
             return False
         run = repeat.run
         return self._here(repeat.what, repeat.fingerprint, self.timeout,
-                          lambda step: run(step, flat))
+                          lambda step: run(step, arrays))
 
     def _here(self, what: str, fingerprint: Fingerprint, limit: float, here: Here) -> bool:
         """Run ``here`` on the fast path in the calling thread (see :meth:`_run_here`)."""

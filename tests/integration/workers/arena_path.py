@@ -11,9 +11,10 @@ Modes, each printing "RESULT <rank> <words>" lines the test reads:
   in order (the broadcast of a slice of the array the all_reduce writes
   sees its result).
 - ``nowhere``: counts the same, for a run with shared memory off.
-- ``repeats``: calls repeated with the same signature (collective, dtype,
-  size, op or root) run again without being made anew (GroupCore.run_again),
-  on other arrays of that signature too, with the right results.
+- ``repeats``: calls repeated with the same signature (collective, dtypes,
+  sizes, op or root) run again without being made anew (GroupCore.run_again),
+  on other arrays of that signature too, with the right results: all_reduce,
+  broadcast, barrier, reduce, all_gather_into_tensor, reduce_scatter_tensor.
 - ``desync_repeats``: rank 0 repeats an all_reduce, rank 1 a broadcast of
   the same dtype and size.
 - ``desync``: rank 0 calls all_reduce, rank 1 broadcast (both arena sizes).
@@ -118,6 +119,21 @@ elif mode == "repeats":
             check((y == 10 * src + value).all(), f"broadcast #{value} from {src}")
     for _ in range(3):
         dist.barrier()
+    for value in range(3):
+        for dst in (0, 1):
+            z = np.full(10, rank + value, np.float64)
+            dist.reduce(z, dst=dst)
+            check((z == (total + size * (value - 1) if rank == dst else rank + value)).all(),
+                  f"reduce #{value} into {dst}")
+    for value in range(3):
+        gathered = np.zeros((size, 3), np.int32)
+        dist.all_gather_into_tensor(gathered, np.full(3, rank + value, np.int32))
+        check((gathered == np.arange(size)[:, None] + value).all(), f"all_gather #{value}")
+    for value in range(3):
+        block = np.zeros(4, np.float32)
+        dist.reduce_scatter_tensor(block, np.arange(4 * size, dtype=np.float32) + value)
+        check((block == size * (np.arange(4 * rank, 4 * rank + 4) + value)).all(),
+              f"reduce_scatter #{value}")
     # Another op, dtype or size is another signature: made anew.
     z = np.full(1000, rank + 1, np.float32)
     dist.all_reduce(z, op=dist.ReduceOp.MAX)
