@@ -6,6 +6,8 @@ returns a Work when ``async_op`` is True. A collective that the group's
 shared-memory arena takes (same-host members, small and medium arrays) runs
 in the caller's thread instead, with no hop to the loop thread and back;
 with ``async_op`` it completes before the call returns, and its Work is done.
+A blocking call on numpy arrays with the signature of one made before runs
+again without being made anew (:func:`_ran_again`, GroupCore.remember).
 ``src`` and ``dst`` are global ranks; ``group_src`` and ``group_dst`` are
 ranks within ``group``, as in torch.
 """

@@ -16,7 +16,11 @@ Which algorithm runs is decided when the call is made, from what every rank
 knows alike (the collective, its size, the group), so ranks always agree;
 only the thread that runs a fast-path operation differs: the caller's when no
 earlier operation of the group is still on the loop, otherwise a thread of
-the session's, in turn behind them.
+the session's, in turn behind them. A blocking call that repeats the
+signature of an earlier fast-path call does not make an Operation again: the
+group remembers how that one ran (:meth:`GroupCore.remember`) and
+:meth:`GroupCore.run_again` runs it on the new arrays, through the same
+in-thread runner.
 """
 
 from __future__ import annotations
