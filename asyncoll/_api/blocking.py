@@ -504,18 +504,12 @@ def _flat(tensor: Any, writing: bool) -> np.ndarray | None:
 
 
 def _run_again(group: Group, key: tuple[Any, ...], arrays: Any) -> bool:
+    """Whether ``group`` ran the call remembered under ``key`` again, on ``arrays``."""
     world = _world
     if world is None:
         return False  # not initialized, or destroyed: the full path says so
     resolved = world if group is None or group is WORLD else group
     return isinstance(resolved, AsyncProcessGroup) and resolved.run_again(key, arrays)
-
-
-def _done(what: str) -> Work:
-    """The Work of a call that ran to its end in this thread."""
-    done: concurrent.futures.Future[None] = concurrent.futures.Future()
-    done.set_result(None)
-    return Work(done, what)
 
 
 def _collective(what: str, group: Group, async_op: bool,
@@ -534,14 +528,15 @@ def _collective(what: str, group: Group, async_op: bool,
 
 def _submit(coro: Coroutine[Any, Any, Any], what: str) -> Work:
     if isinstance(coro, Operation):
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
         try:
             if coro.run_here():
-                return _done(what)
+                done.set_result(None)
+                return Work(done, what)
         except AsyncollError as exc:
             # As for an operation on the loop: the error comes from wait().
-            failed: concurrent.futures.Future[None] = concurrent.futures.Future()
-            failed.set_exception(exc)
-            return Work(failed, what)
+            done.set_exception(exc)
+            return Work(done, what)
         coro.to_loop()
     return Work(runtime().submit(coro), what)
 
