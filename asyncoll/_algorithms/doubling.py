@@ -11,15 +11,80 @@ ring's 2 (n - 1), at the price of sending the whole array each round.
 
 Both members of a pair combine the same two partials in the same order
 (the lower virtual index first), so every member gets the same bits.
+
+Who talks to whom, at which step, and in which order each pair combines is
+worked out once per (size, member) in a :class:`DoublingPlan`. Two runners
+follow it: a coroutine over a Team (the transport's algorithm, also run
+over direct links through a LinkTeam) and :class:`DoublingOnLinks`, plain
+calls on a group's DirectLinks for the small blocking all-reduces
+across hosts, where a coroutine's layers cost more than the exchange. Both
+send the same records at the same steps, so they compute the same bits and
+either may meet the other.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from asyncoll._algorithms.ops import combine, finish
-from asyncoll._algorithms.team import Team
+from asyncoll._algorithms.team import CHECK_STEP, Team, as_bytes
+from asyncoll._transport.direct import DirectLinks
 from asyncoll.types import ReduceOp
+
+_EMPTY = memoryview(bytearray(0))
+
+
+@dataclass(frozen=True)
+class DoublingPlan:
+    """One member's part in a recursive-doubling all-reduce of ``size`` members."""
+
+    size: int
+    #: A folded even member: the odd member it hands its data to (-1: not one).
+    hands_to: int
+    #: A folded odd member: the even member whose data it takes first (-1: not one).
+    takes_from: int
+    #: Per round: (step, partner, whether this member's partial comes first).
+    rounds: tuple[tuple[int, int, bool], ...]
+    #: The step at which a folded pair's result goes back to the even member.
+    last_step: int
+    #: The neighbour check (Team.check_neighbours) this plan leaves to do: send an
+    #: empty record to the left neighbour, and receive one from the right one.
+    check_left: int
+    check_right: int
+
+
+@functools.lru_cache(maxsize=256)
+def plan_of(size: int, me: int) -> DoublingPlan:
+    """Member ``me``'s part in a recursive-doubling all-reduce of ``size`` members."""
+    active = 1 << (size.bit_length() - 1)
+    folded = size - active
+    rounds = active.bit_length() - 1
+    last_step = rounds + 1
+    hands_to = takes_from = -1
+    schedule: list[tuple[int, int, bool]] = []
+    if me < 2 * folded and me % 2 == 0:
+        hands_to = me + 1
+    else:
+        if me < 2 * folded:
+            takes_from = me - 1
+            virtual = me // 2
+        else:
+            virtual = me - folded
+        for k in range(rounds):
+            partner_virtual = virtual ^ (1 << k)
+            partner = 2 * partner_virtual + 1 if partner_virtual < folded else \
+                partner_virtual + folded
+            schedule.append((k + 1, partner, virtual < partner_virtual))
+    talks_to = {partner for _, partner, _ in schedule} | {hands_to, takes_from}
+    left, right = (me - 1) % size, (me + 1) % size
+    return DoublingPlan(size, hands_to, takes_from, tuple(schedule), last_step,
+                        left if size > 1 and left not in talks_to else -1,
+                        right if size > 1 and right not in talks_to else -1)
 
 
 async def recursive_doubling_all_reduce(team: Team, data: np.ndarray, op: ReduceOp,
@@ -28,44 +93,114 @@ async def recursive_doubling_all_reduce(team: Team, data: np.ndarray, op: Reduce
 
     ``scratch`` holds at least ``data.size`` elements of ``data``'s dtype.
     """
-    n, me = team.size, team.me
-    incoming = scratch[:data.size]
+    n = team.size
     if n == 1 or data.size == 0:
         finish(op, data, n)
         return
-    active = 1 << (n.bit_length() - 1)
-    folded = n - active
-    rounds = active.bit_length() - 1
-    last_step = rounds + 1
-
-    if me < 2 * folded:
-        if me % 2 == 0:
-            team.send(me + 1, 0, data)
-            await team.flush()
-            await team.recv(me + 1, last_step, data)
-            return
-        await team.recv(me - 1, 0, incoming)
+    plan = plan_of(n, team.me)
+    if plan.hands_to >= 0:
+        team.send(plan.hands_to, 0, data)
+        await team.flush()
+        await team.recv(plan.hands_to, plan.last_step, data)
+        return
+    incoming = scratch[:data.size]
+    if plan.takes_from >= 0:
+        await team.recv(plan.takes_from, 0, incoming)
         combine(op, incoming, data, data)
-        virtual = me // 2
-    else:
-        virtual = me - folded
-
-    def index_of(v: int) -> int:
-        return 2 * v + 1 if v < folded else v + folded
-
-    for k in range(rounds):
-        partner_virtual = virtual ^ (1 << k)
-        partner = index_of(partner_virtual)
-        received = team.recv(partner, k + 1, incoming)
-        team.send(partner, k + 1, data)
+    for step, partner, mine_first in plan.rounds:
+        received = team.recv(partner, step, incoming)
+        team.send(partner, step, data)
         await received
         await team.flush()  # data is about to change under the send
-        if virtual < partner_virtual:
+        if mine_first:
             combine(op, data, incoming, data)
         else:
             combine(op, incoming, data, data)
-
     finish(op, data, n)
-    if me < 2 * folded:
-        team.send(me - 1, last_step, data)
+    if plan.takes_from >= 0:
+        team.send(plan.takes_from, plan.last_step, data)
         await team.flush()
+
+
+class DoublingOnLinks:
+    """:func:`recursive_doubling_all_reduce` over a group's DirectLinks, in this thread,
+    made ready once for arrays of one dtype and size (MPI's persistent collective).
+
+    It sends the records LinkTeam would, at the same steps, and then does the
+    neighbour check LinkTeam does. Arrays up to :data:`OWN_SCRATCH_BYTES` get
+    room of their own for the partner's partial, made here; larger ones take
+    ``scratch(dtype, count)`` (the group's, reused) on every run.
+
+    Args:
+        me: this member's index among ``size``.
+        dtype, count: the arrays' dtype and element count.
+        op: the reduction.
+        scratch: room for ``count`` elements of ``dtype``.
+    """
+
+    #: Arrays up to this many bytes get room of their own for the partner's partial.
+    OWN_SCRATCH_BYTES = 64 << 10
+
+    def __init__(self, me: int, size: int, dtype: np.dtype, count: int, op: ReduceOp,
+                 scratch: Callable[[np.dtype, int], np.ndarray]) -> None:
+        self.me, self.size, self.op = me, size, op
+        self.plan = plan_of(size, me) if size > 1 else None
+        self._dtype, self._count, self._scratch = dtype, count, scratch
+        self._incoming: np.ndarray | None = None
+        self._room = _EMPTY
+        if count * dtype.itemsize <= self.OWN_SCRATCH_BYTES:
+            self._incoming = np.empty(count, dtype)
+            self._room = as_bytes(self._incoming)
+
+    def run(self, step: Any, data: np.ndarray) -> None:
+        """All-reduce ``data`` (1-D, C-contiguous, of the dtype and size given) in place.
+
+        ``step`` is the operation's on the group's links (its ``links``, a
+        DirectLinks, are stamped for it: DirectLinks.stamp).
+        """
+        links: DirectLinks = step.links
+        op, size, plan = self.op, self.size, self.plan
+        if plan is None or data.size == 0:
+            finish(op, data, size)
+            if plan is not None:
+                # Nothing moved: each neighbour pair compares fingerprints on empty records.
+                me = self.me
+                links.send((me - 1) % size, CHECK_STEP, _EMPTY)
+                links.post((me + 1) % size, CHECK_STEP, _EMPTY)
+                links.wait_received((me + 1) % size, CHECK_STEP)
+                links.flush()
+            return
+        mine = as_bytes(data)
+        if plan.hands_to >= 0:
+            links.send(plan.hands_to, 0, mine)
+            links.flush()
+            links.post(plan.hands_to, plan.last_step, mine)
+            links.wait_received(plan.hands_to, plan.last_step)
+        else:
+            incoming, room = self._incoming, self._room
+            if incoming is None:
+                incoming = self._scratch(self._dtype, self._count)
+                room = as_bytes(incoming)
+            if plan.takes_from >= 0:
+                links.post(plan.takes_from, 0, room)
+                links.wait_received(plan.takes_from, 0)
+                combine(op, incoming, data, data)
+            for step, partner, mine_first in plan.rounds:
+                links.post(partner, step, room)
+                links.send(partner, step, mine)
+                links.wait_received(partner, step)
+                links.flush()  # data is about to change under the send
+                if mine_first:
+                    combine(op, data, incoming, data)
+                else:
+                    combine(op, incoming, data, data)
+            finish(op, data, size)
+            if plan.takes_from >= 0:
+                links.send(plan.takes_from, plan.last_step, mine)
+                links.flush()
+        if plan.check_left >= 0:
+            links.send(plan.check_left, CHECK_STEP, _EMPTY)
+        if plan.check_right >= 0:
+            links.post(plan.check_right, CHECK_STEP, _EMPTY)
+            links.wait_received(plan.check_right, CHECK_STEP)
+        links.flush()

@@ -22,7 +22,10 @@ from asyncoll._algorithms import arena as in_arena
 from asyncoll._algorithms import monitored
 from asyncoll._algorithms import selection
 from asyncoll._algorithms.direct import direct_all_to_all, direct_gather, direct_scatter
-from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
+from asyncoll._algorithms.doubling import (
+    recursive_doubling_all_reduce,
+    DoublingOnLinks,
+)
 from asyncoll._algorithms.ops import check_op, finish
 from asyncoll._algorithms.ring import (
     all_reduce_scratch_elements,
@@ -39,6 +42,7 @@ from asyncoll._algorithms.tree import (
     tree_reduce,
 )
 from asyncoll._group.arena_path import ArenaStep
+from asyncoll._group.links_path import LinksStep
 from asyncoll._group.core import GroupCore, Operation, seconds
 from asyncoll._group.core import algorithm_code as _algorithm_code
 from asyncoll._group.core import fingerprint_of as _fingerprint
@@ -124,11 +128,22 @@ class AsyncProcessGroup(GroupCore):
             on_arena(step, flat)
             buffer.write_back()
 
+        # Over direct links, recursive doubling in plain calls, made ready once.
+        direct = name == selection.LINKS and transport == "recursive_doubling"
+        on_links = DoublingOnLinks(self.rank, self.size, flat.dtype, flat.size, reduce_op,
+                                   self._scratch_of).run if direct else None
+
+        def here_on_links(step: LinksStep) -> None:
+            assert on_links is not None
+            on_links(step, flat)
+            buffer.write_back()
+
         operation = self._run(what, timeout, body, _fingerprint(
             Kind.ALL_REDUCE, flat.dtype, reduce_op, -1, flat.size, _algorithm_code(what, name)),
-            self._fast_body(name, here, body))
+            self._fast_body(name, here, body, here_on_links if direct else None))
         return self._repeatable(operation, name, timeout, algorithm,
-                                (what, flat.dtype, flat.size, reduce_op), on_arena, over_transport)
+                                (what, flat.dtype, flat.size, reduce_op), on_arena, over_transport,
+                                on_links)
 
     def reduce(self, tensor: Any, dst: int, op: Any = ReduceOp.SUM,
                timeout: float | timedelta | None = None,
@@ -543,14 +558,22 @@ class AsyncProcessGroup(GroupCore):
         def on_arena(step: ArenaStep, _: np.ndarray) -> None:
             in_arena.barrier(step.arena, step.operation, step.fingerprint, step.waiter)
 
+        doubling = DoublingOnLinks(self.rank, self.size, token.dtype, 1, ReduceOp.MAX,
+                                   self._scratch_of) if name == selection.LINKS else None
+
+        def on_links(step: LinksStep, _: np.ndarray) -> None:
+            assert doubling is not None
+            doubling.run(step, token)
+
         def body(team: Team) -> Awaitable[None]:
             return over_transport(team, token)
 
         operation = self._run("barrier", timeout, body, _fingerprint(
             Kind.BARRIER, None, None, -1, 0, _algorithm_code("barrier", name)),
-            self._fast_body(name, lambda step: on_arena(step, token), body))
+            self._fast_body(name, lambda step: on_arena(step, token), body,
+                            lambda step: on_links(step, token)))
         return self._repeatable(operation, name, timeout, algorithm, ("barrier",), on_arena,
-                                over_transport)
+                                over_transport, on_links)
 
     async def monitored_barrier(self, timeout: float | timedelta | None = None) -> None:
         """A barrier through the coordinator, whose timeout names every rank that is missing.

@@ -189,18 +189,19 @@ class GroupCore:
             return name
         return selection.socket_choice(collective, nbytes, self.size)
 
-    def _fast_body(self, name: str, here: Here,
-                   body: Callable[[Team], Awaitable[None]]) -> Here | None:
+    def _fast_body(self, name: str, here: Here, body: Callable[[Team], Awaitable[None]],
+                   on_links: Here | None = None) -> Here | None:
         """What runs an operation whose algorithm is ``name`` on the fast path, if it is one.
 
         On the arena it is ``here``, the arena's own algorithm; over direct
-        links it is ``body`` itself, the transport's algorithm, run in this
+        links it is ``on_links`` where the collective has one written for
+        them, else ``body`` itself, the transport's algorithm, run in this
         thread over the links (asyncoll._algorithms.link_team).
         """
         if name == selection.ARENA:
             return here
         if name == selection.LINKS:
-            return lambda step: self._over_links(step, body)
+            return on_links or (lambda step: self._over_links(step, body))
         return None
 
     def _over_links(self, step: LinksStep, body: Callable[[Team], Awaitable[None]]) -> None:
@@ -214,22 +215,23 @@ class GroupCore:
     def _repeatable(self, operation: Operation, name: str,
                     timeout: float | timedelta | None, algorithm: str | None, key: Hashable,
                     on_arena: Again,
-                    over_transport: Callable[[Team, Any], Awaitable[None]]) -> Operation:
+                    over_transport: Callable[[Team, Any], Awaitable[None]],
+                    on_links: Again | None = None) -> Operation:
         """``operation``, remembered under ``key`` to run again (see :meth:`remember`)
         when it runs on a fast path with the group's timeout and the algorithm chosen
         by size.
 
         ``on_arena`` runs it on the arena's step and arrays like the call's;
         ``over_transport`` is the transport's algorithm on such arrays, which
-        direct links run.
+        direct links run unless ``on_links`` (written for them) is given.
         """
         if timeout is None and algorithm is None:
             if name == selection.ARENA:
                 self.remember(key, operation.what, operation.fingerprint, on_arena)
             elif name == selection.LINKS:
                 self.remember(key, operation.what, operation.fingerprint,
-                              lambda step, arrays: self._over_links(
-                                  step, lambda team: over_transport(team, arrays)))
+                              on_links or (lambda step, arrays: self._over_links(
+                                  step, lambda team: over_transport(team, arrays))))
         return operation
 
     def _root_list(self, items: Sequence[Any] | None, root: int, name: str,
