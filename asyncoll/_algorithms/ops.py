@@ -80,6 +80,12 @@ def combine(op: ReduceOp, first: np.ndarray, second: np.ndarray, out: np.ndarray
     so every rank that computes the same element computes the same expression
     and gets the same bits, NaN payloads and signed zeros included.
     """
+    if out is first and out.size == 1:
+        # numpy's in-place add of one element (out is the first operand) keeps the
+        # second NaN's payload, where every other form keeps the first's: a pair
+        # whose members alias different operands would then disagree in the bits.
+        out[...] = _UFUNCS[op](first, second)
+        return
     _UFUNCS[op](first, second, out=out)
 
 

@@ -224,3 +224,96 @@ def test_a_member_that_closed_fails_only_waits_for_it():
     zero.post(2, 0, as_bytes(np.zeros(2, np.int64)))
     with pytest.raises(LinkClosed, match="closed by the peer"):
         zero.wait_received(2, 0)
+
+
+def mesh(n: int) -> list[DirectLinks]:
+    """Links of ``n`` members, every one to every other, over loopback."""
+    sockets: list[dict[int, socket.socket]] = [{} for _ in range(n)]
+    for i in range(n):
+        for j in range(i + 1, n):
+            server = socket.create_server(("127.0.0.1", 0))
+            sockets[i][j] = socket.create_connection(server.getsockname())
+            sockets[j][i], _ = server.accept()
+            server.close()
+    return [DirectLinks(one) for one in sockets]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6])
+@pytest.mark.parametrize("count", [0, 1, 1000])
+def test_doubling_in_plain_calls_meets_the_coroutine_and_both_get_the_same_bits(n, count):
+    """Half the members run DoublingOnLinks, half the transport's coroutine over a
+    LinkTeam (with its neighbour check): the records match, and every member gets
+    the sum the fixed combining order gives, bit for bit (NaN payloads too)."""
+    from asyncoll._algorithms.doubling import DoublingOnLinks, recursive_doubling_all_reduce
+    from asyncoll._algorithms.link_team import LinkTeam, run_here
+    from asyncoll.types import ReduceOp
+
+    rng = np.random.default_rng(n * 1000 + count)
+    inputs = [rng.standard_normal(count).astype(np.float32) for _ in range(n)]
+    if count:
+        for me, one in enumerate(inputs):
+            # A NaN with a payload of each member's own: which one survives tells
+            # the order every pair combined in.
+            one[:1].view(np.uint32)[0] = 0x7FC00000 | (me + 1)
+    links = mesh(n)
+    results: list[object] = [None] * n
+
+    class Step:  # what DoublingOnLinks.run reads of the group's LinksStep
+        def __init__(self, links):
+            self.links = links
+
+    def member(me: int) -> None:
+        data = inputs[me].copy()
+        try:
+            for operation in (1, 2):  # twice: the second is a repeat on the same object
+                stamp(links[me], operation)
+                if me % 2:
+                    DoublingOnLinks(me, n, data.dtype, count, ReduceOp.SUM,
+                                    lambda dtype, k: np.empty(k, dtype)).run(Step(links[me]),
+                                                                             data)
+                else:
+                    team = LinkTeam(links[me], range(n), me)
+                    run_here(recursive_doubling_all_reduce(team, data, ReduceOp.SUM,
+                                                           np.empty_like(data)))
+                    team.check_neighbours()
+                results[me] = data.copy()
+                data[...] = inputs[me]
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            results[me] = exc
+
+    threads = [threading.Thread(target=member, args=(me,)) for me in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    for one in links:
+        one.close()
+    assert not any(thread.is_alive() for thread in threads), "a member is stuck"
+    for result in results:
+        assert isinstance(result, np.ndarray), result
+    for result in results[1:]:
+        assert result.tobytes() == results[0].tobytes()
+    np.testing.assert_allclose(results[0][1:], np.sum(inputs, axis=0)[1:], rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_doubling_in_plain_calls_of_another_size_is_a_mismatch():
+    """A member whose array differs in size from its partner's fails; it is not silently
+    reduced."""
+    from asyncoll._algorithms.doubling import DoublingOnLinks
+    from asyncoll.types import ReduceOp
+
+    a, b = pair()
+
+    class Step:
+        def __init__(self, links):
+            self.links = links
+
+    def run(links, me, count):
+        stamp(links, 1)
+        data = np.ones(count, np.float32)
+        DoublingOnLinks(me, 2, data.dtype, count, ReduceOp.SUM,
+                        lambda dtype, k: np.empty(k, dtype)).run(Step(links), data)
+
+    results = both(lambda: run(a, 0, 4), lambda: run(b, 1, 5))
+    assert all(isinstance(result, LinkMismatch) for result in results), results

@@ -1,4 +1,5 @@
-"""Reduce ops: coercion from torch-like ops, dtype refusals, and results against numpy."""
+"""Reduce ops: coercion from torch-like ops, dtype refusals, results against numpy, and
+the same bits whichever operand combine writes into."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from asyncoll._algorithms.ops import check_op, coerce_op, finish, reduce_into
+from asyncoll._algorithms.ops import check_op, coerce_op, combine, finish, reduce_into
 from asyncoll.errors import ConfigurationError
 from asyncoll.types import ReduceOp
 
@@ -264,3 +265,30 @@ def test_reduction_over_a_single_rank_is_its_own_array(op: ReduceOp) -> None:
     only = _inputs(np.dtype(np.float32))[0]
 
     np.testing.assert_array_equal(_reduce(op, [only.copy()]), only)
+
+
+_NAN = {np.float16: (np.uint16, 0x7E00), np.float32: (np.uint32, 0x7FC00000),
+        np.float64: (np.uint64, 0x7FF8000000000000)}
+
+
+def _nans(dtype, payload: int, count: int) -> np.ndarray:
+    """``count`` quiet NaNs of ``dtype`` carrying ``payload``."""
+    unsigned, quiet = _NAN[dtype]
+    array = np.zeros(count, dtype)
+    array.view(unsigned)[:] = quiet | payload
+    return array
+
+
+@pytest.mark.parametrize("dtype", list(_NAN))
+@pytest.mark.parametrize("op", [ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX])
+@pytest.mark.parametrize("count", [1, 2, 3, 17, 1000])
+def test_combine_gives_the_same_bits_into_either_operand_or_a_third_array(dtype, op, count):
+    """Recursive doubling's pair members write into different operands (the lower
+    one into the first, the higher into the second): both must get one NaN."""
+    results = []
+    for into in ("first", "second", "apart"):
+        first, second = _nans(dtype, 1, count), _nans(dtype, 2, count)
+        out = {"first": first, "second": second, "apart": np.empty(count, dtype)}[into]
+        combine(op, first, second, out)
+        results.append(out.tobytes())
+    assert results[0] == results[1] == results[2]
