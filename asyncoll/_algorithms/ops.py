@@ -21,6 +21,8 @@ _UFUNCS: dict[ReduceOp, Callable[..., object]] = {
     ReduceOp.BOR: np.bitwise_or,
     ReduceOp.BXOR: np.bitwise_xor,
 }
+# A module constant: reading an Enum member off its class costs 0.2 us a time.
+_AVG = ReduceOp.AVG
 _BITWISE = (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
 # (op, dtype) pairs check_op has accepted: small collectives repeat a few.
 _ACCEPTED: set[tuple[ReduceOp, object]] = set()
@@ -91,5 +93,5 @@ def combine(op: ReduceOp, first: np.ndarray, second: np.ndarray, out: np.ndarray
 
 def finish(op: ReduceOp, acc: np.ndarray, group_size: int) -> None:
     """Apply what remains after the combining step: AVG divides by the group size."""
-    if op is ReduceOp.AVG and acc.size:
+    if op is _AVG and acc.size:
         np.divide(acc, group_size, out=acc, casting="unsafe")

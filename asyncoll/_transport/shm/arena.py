@@ -44,6 +44,7 @@ from __future__ import annotations
 import mmap
 import os
 import platform
+import struct
 import time
 from collections.abc import Callable, Sequence
 
@@ -59,6 +60,8 @@ ABANDONED, ABANDONED_CODE, ABANDONED_RANK = 2, 3, 4
 SLEEPING = 5
 #: Where each set's fingerprint starts (set = operation number mod 2), 6 fields.
 FINGERPRINTS = (8, 16)
+#: A fingerprint's fields as a control line holds them (int64, this machine's order).
+_FINGERPRINT = struct.Struct("=6q")
 #: Slots start on this boundary.
 ALIGN = 128
 
@@ -222,6 +225,9 @@ class Arena:
         self._polls: dict[int, Poll] = {}
         #: The fingerprint object last written in each set's field, by identity.
         self._written: list[Sequence[int] | None] = [None, None]
+        #: The fingerprint last compared (by identity) and its bytes in a control line.
+        self._packed_for: Sequence[int] | None = None
+        self._packed = b""
 
     def slots(self, operation: int, dtype: np.dtype, count: int) -> list[np.ndarray]:
         """Every member's slot for ``operation`` (its set alternates), the first
@@ -316,12 +322,20 @@ class Arena:
         return tuple(self._words[start:start + 6])
 
     def differs(self, fingerprint: Sequence[int], operation: int) -> int | None:
-        """The first other member whose fingerprint for ``operation`` is not ``fingerprint``."""
-        words, field, me = self._words, FINGERPRINTS[operation & 1], self.me
+        """The first other member whose fingerprint for ``operation`` is not ``fingerprint``.
+
+        Compared as bytes, read straight from the mapping (a third of the cost
+        of six words through the memoryview).
+        """
+        if fingerprint is not self._packed_for:
+            self._packed = _FINGERPRINT.pack(*fingerprint)
+            self._packed_for = fingerprint
+        memory, packed, me = self._memory, self._packed, self.me
+        start = 8 * FINGERPRINTS[operation & 1]
         for member in range(self.size):
-            start = member * _LINE + field
-            if member != me and tuple(words[start:start + 6]) != fingerprint:
+            if member != me and memory[start:start + _FINGERPRINT.size] != packed:
                 return member
+            start += LINE_BYTES
         return None
 
     def pid(self, member: int) -> int:
