@@ -37,8 +37,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from asyncoll._algorithms.chunking import chunk_bounds
-from asyncoll._algorithms.ops import combine, finish, reduce_into
-from asyncoll._transport.shm.arena import PUBLISHED, Arena, Waiter
+from asyncoll._algorithms.ops import combine, finish, reduce_into, ufunc_of
+from asyncoll._transport.shm.arena import PUBLISHED, Arena, Poll, Waiter
 from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import MismatchError
 from asyncoll.types import ReduceOp
@@ -65,31 +65,89 @@ def all_reduce(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp,
         MismatchError: a member published another operation.
         ArenaExpired: the waiter's deadline passed.
     """
-    n, me = arena.size, arena.me
-    if not split or n == 1:
-        slots = _exchange(arena, operation, data, fingerprint, waiter)
-        _reduce_slots(data, slots, op, n)
-        return
-    # Reduce-scatter style. This member's own chunk is reduced from ``data``
-    # itself, so only the chunks the others reduce go into its slot first
-    # (a copy of 1/n of the array saved); the result of its chunk goes
-    # straight into its slot, which no one reads before phase 2k.
-    slots = arena.slots(operation, data.dtype, data.size)
-    mine = slots[me]
-    bounds = chunk_bounds(data.size, n)
-    for j, (lo, hi) in enumerate(bounds):
-        if j != me:
-            mine[lo:hi] = data[lo:hi]
-    _publish_and_check(arena, operation, fingerprint, waiter)
-    lo, hi = bounds[me]
-    _reduce_slots(mine[lo:hi], [data[lo:hi] if j == me else slot[lo:hi]
-                                for j, slot in enumerate(slots)], op, n)
-    arena.publish(2 * operation, fingerprint)
-    data[lo:hi] = mine[lo:hi]
-    waiter.until(arena.all_at_least(PUBLISHED, 2 * operation))
-    for j, (lo, hi) in enumerate(bounds):
-        if j != me:
-            data[lo:hi] = slots[j][lo:hi]
+    AllReduce(op, data.dtype, data.size, split).run(arena, operation, data, fingerprint,
+                                                    waiter)
+
+
+class AllReduce:
+    """:func:`all_reduce` made ready once for arrays of one dtype and size (MPI's
+    persistent collective): a group's repeated calls keep one and skip looking
+    up their slots, their poll and their ufunc each time.
+
+    Args:
+        op: the reduce op.
+        dtype, count: the arrays'.
+        split: reduce-scatter style (True) or every member reducing everything.
+    """
+
+    def __init__(self, op: ReduceOp, dtype: np.dtype, count: int, split: bool) -> None:
+        self._op, self._dtype, self._count, self._split = op, dtype, count, split
+        self._ufunc = ufunc_of(op)
+        self._arena: Arena | None = None
+        self._sets: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
+        self._poll: Poll | None = None
+
+    def _meet(self, arena: Arena) -> None:
+        """Look up what every run on ``arena`` uses (the first run on it)."""
+        dtype, count = self._dtype, self._count
+        self._sets = (arena.slots(0, dtype, count), arena.slots(1, dtype, count))
+        self._poll = arena.all_at_least(PUBLISHED, 0)
+        self._arena = arena
+
+    def run(self, arena: Arena, operation: int, data: np.ndarray, fingerprint: Fingerprint,
+            waiter: Waiter) -> None:
+        """All-reduce ``data`` in place as operation ``operation`` of ``arena``
+        (see :func:`all_reduce`)."""
+        if arena is not self._arena:
+            self._meet(arena)
+        n, me = arena.size, arena.me
+        slots = self._sets[operation & 1]
+        if self._split and n > 1:
+            self._split_run(arena, operation, data, slots, fingerprint, waiter)
+            return
+        slots[me][...] = data
+        phase = 2 * operation - 1
+        arena.publish(phase, fingerprint)
+        poll = self._poll
+        assert poll is not None
+        poll.phase = phase
+        if not poll():
+            waiter.until(poll)
+        if n == 1:
+            data[...] = slots[0]
+        else:
+            _check_fingerprints(arena, fingerprint, operation)
+            # The members' slots in member order, into a third array: no
+            # operand is the output (see ops.combine).
+            ufunc = self._ufunc
+            ufunc(slots[0], slots[1], out=data)
+            for slot in slots[2:]:
+                ufunc(data, slot, out=data)
+        if self._op is _AVG:
+            finish(_AVG, data, n)
+
+    def _split_run(self, arena: Arena, operation: int, data: np.ndarray,
+                   slots: list[np.ndarray], fingerprint: Fingerprint, waiter: Waiter) -> None:
+        """Reduce-scatter style. This member's own chunk is reduced from ``data``
+        itself, so only the chunks the others reduce go into its slot first (a
+        copy of 1/n of the array saved); the result of its chunk goes straight
+        into its slot, which no one reads before phase 2k."""
+        n, me = arena.size, arena.me
+        mine = slots[me]
+        bounds = chunk_bounds(data.size, n)
+        for j, (lo, hi) in enumerate(bounds):
+            if j != me:
+                mine[lo:hi] = data[lo:hi]
+        _publish_and_check(arena, operation, fingerprint, waiter)
+        lo, hi = bounds[me]
+        _reduce_slots(mine[lo:hi], [data[lo:hi] if j == me else slot[lo:hi]
+                                    for j, slot in enumerate(slots)], self._op, n)
+        arena.publish(2 * operation, fingerprint)
+        data[lo:hi] = mine[lo:hi]
+        waiter.until(arena.all_at_least(PUBLISHED, 2 * operation))
+        for j, (lo, hi) in enumerate(bounds):
+            if j != me:
+                data[lo:hi] = slots[j][lo:hi]
 
 
 def reduce(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp, root: int,

@@ -70,6 +70,11 @@ def check_op(op: ReduceOp, dtype: np.dtype) -> None:
         _ACCEPTED.add((op, dtype))
 
 
+def ufunc_of(op: ReduceOp) -> Callable[..., object]:
+    """The numpy ufunc that combines two arrays for ``op`` (AVG's is add: see finish)."""
+    return _UFUNCS[op]
+
+
 def reduce_into(op: ReduceOp, acc: np.ndarray, incoming: np.ndarray) -> None:
     """``acc = acc (op) incoming``, elementwise and in place."""
     _UFUNCS[op](acc, incoming, out=acc)

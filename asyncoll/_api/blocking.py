@@ -479,9 +479,16 @@ def _ran_again(group: Group, tensor: Any, what: str, *signature: Any) -> bool:
     False, having done nothing, for anything else: the full path then checks
     the call and runs it (and remembers it for next time).
     """
-    flat = _flat(tensor, writing=True)
-    return flat is not None and _run_again(group, (what, flat.dtype, flat.size, *signature),
-                                           flat)
+    # _flat and _run_again written out: this runs on every blocking call.
+    if type(tensor) is not np.ndarray:
+        return False
+    flags = tensor.flags
+    resolved = _world if group is None or group is WORLD else group
+    if not (flags.c_contiguous and flags.writeable) or not isinstance(resolved,
+                                                                        AsyncProcessGroup):
+        return False  # not an array it takes, or not initialized: the full path says so
+    flat = tensor if tensor.ndim == 1 else tensor.reshape(-1)
+    return resolved.run_again((what, flat.dtype, flat.size, *signature), flat)
 
 
 def _ran_again_on_two(group: Group, output: Any, input: Any, what: str,

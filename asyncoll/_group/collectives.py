@@ -118,11 +118,14 @@ class AsyncProcessGroup(GroupCore):
             await over_transport(team, flat)
             buffer.write_back()
 
-        split = flat.nbytes >= selection.ARENA_SPLIT_FROM_BYTES
+        # On the arena, made ready once (a repeat keeps it).
+        on_the_arena = in_arena.AllReduce(
+            reduce_op, flat.dtype, flat.size,
+            flat.nbytes >= selection.ARENA_SPLIT_FROM_BYTES) if name == selection.ARENA else None
 
         def on_arena(step: ArenaStep, array: np.ndarray) -> None:
-            in_arena.all_reduce(step.arena, step.operation, array, reduce_op, step.fingerprint,
-                                step.waiter, split)
+            assert on_the_arena is not None
+            on_the_arena.run(step.arena, step.operation, array, step.fingerprint, step.waiter)
 
         def here(step: ArenaStep) -> None:
             on_arena(step, flat)

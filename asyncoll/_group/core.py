@@ -269,7 +269,7 @@ class GroupCore:
         """
         assert operation.here is not None
         return self._here(operation.what, operation.fingerprint, operation.limit,
-                          operation.here)
+                          _with_step, operation.here)
 
     def remember(self, key: Hashable, what: str, fingerprint: Fingerprint,
                  run: Again) -> None:
@@ -299,12 +299,12 @@ class GroupCore:
         repeat = self._repeats.get(key)
         if repeat is None:
             return False
-        run = repeat.run
-        return self._here(repeat.what, repeat.fingerprint, self.timeout,
-                          lambda step: run(step, arrays))
+        return self._here(repeat.what, repeat.fingerprint, self.timeout, repeat.run, arrays)
 
-    def _here(self, what: str, fingerprint: Fingerprint, limit: float, here: Here) -> bool:
-        """Run ``here`` on the fast path in the calling thread (see :meth:`_run_here`)."""
+    def _here(self, what: str, fingerprint: Fingerprint, limit: float, run: Again,
+              arrays: Any) -> bool:
+        """Run ``run(step, arrays)`` on the fast path in the calling thread (see
+        :meth:`_run_here`)."""
         if not self._fast.ready or self._handed != self._finished:
             return False
         session, group_id = self._session, self.group_id
@@ -323,7 +323,7 @@ class GroupCore:
         if mesh.has_early:
             session.call_soon(faults.scan, group_id)
         try:
-            self._on_fast_path(what, seq, limit, here, fingerprint)
+            self._on_fast_path(what, seq, limit, run, arrays, fingerprint)
         except (GroupBrokenError, ClosedError):
             raise
         except AsyncollError as exc:
@@ -339,13 +339,13 @@ class GroupCore:
             session.call_soon(faults.scan, group_id)
         return True
 
-    def _on_fast_path(self, what: str, seq: int, limit: float, here: Here | None,
+    def _on_fast_path(self, what: str, seq: int, limit: float, run: Again, arrays: Any,
                       fingerprint: Fingerprint, step: list[Any] | None = None) -> None:
-        """Run ``here`` on the group's fast path in this thread (the caller's or the session's).
+        """Run ``run(step, arrays)`` on the group's fast path in this thread (the caller's
+        or the session's).
 
         ``step`` receives the step as soon as it exists, for a canceller.
         """
-        assert here is not None
         fast = self._fast
         # An untimed try first: a timed acquire costs several times as much.
         if not fast.lock.acquire(False) and not fast.lock.acquire(timeout=limit):
@@ -358,7 +358,7 @@ class GroupCore:
             if step is not None:
                 step.append(current)
             try:
-                here(current)
+                run(current, arrays)
             except (GroupBrokenError, ClosedError, ConfigurationError):
                 raise
             except BaseException as exc:
@@ -410,7 +410,8 @@ class GroupCore:
                 step: list[Any] = []
                 try:
                     await self._session.run_blocking(lambda: self._on_fast_path(
-                        what, seq, limit, operation.here, fingerprint, step), self.group_id)
+                        what, seq, limit, _with_step, operation.here, fingerprint, step),
+                        self.group_id)
                 except asyncio.CancelledError:
                     if step:
                         step[0].cancelled = True
@@ -534,6 +535,12 @@ def fingerprint_of(operation: Kind, dtype: np.dtype | None = None,
 def algorithm_code(collective: str, name: str) -> int:
     """The algorithm's number in the fingerprint: ranks must agree on it too."""
     return selection.ALGORITHMS[collective].index(name) + 1
+
+
+def _with_step(step: Any, here: Here) -> None:
+    """Run an Operation's ``here`` as GroupCore._here runs a remembered call: ``run(step,
+    arrays)``, where the "arrays" are the operation's own ``here``."""
+    here(step)
 
 
 def _ranks_phrase(ranks: list[int]) -> str:

@@ -70,7 +70,8 @@ MESSAGES: st.SearchStrategy[Message] = st.one_of(
     st.builds(Heartbeat, ops=INTS),
     st.builds(Challenge, nonce=TEXT, required=INTS),
     st.builds(Proof, response=TEXT, nonce=TEXT),
-    st.builds(MemberGone, rank=INTS, host=TEXT, hostname=TEXT, how=TEXT, reason=TEXT),
+    st.builds(MemberGone, rank=INTS, host=TEXT, hostname=TEXT, how=TEXT, reason=TEXT,
+              epoch=INTS),
     st.builds(Status, job=TEXT),
 )
 
