@@ -7,7 +7,9 @@ torch call itself, before anything is sent), starts the asyncoll operation on
 the world's loop thread and returns an AsyncollWork. An operation the
 group's shared-memory arena takes (same-host members, small and medium
 tensors) runs in the caller's thread instead, before the call returns, as the
-blocking API's do; its Work is then already completed. Both the names torch's
+blocking API's do; its Work is then already completed. An allreduce that
+repeats an earlier one's signature runs again without being made anew
+(asyncoll._torch_backend.repeats). Both the names torch's
 Python functions call (``all_gather_single``, ``reduce_scatter_single``,
 ``all_to_all_single``) and the C++ names DDP reaches through torch's
 trampoline (``_allgather_base``, ``_reduce_scatter_base``, ``alltoall_base``)
@@ -23,7 +25,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from asyncoll._torch_backend import device_backend, dtypes, sparse
+from asyncoll._torch_backend import device_backend, dtypes, repeats, sparse
 from asyncoll._torch_backend.work import AsyncollWork
 from asyncoll._torch_backend.world import TorchWorld
 from asyncoll._group.core import Operation
@@ -54,6 +56,8 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         self._owns_world = owns_world
         self._name = ""
         self._desc = ""
+        # Every Work names its group: made once, not per call.
+        self._named = f"<AsyncollProcessGroup ranks={list(group.ranks)}>"
         device_backend.attach(self, group.rank, group.size)
 
     def getBackendName(self) -> str:
@@ -94,7 +98,7 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         self.shutdown()
 
     def __repr__(self) -> str:
-        return f"<AsyncollProcessGroup ranks={list(self._group.ranks)}>"
+        return self._named
 
     # -- reductions ------------------------------------------------------------------------
 
@@ -104,6 +108,11 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         Sparse COO tensors are gathered and summed (asyncoll._torch_backend.sparse).
         """
         op, limit = _op(opts), _timeout(opts)
+        if limit is None and len(tensors) == 1:
+            again = self._ran_again("allreduce", tensors[0], "all_reduce",
+                                    repeats.reduce_op(op))
+            if again is not None:
+                return again
         return self._start("allreduce", list(tensors), (
             self._sparse_sum(t, op, limit) if sparse.is_sparse(t) else
             _reducing(t, lambda s: self._group.all_reduce(s, op, limit)) for t in tensors))
@@ -306,6 +315,23 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                                      f"{len(ranks)}; use 0 to {len(ranks) - 1}")
         return ranks[group_rank]
 
+    def _ran_again(self, what: str, tensor: Any, collective: str,
+                   *signature: Any) -> AsyncollWork | None:
+        """The Work of ``tensor``'s call when it ran in this thread as a repeat of an earlier
+        one (asyncoll's ``collective``, ``tensor``'s dtype and size, ``signature``:
+        GroupCore.remember); None, having done nothing, for anything else."""
+        array = repeats.flat_array(tensor)
+        if array is None:
+            return None
+        try:
+            if not self._group.run_again((collective, array.dtype, array.size, *signature),
+                                         array):
+                return None
+            future = repeats.DONE
+        except AsyncollError as exc:
+            future = repeats.failed(exc)  # raised by wait(), as from the loop
+        return AsyncollWork(future, [tensor], f"{what} on {self!r}", self._world)
+
     def _start(self, what: str, outputs: list[Any], steps: Iterable[Step],
                source: int | Callable[[], int] = -1) -> AsyncollWork:
         made: list[Step] = []
@@ -343,15 +369,11 @@ def _here_first(made: list[Step]) -> concurrent.futures.Future[None] | None:
             for later, _ in made[1:]:
                 later.close()
             made.clear()
-            failed: concurrent.futures.Future[None] = concurrent.futures.Future()
-            failed.set_exception(exc)  # raised by wait(), as from the loop
-            return failed
+            return repeats.failed(exc)  # raised by wait(), as from the loop
         made.pop(0)
         if finish is not None:
             finish()
-    done: concurrent.futures.Future[None] = concurrent.futures.Future()
-    done.set_result(None)
-    return done
+    return repeats.DONE
 
 
 async def _in_order(steps: list[Step]) -> None:

@@ -103,6 +103,15 @@ def test_small_operations_complete_in_the_callers_thread_and_keep_call_order(rep
         assert r["fast_path"] == [True, [3.0] * 4, [3.0] * 3, 3.0], r["fast_path"]
 
 
+def test_repeated_all_reduce_runs_again_in_the_callers_thread_with_the_right_result(
+        reports):
+    # 3 ranks: sums 3 + 3k; the max of 10 * rank + k is 20 + k. The first call of
+    # each signature takes the full path (and is remembered), the others run again.
+    expected = [[3.0 + 3 * k] * 5 for k in range(3)] + [[[20.0 + k] * 3] * 2 for k in range(2)]
+    for r in reports:
+        assert r["repeats"] == [expected, [False, True, True, False, True]], r["repeats"]
+
+
 def test_refused_call_raises_asyncolls_error_from_the_torch_call(reports):
     for r in reports:
         assert r["refused_op"]["type"] == "asyncoll.errors.ConfigurationError"

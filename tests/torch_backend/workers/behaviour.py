@@ -135,6 +135,32 @@ def main() -> None:
     big_work.wait()
     results["fast_path"] = [small_done, small.tolist(), big[:3].tolist(), big[-1].item()]
 
+    # An all_reduce repeating an earlier one's signature (dtype, size, op) runs
+    # again without being made anew (GroupCore.remember), with the right result:
+    # on a 1-D tensor, then on a 2-D one that requires grad.
+    from asyncoll._group.core import GroupCore
+
+    real_run_again, again = GroupCore.run_again, []
+
+    def spy(self, *args):
+        result = real_run_again(self, *args)
+        again.append(result)
+        return result
+
+    GroupCore.run_again = spy
+    dist.barrier()
+    repeated = []
+    for k in range(3):
+        one = torch.full((5,), float(rank + k))
+        dist.all_reduce(one)
+        repeated.append(one.tolist())
+    for k in range(2):
+        two = torch.full((2, 3), float(rank * 10 + k), requires_grad=True)
+        dist.all_reduce(two, op=dist.ReduceOp.MAX)
+        repeated.append(two.tolist())
+    GroupCore.run_again = real_run_again
+    results["repeats"] = [repeated, again]
+
     # batch_isend_irecv around the ring.
     n = dist.get_world_size()
     outgoing, incoming = torch.full((2,), float(rank)), torch.zeros(2)

@@ -1,0 +1,70 @@
+"""Repeated torch backend calls: the tensors the group's repeats take, seen as numpy.
+
+A torch call that repeats the signature of an earlier one the group ran on its
+fast path (GroupCore.remember: the same collective, dtype, size and op, the
+group's timeout) runs again in this thread without being made anew, as the
+blocking API's do. Only tensors whose memory numpy can use as it is qualify;
+anything else takes the full path, which checks it and says what is wrong.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import Any
+
+import numpy as np
+import torch
+
+from asyncoll._algorithms.ops import coerce_op
+from asyncoll.errors import AsyncollError
+from asyncoll.types import ReduceOp
+
+#: The future of every operation that ran to its end in the caller's thread: one
+#: finished future serves them all (nothing is ever added to it).
+DONE: concurrent.futures.Future[None] = concurrent.futures.Future()
+DONE.set_result(None)
+
+_STRIDED, _BFLOAT16 = torch.strided, torch.bfloat16
+
+
+def flat_array(tensor: Any) -> np.ndarray | None:
+    """``tensor``'s memory as a 1-D numpy array, for a dense contiguous CPU tensor numpy
+    can view (not bfloat16, no lazy conjugate or negation bit); else None."""
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_cpu or \
+            tensor.layout is not _STRIDED or tensor.dtype is _BFLOAT16 or \
+            not tensor.is_contiguous() or tensor.is_conj() or tensor.is_neg():
+        return None
+    try:
+        array = tensor.detach().numpy()
+    except (TypeError, RuntimeError):
+        return None  # a dtype numpy lacks: the full path says so
+    return array if array.ndim == 1 else array.reshape(-1)
+
+
+def reduce_op(op: Any) -> ReduceOp | None:
+    """asyncoll's ReduceOp for torch's ``op``, or None where it has none."""
+    try:
+        return _OPS[op]
+    except (KeyError, TypeError):  # not seen yet, or not hashable
+        pass
+    try:
+        ours: ReduceOp | None = coerce_op(op)
+    except AsyncollError:
+        ours = None
+    try:
+        if len(_OPS) < 64:
+            _OPS[op] = ours
+    except TypeError:
+        pass
+    return ours
+
+
+# torch's ops (RedOpType) seen so far: reading one's name through pybind costs microseconds.
+_OPS: dict[Any, ReduceOp | None] = {}
+
+
+def failed(error: AsyncollError) -> concurrent.futures.Future[None]:
+    """A future that failed with ``error`` (wait() raises it, as from the loop)."""
+    future: concurrent.futures.Future[None] = concurrent.futures.Future()
+    future.set_exception(error)
+    return future
