@@ -35,7 +35,7 @@ def flat_array(tensor: Any) -> np.ndarray | None:
             not tensor.is_contiguous() or tensor.is_conj() or tensor.is_neg():
         return None
     try:
-        array = tensor.detach().numpy()
+        array: np.ndarray = tensor.detach().numpy()
     except (TypeError, RuntimeError):
         return None  # a dtype numpy lacks: the full path says so
     return array if array.ndim == 1 else array.reshape(-1)
