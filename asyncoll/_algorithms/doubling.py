@@ -87,6 +87,15 @@ def plan_of(size: int, me: int) -> DoublingPlan:
                         right if size > 1 and right not in talks_to else -1)
 
 
+def _combine_round(op: ReduceOp, data: np.ndarray, incoming: np.ndarray,
+                   mine_first: bool) -> None:
+    """``data`` = the pair's two partials combined, the lower virtual index's first."""
+    if mine_first:
+        combine(op, data, incoming, data)
+    else:
+        combine(op, incoming, data, data)
+
+
 async def recursive_doubling_all_reduce(team: Team, data: np.ndarray, op: ReduceOp,
                                         scratch: np.ndarray) -> None:
     """All-reduce the 1-D contiguous array ``data`` in place.
@@ -112,10 +121,7 @@ async def recursive_doubling_all_reduce(team: Team, data: np.ndarray, op: Reduce
         team.send(partner, step, data)
         await received
         await team.flush()  # data is about to change under the send
-        if mine_first:
-            combine(op, data, incoming, data)
-        else:
-            combine(op, incoming, data, data)
+        _combine_round(op, data, incoming, mine_first)
     finish(op, data, n)
     if plan.takes_from >= 0:
         team.send(plan.takes_from, plan.last_step, data)
@@ -190,10 +196,7 @@ class DoublingOnLinks:
                 links.send(partner, step, mine)
                 links.wait_received(partner, step)
                 links.flush()  # data is about to change under the send
-                if mine_first:
-                    combine(op, data, incoming, data)
-                else:
-                    combine(op, incoming, data, data)
+                _combine_round(op, data, incoming, mine_first)
             finish(op, data, size)
             if plan.takes_from >= 0:
                 links.send(plan.takes_from, plan.last_step, mine)
