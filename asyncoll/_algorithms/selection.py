@@ -50,14 +50,42 @@ the default of the loop's algorithms:
       16 KiB      70 / 116         1 MiB     480 / 722
      256 KiB     143 / 299         4 MiB    1721 / 2699
 
-The arena wins to 4 MiB on 2 ranks and past 8 MiB on 4, but its slots (two
-per member) are reserved in /dev/shm, whose docker default is 64 MB: the
-default slot stays 1 MiB, which bounds the arena's sizes (raise
-ASYNCOLL_ARENA_BYTES to 4 MiB on a host with room). Direct links run the
-loop's own algorithm for the size (the ring from 1 MiB), so they move the
-same bytes and only skip the loop's thread: all_reduce takes them to their
-default capacity, 4 MiB (the other collectives to 1 MiB, not measured
-beyond).
+and again 2026-12-02 on another 2-vCPU machine, every algorithm forced
+(``benchmarks/algorithms.py``, ``--hosts`` for the namespace hosts; slots
+and links raised to 8-16 MiB to time them past their defaults; a forced
+call takes the full path, about 25 us more than a repeat):
+
+    all_reduce, one host   ring / doubling / arena     (2 ranks; 4 ranks)
+       1 MiB       762 /   528 /  141       7151 /  5304 /   616
+       2 MiB       813 /  2126 /  702       7485 / 12745 /  2468
+       4 MiB      1946 /  2261 / 1194      10518 / 18091 /  4194
+       8 MiB      4406 /  5046 / 2708      18346 / 40664 / 11959
+    all_reduce, namespace hosts   ring / doubling / links  (2 hosts; 4 hosts)
+       1 MiB      1258 /  1316 /   604      6835 /  6324 /  6793
+       2 MiB      1472 /  2603 /  1402
+       4 MiB      6017 /  8414 /  4006     20691 / 26405 / 17430
+       8 MiB     11147 / 13872 /  8125     30732 / 47980 / 29993
+      16 MiB     20990 / 31993 / 19763     61692 / 91445 / 65399
+    one host, arena against the best over sockets (2 ranks; 4 ranks)
+      broadcast 8 MiB    1911 / 2610             5631 / 12892
+      reduce 8 MiB       3879 / 4307             8778 / 11720
+      all_gather 8 MiB   3334 / 4397             7108 / 13438   (output bytes)
+      reduce_scatter 1 MiB 318 / 612, 4 MiB 1572 / 1205 (2 ranks; 4 ranks:
+                         the arena wins to 8 MiB)
+
+So recursive doubling wins at 1 MiB and the ring from 2 MiB in every
+setting measured that day (the 2026-11-30 table had them level at 1 MiB):
+the ring starts at 2 MiB. The arena wins every collective to 8 MiB, but
+reduce_scatter, which it copies whole into each slot (the ring moves half
+on 2 ranks), past 1 MiB; its slots (two per member) are reserved in
+/dev/shm, whose docker default is 64 MB, so the default slot stays 1 MiB,
+which bounds the arena's sizes: raise ASYNCOLL_ARENA_BYTES (to 8 MiB, say)
+on a host with room and the arena takes each collective to its limit below.
+Direct links run the loop's own algorithm for the size, so they move the
+same bytes and only skip the loop's thread: all_reduce takes them to 8 MiB
+(level with the ring at 8 MiB on 4 hosts, behind it at 16 MiB), which is
+their default capacity; broadcast on 2 hosts was level with the chain at
+4 MiB, so the other collectives keep 1 MiB (not measured on more hosts).
 
 ``ASYNCOLL_ALGORITHM`` forces a choice, for tests and benchmarks: a comma-
 separated list of ``collective=algorithm`` pairs or bare algorithm names
@@ -91,16 +119,16 @@ FAST_PATHS = (ARENA, LINKS)
 #: Each collective takes its group's fast path up to this many bytes (its
 #: measure, see GroupCore), where the group has one.
 UP_TO_BYTES: dict[str, dict[str, int]] = {
-    ARENA: {"all_reduce": 1 << 20, "broadcast": 1 << 20, "reduce": 1 << 20,
-            "all_gather": 1 << 20, "reduce_scatter": 1 << 20, "barrier": 0},
-    LINKS: {"all_reduce": 4 << 20, "broadcast": 1 << 20, "reduce": 1 << 20,
+    ARENA: {"all_reduce": 8 << 20, "broadcast": 8 << 20, "reduce": 8 << 20,
+            "all_gather": 8 << 20, "reduce_scatter": 1 << 20, "barrier": 0},
+    LINKS: {"all_reduce": 8 << 20, "broadcast": 1 << 20, "reduce": 1 << 20,
             "all_gather": 1 << 20, "barrier": 0},
 }
 #: The arena's all-reduce splits the reduction among the members from this size.
 ARENA_SPLIT_FROM_BYTES = 32 << 10
 
 #: all_reduce runs recursive doubling below this many bytes, the ring from it ...
-ALL_REDUCE_RING_FROM_BYTES = 1 << 20
+ALL_REDUCE_RING_FROM_BYTES = 2 << 20
 #: ... or from this many where the group size is not a power of two.
 ALL_REDUCE_RING_FROM_BYTES_UNEVEN = 4 << 20
 #: broadcast and reduce use the binomial tree below this many bytes, the chain from it.

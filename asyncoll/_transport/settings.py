@@ -11,7 +11,7 @@ SHM_RING_BYTES = 8 << 20
 #: Each member's slot in a group's shared-memory arena, by default.
 ARENA_SLOT_BYTES = 1 << 20
 #: The largest operation a cross-host group runs over its direct links, by default.
-LINKS_BYTES = 4 << 20
+LINKS_BYTES = 8 << 20
 #: Default bound of the bytes one peer's early frames may hold.
 EARLY_LIMIT_BYTES = 256 << 20
 

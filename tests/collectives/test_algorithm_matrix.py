@@ -169,7 +169,18 @@ async def test_environment_forces_the_algorithm_a_collective_runs(monkeypatch, s
 def test_selector_picks_the_latency_algorithm_for_small_arrays_and_the_ring_for_large():
     assert selection.choose("all_reduce", 4, 2) == "recursive_doubling"
     assert selection.choose("all_reduce", 4, 2, path="arena", capacity=1 << 20) == "arena"
-    assert selection.choose("all_reduce", 2 << 20, 2, path="arena", capacity=4 << 20) == "ring"
+    # The arena takes what its slots hold, up to each collective's measured limit.
+    assert selection.choose("all_reduce", 2 << 20, 2, path="arena", capacity=4 << 20) == "arena"
+    assert selection.choose("all_reduce", 2 << 20, 2, path="arena", capacity=1 << 20) == "ring"
+    assert selection.choose("all_reduce", 16 << 20, 2, path="arena", capacity=16 << 20) == "ring"
+    assert selection.choose("reduce_scatter", 2 << 20, 2, path="arena",
+                            capacity=8 << 20) == "ring"
+    assert selection.choose("all_reduce", 8 << 20, 4, path="links", capacity=8 << 20) == "links"
+    # Recursive doubling up to the ring's threshold, by the group's size.
+    assert selection.choose("all_reduce", 1 << 20, 4) == "recursive_doubling"
+    assert selection.choose("all_reduce", 2 << 20, 4) == "ring"
+    assert selection.choose("all_reduce", 2 << 20, 3) == "recursive_doubling"
+    assert selection.choose("all_reduce", 4 << 20, 3) == "ring"
     assert selection.choose("barrier", 0, 3, path="arena", capacity=1) == "arena"
     assert selection.choose("all_reduce", 4, 2, path="links", capacity=1 << 20) == "links"
     assert selection.choose("reduce_scatter", 4, 2, path="links", capacity=1 << 20) == "ring"
