@@ -13,6 +13,12 @@ a namespace address from the root namespace.
 ``--rate`` limits every host's egress (tbf), as a real link would; with it,
 ``busbw`` against the rate says how much of the link a system uses.
 Columns as asyncoll-bench's; time is the median over ops of the max over ranks.
+
+``--compare tcp`` (two hosts) adds what plain TCP does on the same link: the
+two hosts send each other ``size`` bytes at once over one connection, as
+each rank of a 2-rank ring all_reduce sends ``size`` bytes in all, so its
+busbw is the most an all_reduce could use of that link (TCP's headers and
+the kernel's pacing take their share of the rate).
 """
 
 from __future__ import annotations
@@ -20,11 +26,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
+import statistics
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
-from asyncoll.bench import COLUMNS
+from asyncoll.bench import COLUMNS, parse_size
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE.parent / "tests" / "multihost" / "netns-cluster.sh"
@@ -52,9 +62,11 @@ def run(system: str, hosts: int, forwarded: list[str], timeout: float,
         if system == "asyncoll-loop":  # no calling-thread path: through the event loop
             env.update(ASYNCOLL_ARENA_BYTES="0", ASYNCOLL_LINKS_BYTES="0")
         worker = "asyncoll" if system.startswith("asyncoll") else system
+        command = [python, "-m", "asyncoll.bench", *forwarded, "--worker", worker]
+        if system == "tcp":
+            command = [python, str(Path(__file__).resolve()), *forwarded, "--tcp-worker"]
         procs.append(subprocess.Popen(
-            ["bash", str(SCRIPT), "exec", str(rank), python, "-m", "asyncoll.bench",
-             *forwarded, "--worker", worker], env=env, text=True,
+            ["bash", str(SCRIPT), "exec", str(rank), *command], env=env, text=True,
             # Not this checkout's directory: `-m` would import its asyncoll
             # first, whatever version the interpreter has installed.
             cwd="/",
@@ -78,6 +90,68 @@ def run(system: str, hosts: int, forwarded: list[str], timeout: float,
     return rows
 
 
+def tcp_worker(sizes: list[int], target_s: float) -> None:
+    """Rank RANK of the plain-TCP anchor: both hosts send each size both ways at once."""
+    rank = int(os.environ["RANK"])
+    address = (os.environ["MASTER_ADDR"], PORT)
+    if rank == 0:
+        with socket.create_server(address) as server:
+            server.settimeout(60)
+            peer, _ = server.accept()
+    else:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                peer = socket.create_connection(address, timeout=5)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+    peer.settimeout(60)
+    peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sink = bytearray(1 << 20)
+
+    def receive(nbytes: int) -> None:
+        while nbytes:
+            got = peer.recv_into(sink, min(nbytes, len(sink)))
+            if not got:
+                raise ConnectionError("the other host closed the connection")
+            nbytes -= got
+
+    def both_ways(payload: bytes) -> float:
+        """Seconds for both hosts' payloads to cross (rank 0's view: it starts the op)."""
+        peer.sendall(b"g")  # both ready: a start the two agree on
+        receive(1)
+        began = time.perf_counter()
+        reader = threading.Thread(target=receive, args=(len(payload),))
+        reader.start()
+        peer.sendall(payload)
+        reader.join()
+        return time.perf_counter() - began
+
+    with peer:
+        for size in sizes:
+            payload = bytes(size)
+            estimate = both_ways(payload)
+            # Rank 0's count, so both run as many.
+            if rank == 0:
+                count = int(min(1000, max(5, target_s / max(estimate, 1e-6))))
+                peer.sendall(count.to_bytes(4, "little"))
+            else:
+                receive(4)
+                count = int.from_bytes(sink[:4], "little")
+            times = [both_ways(payload) for _ in range(count)]
+            if rank == 0:
+                seconds = statistics.median(times)
+                print(json.dumps({"system": "tcp", "ranks": 2, "collective": "both_ways",
+                                  "size": size, "count": size, "type": "byte", "redop": "none",
+                                  "root": -1, "time_us": round(seconds * 1e6, 2),
+                                  "algbw_GBps": round(size / seconds / 1e9, 4),
+                                  "busbw_GBps": round(size / seconds / 1e9, 4), "wrong": 0}),
+                      flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -92,8 +166,14 @@ def main() -> int:
     parser.add_argument("--label", default="asyncoll",
                         help="the name of the asyncoll rows (say, which version)")
     parser.add_argument("--compare", action="append", default=[],
-                        choices=["asyncoll-loop", "gloo"])
+                        choices=["asyncoll-loop", "gloo", "tcp"])
+    parser.add_argument("--tcp-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.tcp_worker:
+        tcp_worker([parse_size(size) for size in args.sizes.split(",")], float(args.target_s))
+        return 0
+    if "tcp" in args.compare and args.hosts != 2:
+        raise SystemExit("--compare tcp is between two hosts: pass --hosts 2")
     if os.geteuid() != 0:
         raise SystemExit("cross_host.py needs root (network namespaces)")
     forwarded = ["--collectives", args.collectives, "--sizes", args.sizes, "--target-s",
