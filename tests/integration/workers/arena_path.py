@@ -92,10 +92,10 @@ if mode in ("paths", "nowhere"):
     work = dist.all_reduce(x, async_op=True)
     print(f"RESULT {rank} async_done_at_return={work.is_completed()}", flush=True)
     work.wait()
-    # An all_reduce on the loop (8 MiB: too large for the arena's 1 MiB and
-    # for direct links' 4 MiB), then a blocking broadcast of a slice of its
+    # An all_reduce on the loop (16 MiB: too large for the arena's 1 MiB and
+    # for direct links' 8 MiB), then a blocking broadcast of a slice of its
     # array: the broadcast must come second.
-    big = np.full(1 << 21, rank + 1, np.float32)
+    big = np.full(1 << 22, rank + 1, np.float32)
     work = dist.all_reduce(big, async_op=True)
     dist.broadcast(big[:16], src=0)
     work.wait()
@@ -155,7 +155,7 @@ elif mode == "desync":
     print(f"RESULT {rank} " + raised(lambda: dist.all_reduce(x) if rank == 0 else
                             dist.broadcast(x, src=0)), flush=True)
 elif mode == "desync_mixed":
-    x = np.ones(100 if rank == 0 else 1 << 21, np.float32)
+    x = np.ones(100 if rank == 0 else 1 << 22, np.float32)
     print(f"RESULT {rank} " + raised(lambda: dist.all_reduce(x)), flush=True)
 elif mode == "timeout":
     group = dist.new_group([0, 1], timeout=1)
