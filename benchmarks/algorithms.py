@@ -154,9 +154,7 @@ def across_hosts(hosts: int) -> int:
     procs = []
     try:
         for rank in range(hosts):
-            env = {**cross_host.ENV, "RANK": str(rank), "WORLD_SIZE": str(hosts),
-                   "MASTER_ADDR": f"{cross_host.NET}.1", "MASTER_PORT": str(cross_host.PORT),
-                   "ASYNCOLL_BENCH_HOSTS": str(hosts), "PYTHONUNBUFFERED": "1"}
+            env = {**cross_host.rank_env(rank, hosts), "ASYNCOLL_BENCH_HOSTS": str(hosts)}
             procs.append(subprocess.Popen(
                 ["bash", str(cross_host.SCRIPT), "exec", str(rank), sys.executable,
                  os.path.abspath(__file__), *sys.argv[1:]], env=env, cwd="/",

@@ -52,13 +52,18 @@ def cluster(*args: str) -> str:
     return result.stdout
 
 
+def rank_env(rank: int, hosts: int) -> dict[str, str]:
+    """The environment of rank ``rank`` in host ``rank``: rank 0's host hosts the rendezvous."""
+    return {**ENV, "RANK": str(rank), "WORLD_SIZE": str(hosts), "MASTER_ADDR": f"{NET}.1",
+            "MASTER_PORT": str(PORT), "PYTHONUNBUFFERED": "1"}
+
+
 def run(system: str, hosts: int, forwarded: list[str], timeout: float,
         python: str = sys.executable) -> list[dict[str, object]]:
     """One run of ``system``: rank i in host i; rank 0's rows."""
     procs = []
     for rank in range(hosts):
-        env = {**ENV, "RANK": str(rank), "WORLD_SIZE": str(hosts), "MASTER_ADDR": f"{NET}.1",
-               "MASTER_PORT": str(PORT), "PYTHONUNBUFFERED": "1"}
+        env = rank_env(rank, hosts)
         if system == "asyncoll-loop":  # no calling-thread path: through the event loop
             env.update(ASYNCOLL_ARENA_BYTES="0", ASYNCOLL_LINKS_BYTES="0")
         worker = "asyncoll" if system.startswith("asyncoll") else system
@@ -123,11 +128,21 @@ def tcp_worker(sizes: list[int], target_s: float) -> None:
         """Seconds for both hosts' payloads to cross (rank 0's view: it starts the op)."""
         peer.sendall(b"g")  # both ready: a start the two agree on
         receive(1)
+        failed: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                receive(len(payload))
+            except BaseException as exc:  # raised below, in this thread
+                failed.append(exc)
+
         began = time.perf_counter()
-        reader = threading.Thread(target=receive, args=(len(payload),))
+        reader = threading.Thread(target=read)
         reader.start()
         peer.sendall(payload)
-        reader.join()
+        reader.join()  # the socket's 60 s timeout bounds it
+        if failed:
+            raise failed[0]
         return time.perf_counter() - began
 
     with peer:
