@@ -18,7 +18,9 @@ Columns as asyncoll-bench's; time is the median over ops of the max over ranks.
 two hosts send each other ``size`` bytes at once over one connection, as
 each rank of a 2-rank ring all_reduce sends ``size`` bytes in all, so its
 busbw is the most an all_reduce could use of that link (TCP's headers and
-the kernel's pacing take their share of the rate).
+the kernel's pacing take their share of the rate). It is timed as
+asyncoll-bench times a collective: ops back to back, each op's time the
+slower host's, then the median.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import json
 import os
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import threading
@@ -125,9 +128,7 @@ def tcp_worker(sizes: list[int], target_s: float) -> None:
             nbytes -= got
 
     def both_ways(payload: bytes) -> float:
-        """Seconds for both hosts' payloads to cross (rank 0's view: it starts the op)."""
-        peer.sendall(b"g")  # both ready: a start the two agree on
-        receive(1)
+        """Seconds until this host's payload is sent and the other's is in."""
         failed: list[BaseException] = []
 
         def read() -> None:
@@ -145,9 +146,15 @@ def tcp_worker(sizes: list[int], target_s: float) -> None:
             raise failed[0]
         return time.perf_counter() - began
 
+    def agree() -> None:
+        """Both hosts here: a start the two agree on."""
+        peer.sendall(b"g")
+        receive(1)
+
     with peer:
         for size in sizes:
             payload = bytes(size)
+            agree()
             estimate = both_ways(payload)
             # Rank 0's count, so both run as many.
             if rank == 0:
@@ -156,15 +163,22 @@ def tcp_worker(sizes: list[int], target_s: float) -> None:
             else:
                 receive(4)
                 count = int.from_bytes(sink[:4], "little")
+            # Timed as asyncoll-bench times a collective: back to back, each
+            # op's time the slower host's, the median of those.
+            agree()
             times = [both_ways(payload) for _ in range(count)]
-            if rank == 0:
-                seconds = statistics.median(times)
-                print(json.dumps({"system": "tcp", "ranks": 2, "collective": "both_ways",
-                                  "size": size, "count": size, "type": "byte", "redop": "none",
-                                  "root": -1, "time_us": round(seconds * 1e6, 2),
-                                  "algbw_GBps": round(size / seconds / 1e9, 4),
-                                  "busbw_GBps": round(size / seconds / 1e9, 4), "wrong": 0}),
-                      flush=True)
+            if rank == 1:
+                peer.sendall(struct.pack(f"<{count}d", *times))
+                continue
+            receive(8 * count)
+            theirs = struct.unpack(f"<{count}d", sink[:8 * count])
+            seconds = statistics.median(max(a, b) for a, b in zip(times, theirs))
+            print(json.dumps({"system": "tcp", "ranks": 2, "collective": "both_ways",
+                              "size": size, "count": size, "type": "byte", "redop": "none",
+                              "root": -1, "time_us": round(seconds * 1e6, 2),
+                              "algbw_GBps": round(size / seconds / 1e9, 4),
+                              "busbw_GBps": round(size / seconds / 1e9, 4), "wrong": 0}),
+                  flush=True)
 
 
 def main() -> int:

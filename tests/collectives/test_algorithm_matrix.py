@@ -64,6 +64,10 @@ def _cases(world_size):
 @with_runs("ring", "recursive_doubling", "arena", "links")
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 async def test_all_reduce_algorithm_matches_numpy_bitwise_on_every_rank(world_size, algorithm):
+    await _all_reduce_matches_numpy_bitwise(world_size, algorithm)
+
+
+async def _all_reduce_matches_numpy_bitwise(world_size, algorithm):
     cases = _cases(world_size)
 
     async def body(world):
@@ -81,6 +85,17 @@ async def test_all_reduce_algorithm_matches_numpy_bitwise_on_every_rank(world_si
             got = per_rank[rank][index]
             np.testing.assert_array_equal(got, expected, err_msg=f"{dtype} {op} n={count}")
             assert got.tobytes() == per_rank[0][index].tobytes(), "ranks differ bitwise"
+
+
+@pytest.mark.parametrize("transport", ["tcp"], indirect=True)
+@pytest.mark.parametrize("world_size", [2, 3, 4, 5])
+async def test_ring_all_reduce_over_direct_links_matches_numpy_bitwise(world_size, monkeypatch):
+    # Direct links run the transport's algorithm for the size, the ring from
+    # 2 MiB by default: from every size here, so that the ring's reduce-scatter
+    # and all-gather, one pipeline, run over blocking links too.
+    monkeypatch.setattr(selection, "ALL_REDUCE_RING_FROM_BYTES", 0)
+    monkeypatch.setattr(selection, "ALL_REDUCE_RING_FROM_BYTES_UNEVEN", 0)
+    await _all_reduce_matches_numpy_bitwise(world_size, "links")
 
 
 @with_runs("tree", "chain", "arena", "links")
