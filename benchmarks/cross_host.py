@@ -121,11 +121,23 @@ def tcp_worker(sizes: list[int], target_s: float) -> None:
     sink = bytearray(1 << 20)
 
     def receive(nbytes: int) -> None:
+        """Read the next ``nbytes`` bytes from the other host, into ``sink`` (dropped)."""
         while nbytes:
             got = peer.recv_into(sink, min(nbytes, len(sink)))
             if not got:
                 raise ConnectionError("the other host closed the connection")
             nbytes -= got
+
+    def receive_exactly(nbytes: int) -> bytes:
+        """The next ``nbytes`` bytes from the other host."""
+        data = bytearray(nbytes)
+        view, got = memoryview(data), 0
+        while got < nbytes:
+            more = peer.recv_into(view[got:])
+            if not more:
+                raise ConnectionError("the other host closed the connection")
+            got += more
+        return bytes(data)
 
     def both_ways(payload: bytes) -> float:
         """Seconds until this host's payload is sent and the other's is in."""
@@ -161,8 +173,7 @@ def tcp_worker(sizes: list[int], target_s: float) -> None:
                 count = int(min(1000, max(5, target_s / max(estimate, 1e-6))))
                 peer.sendall(count.to_bytes(4, "little"))
             else:
-                receive(4)
-                count = int.from_bytes(sink[:4], "little")
+                count = int.from_bytes(receive_exactly(4), "little")
             # Timed as asyncoll-bench times a collective: back to back, each
             # op's time the slower host's, the median of those.
             agree()
@@ -170,8 +181,7 @@ def tcp_worker(sizes: list[int], target_s: float) -> None:
             if rank == 1:
                 peer.sendall(struct.pack(f"<{count}d", *times))
                 continue
-            receive(8 * count)
-            theirs = struct.unpack(f"<{count}d", sink[:8 * count])
+            theirs = struct.unpack(f"<{count}d", receive_exactly(8 * count))
             seconds = statistics.median(max(a, b) for a, b in zip(times, theirs))
             print(json.dumps({"system": "tcp", "ranks": 2, "collective": "both_ways",
                               "size": size, "count": size, "type": "byte", "redop": "none",

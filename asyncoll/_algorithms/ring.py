@@ -161,9 +161,11 @@ class _AllGather:
         return self._blocks[self._team.me][lo:hi]
 
     def send_own(self, j: int) -> None:
+        """Pass segment j of this member's own block on to the right neighbour."""
         self._team.send(self._right, j, self.own(j))
 
     async def run(self) -> None:
+        """Receive every other block, forwarding each segment but the last step's."""
         team, n, me = self._team, self._team.size, self._team.me
         for step in range(n - 1):
             block = (me - step - 1) % n
