@@ -152,13 +152,19 @@ class _Rank:
         return run, check
 
     def time(self, run: Callable[[], None], target_s: float, size: int) -> float:
-        """Median microseconds of one op (each op's time the max over ranks)."""
-        warmup = 10 if size <= (1 << 20) else 2
+        """Median microseconds of one op (each op's time the max over ranks).
+
+        As OSU's micro-benchmarks do, small ops warm up longer (100 ops to
+        64 KiB, 10 to 1 MiB, 2 above) and are timed more often (up to 10000
+        ops, as many as ``target_s`` allows): a few ms of timing left the
+        first size of a run to the processor's and caches' warming up.
+        """
+        warmup = 100 if size <= (64 << 10) else 10 if size <= (1 << 20) else 2
         began = time.perf_counter()
         for _ in range(warmup):
             run()
         estimate = float(self.max_across(np.array([(time.perf_counter() - began) / warmup]))[0])
-        iterations = int(min(2000, max(5, target_s / max(estimate, 1e-9))))
+        iterations = int(min(10000, max(5, target_s / max(estimate, 1e-9))))
         times = np.empty(iterations)
         self.dist.barrier()
         for i in range(iterations):
