@@ -77,10 +77,11 @@ So recursive doubling wins at 1 MiB and the ring from 2 MiB in every
 setting measured that day (the 2026-11-30 table had them level at 1 MiB):
 the ring starts at 2 MiB. The arena wins every collective to 8 MiB, but
 reduce_scatter, which it copies whole into each slot (the ring moves half
-on 2 ranks), past 1 MiB; its slots (two per member) are reserved in
-/dev/shm, whose docker default is 64 MB, so the default slot stays 1 MiB,
-which bounds the arena's sizes: raise ASYNCOLL_ARENA_BYTES (to 8 MiB, say)
-on a host with room and the arena takes each collective to its limit below.
+on 2 ranks), past 1 MiB. Its slots (two per member) are reserved in
+/dev/shm, whose docker default is 64 MB, so a slot is 8 MiB only where
+/dev/shm has room for it (asyncoll._group.arena_path.slot_for), down to
+1 MiB; an operation chosen for the arena that its slot cannot hold runs
+the socket algorithm below instead.
 Direct links run the loop's own algorithm for the size, so they move the
 same bytes and only skip the loop's thread: all_reduce takes them to 8 MiB
 (level with the ring at 8 MiB on 4 hosts, behind it at 16 MiB), which is

@@ -8,9 +8,9 @@ thread, with no event loop, socket or thread hop on the way
 (asyncoll._algorithms.arena).
 
 Setting up runs inside that first operation, on the loop, over the
-transport: member 0 creates the segment and broadcasts its name, the others
-map it, and an all-reduce of "mapped" flags tells every member whether all
-did. Then member 0 unlinks the name, so nothing is left in /dev/shm even
+transport: member 0 creates the segment and broadcasts its name and slot
+size, the others map it, and an all-reduce of "mapped" flags tells every
+member whether all did. Then member 0 unlinks the name, so nothing is left in /dev/shm even
 after kill -9 (the memory lives on while mapped); only member 0 killed
 during the set-up leaves it, named after its pid, which asyncoll-run sweeps.
 If any member could not map it (a full /dev/shm, a hostname shared by two
@@ -22,6 +22,17 @@ While an operation waits for a peer in the arena, between polls it checks
 the group's sticky error), whether a member gave up on this operation (its
 control line says so), whether every member's process still exists, and
 whether the operation was cancelled.
+
+The slot size: by default member 0 takes the largest of 8 MiB, 4, 2 and
+1 MiB whose segment leaves three quarters of /dev/shm's free room to
+everything else (other groups' arenas, shared-memory rings, other
+programs), and 1 MiB where none does (docker's 64 MB /dev/shm with 4
+members) or the room is unknown; ``ASYNCOLL_ARENA_BYTES`` sets it exactly.
+Operations choose their path (selection.choose) as if the slot were the
+largest, so that every member chooses alike whenever it calls; one that
+then does not fit the slot made runs the transport's algorithm instead, as
+on a group with no arena, on every member alike (GroupCore checks its
+``need`` against :attr:`GroupArena.room`).
 """
 
 from __future__ import annotations
@@ -49,6 +60,7 @@ from asyncoll._transport.shm.arena import (
     Waiter,
     arena_bytes,
 )
+from asyncoll._transport.settings import ARENA_SLOT_FLOOR_BYTES
 from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import (
     AsyncollError,
@@ -59,8 +71,26 @@ from asyncoll.types import ReduceOp
 
 log = logging.getLogger("asyncoll")
 
-#: Bytes of the broadcast that carries the segment's name.
+#: Bytes of the broadcast that carries the segment's name, then its slot size.
 _NAME_BYTES = 64
+#: The share of /dev/shm's free room one group's arena may take by default.
+_ROOM_SHARE = 4
+
+
+def slot_for(members: int, largest: int, room: int | None) -> int:
+    """The slot of a new arena for ``members``, sized to /dev/shm's free ``room``.
+
+    The largest of ``largest``, its half, quarter ... down to
+    ARENA_SLOT_FLOOR_BYTES whose segment takes at most a quarter of
+    ``room``; the floor where none does or ``room`` is unknown (None).
+    """
+    floor = min(largest, ARENA_SLOT_FLOOR_BYTES)
+    if room is None:
+        return floor
+    slot = largest
+    while slot > floor and arena_bytes(members, slot) > room // _ROOM_SHARE:
+        slot //= 2
+    return max(slot, floor)
 
 
 @dataclass
@@ -98,8 +128,9 @@ class GroupArena:
         self._session = session
         self._group_id = group_id
         self._ranks = ranks
-        #: The slot each member has (0: this group has no arena and never will).
+        #: The largest slot the arena may have (0: this group has no arena and never will).
         self.slot_bytes = session.arena_slot_bytes if session.rank in ranks else 0
+        self._sized_to_room = session.arena_sized_to_room
         self.arena: Arena | None = None
         self._step: ArenaStep | None = None
         #: Held by the thread running an operation on the arena, for its length.
@@ -107,8 +138,18 @@ class GroupArena:
 
     @property
     def capacity(self) -> int:
-        """The largest operation (bytes in a slot) to run on the arena; 0: none."""
+        """The largest operation (bytes in a slot) operations choose the arena for; 0: none.
+
+        The same before and after the set-up, so that members choose alike
+        whenever they call: the slot made may be smaller (see :attr:`room`).
+        """
         return self.slot_bytes
+
+    @property
+    def room(self) -> int:
+        """The largest operation the arena runs: its slot once made, else :attr:`capacity`."""
+        arena = self.arena
+        return arena.slot_bytes if arena is not None else self.slot_bytes
 
     @property
     def ready(self) -> bool:
@@ -125,21 +166,27 @@ class GroupArena:
 
         Afterwards either :attr:`ready`, or :attr:`slot_bytes` is 0 on every member.
         """
-        size = arena_bytes(team.size, self.slot_bytes)
         memory = None
-        name = np.zeros(_NAME_BYTES, dtype=np.uint8)
+        # The name, then the slot size (int64): member 0 decides both.
+        message = np.zeros(_NAME_BYTES + 8, dtype=np.uint8)
         created = ""
         try:
             if team.me == 0:
+                slot = (slot_for(team.size, self.slot_bytes, segment.room())
+                        if self._sized_to_room else self.slot_bytes)
+                message[_NAME_BYTES:] = np.array([slot], dtype="<i8").view(np.uint8)
+                size = arena_bytes(team.size, slot)
                 try:
                     created = segment.new_name()
                     memory = segment.create(created, size)
-                    name[:len(created)] = np.frombuffer(created.encode(), dtype=np.uint8)
+                    message[:len(created)] = np.frombuffer(created.encode(), dtype=np.uint8)
                 except OSError as exc:
                     log.info("no shared-memory arena for group %d (%d bytes): %s",
                              self._group_id, size, exc)
-            await tree_broadcast(team.phase(0), name, 0)
-            text = bytes(name).rstrip(b"\0").decode()
+            await tree_broadcast(team.phase(0), message, 0)
+            text = bytes(message[:_NAME_BYTES]).rstrip(b"\0").decode()
+            slot = int(message[_NAME_BYTES:].view("<i8")[0])
+            size = arena_bytes(team.size, slot)
             if team.me != 0 and text:
                 try:
                     memory = segment.attach_shared(text, size)
@@ -159,7 +206,7 @@ class GroupArena:
                 segment.unlink(created)
         if mapped[0]:
             assert memory is not None
-            self.arena = Arena(memory, team.size, team.me, self.slot_bytes, self._ranks)
+            self.arena = Arena(memory, team.size, team.me, slot, self._ranks)
             self._session.on_close(self.close)
         else:
             if memory is not None:

@@ -143,7 +143,7 @@ class AsyncProcessGroup(GroupCore):
 
         operation = self._run(what, timeout, body, _fingerprint(
             Kind.ALL_REDUCE, flat.dtype, reduce_op, -1, flat.size, _algorithm_code(what, name)),
-            self._fast_body(name, here, body, here_on_links if direct else None))
+            self._fast_body(name, here, body, here_on_links if direct else None), flat.nbytes)
         return self._repeatable(operation, name, timeout, algorithm,
                                 (what, flat.dtype, flat.size, reduce_op), on_arena, over_transport,
                                 on_links)
@@ -192,7 +192,7 @@ class AsyncProcessGroup(GroupCore):
 
         operation = self._run(what, timeout, body, _fingerprint(
             Kind.REDUCE, flat.dtype, reduce_op, root, flat.size, _algorithm_code(what, name)),
-            self._fast_body(name, here, body))
+            self._fast_body(name, here, body), flat.nbytes)
         return self._repeatable(operation, name, timeout, algorithm,
                                 (what, flat.dtype, flat.size, dst, reduce_op), on_arena,
                                 over_transport)
@@ -283,7 +283,7 @@ class AsyncProcessGroup(GroupCore):
         operation = self._run(what, timeout, body, _fingerprint(
             Kind.REDUCE_SCATTER, dtype, reduce_op, count=sum(sizes),
             algorithm=_algorithm_code("reduce_scatter", name)),
-            self._fast_body(name, here, body))
+            self._fast_body(name, here, body), sum(sizes) * dtype.itemsize)
         if cut is None:
             return operation
         return self._repeatable(operation, name, timeout, algorithm,
@@ -331,7 +331,7 @@ class AsyncProcessGroup(GroupCore):
         flat = buffer.flat
         operation = self._run(what, timeout, body, _fingerprint(
             Kind.BROADCAST, flat.dtype, None, root, flat.size, _algorithm_code(what, name)),
-            self._fast_body(name, here, body))
+            self._fast_body(name, here, body), flat.nbytes)
         return self._repeatable(operation, name, timeout, algorithm,
                                 (what, flat.dtype, flat.size, src), on_arena, over_transport)
 
@@ -469,7 +469,7 @@ class AsyncProcessGroup(GroupCore):
         operation = self._run(what, timeout, body, _fingerprint(
             Kind.ALL_GATHER, mine.dtype, count=count,
             algorithm=_algorithm_code("all_gather", name)),
-            self._fast_body(name, here, body))
+            self._fast_body(name, here, body), max(f.nbytes for f in flats))
         if block is None:
             return operation
         size = self.size

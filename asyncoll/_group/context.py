@@ -42,6 +42,10 @@ class Membership(Protocol):
         """Each member's slot in a same-host group's arena (0: no arenas), read at join."""
 
     @property
+    def arena_sized_to_room(self) -> bool:
+        """Whether an arena's slot is sized to /dev/shm's room, up to arena_slot_bytes."""
+
+    @property
     def links_bytes(self) -> int:
         """The largest operation a cross-host group runs over direct links (0: none)."""
 

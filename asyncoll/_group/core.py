@@ -73,12 +73,14 @@ _REPEATS = 256
 class _Repeat:
     """A remembered fast-path call: its name, its fingerprint and how to run it again."""
 
-    __slots__ = ("what", "fingerprint", "run")
+    __slots__ = ("what", "fingerprint", "run", "need")
 
-    def __init__(self, what: str, fingerprint: Fingerprint, run: Again) -> None:
+    def __init__(self, what: str, fingerprint: Fingerprint, run: Again, need: int) -> None:
         self.what = what
         self.fingerprint = fingerprint
         self.run = run
+        #: The bytes its path must have room for (see Operation.need).
+        self.need = need
 
 
 def seconds(timeout: float | timedelta | None, default: float) -> float:
@@ -227,11 +229,13 @@ class GroupCore:
         """
         if timeout is None and algorithm is None:
             if name == selection.ARENA:
-                self.remember(key, operation.what, operation.fingerprint, on_arena)
+                self.remember(key, operation.what, operation.fingerprint, on_arena,
+                              operation.need)
             elif name == selection.LINKS:
                 self.remember(key, operation.what, operation.fingerprint,
                               on_links or (lambda step, arrays: self._over_links(
-                                  step, lambda team: over_transport(team, arrays))))
+                                  step, lambda team: over_transport(team, arrays))),
+                              operation.need)
         return operation
 
     def _root_list(self, items: Sequence[Any] | None, root: int, name: str,
@@ -257,9 +261,11 @@ class GroupCore:
 
     def _run(self, what: str, timeout: float | timedelta | None,
              body: Callable[[Team], Awaitable[None]], fingerprint: Fingerprint,
-             here: Here | None = None) -> Operation:
-        """The operation: ``body`` over the transport, or ``here`` on the arena if given."""
-        return Operation(self, what, seconds(timeout, self.timeout), body, fingerprint, here)
+             here: Here | None = None, need: int = 0) -> Operation:
+        """The operation: ``body`` over the transport, or ``here`` on the fast path if
+        given (and the path has room for ``need`` bytes, the size it was chosen by)."""
+        return Operation(self, what, seconds(timeout, self.timeout), body, fingerprint, here,
+                         need)
 
     def _run_here(self, operation: Operation) -> bool:
         """Run a fast-path operation in the calling thread, if nothing of the group is on
@@ -268,11 +274,13 @@ class GroupCore:
         Returns False, having done nothing, where it must go to the loop instead.
         """
         assert operation.here is not None
+        if operation.need > self._fast.room:
+            return False
         return self._here(operation.what, operation.fingerprint, operation.limit,
                           _with_step, operation.here)
 
     def remember(self, key: Hashable, what: str, fingerprint: Fingerprint,
-                 run: Again) -> None:
+                 run: Again, need: int) -> None:
         """Keep how to run again, in the calling thread, a fast-path call keyed ``key``.
 
         ``key`` must name everything the operation was made from besides the
@@ -285,7 +293,7 @@ class GroupCore:
         if key not in self._repeats:
             if len(self._repeats) >= _REPEATS:
                 self._repeats.clear()
-            self._repeats[key] = _Repeat(what, fingerprint, run)
+            self._repeats[key] = _Repeat(what, fingerprint, run, need)
 
     def run_again(self, key: Hashable, arrays: Any) -> bool:
         """Run the call remembered under ``key`` on ``arrays``, here, as :meth:`_run_here`
@@ -297,7 +305,7 @@ class GroupCore:
         call was remembered under ``key`` or the operation must go to the loop.
         """
         repeat = self._repeats.get(key)
-        if repeat is None:
+        if repeat is None or repeat.need > self._fast.room:
             return False
         return self._here(repeat.what, repeat.fingerprint, self.timeout, repeat.run, arrays)
 
@@ -406,7 +414,9 @@ class GroupCore:
             if operation.here is not None and fast.undecided:
                 await self._under_deadline(what, seq, limit, team, fast.set_up)
                 team = team.phase(2)  # the two phases before were the set-up's
-            if operation.here is not None and fast.ready:
+            # An operation the path has no room for (an arena's slot smaller than
+            # the one it was chosen by) runs the transport's algorithm, on every member.
+            if operation.here is not None and fast.ready and operation.need <= fast.room:
                 step: list[Any] = []
                 try:
                     await self._session.run_blocking(lambda: self._on_fast_path(
@@ -468,13 +478,16 @@ class Operation(collections.abc.Coroutine):  # type: ignore[type-arg]
 
     def __init__(self, core: GroupCore, what: str, limit: float,
                  body: Callable[[Team], Awaitable[None]], fingerprint: Fingerprint,
-                 here: Here | None) -> None:
+                 here: Here | None, need: int = 0) -> None:
         self.what = what
         self.limit = limit
         self.body = body
         self.fingerprint = fingerprint
         #: The arena algorithm chosen for it, or None: the transport's ``body``.
         self.here = here
+        #: The bytes it was chosen for the fast path by: it runs there only where
+        #: the path has room for them (FastPath.room), else ``body``.
+        self.need = need
         #: Whether the caller counted it as handed to the loop (see :meth:`to_loop`).
         self.handed = False
         self._core = core

@@ -30,7 +30,13 @@ class FastPath(Protocol):
 
     @property
     def capacity(self) -> int:
-        """The largest operation (bytes) the path takes; 0: the group has none."""
+        """The largest operation (bytes) operations choose the path for; 0: the group has
+        none. It does not change once set up (members must choose alike)."""
+
+    @property
+    def room(self) -> int:
+        """The largest operation (bytes) the path runs now (at most :attr:`capacity`):
+        a chosen operation needing more runs the transport's algorithm instead."""
 
     @property
     def ready(self) -> bool:

@@ -298,6 +298,11 @@ class Session:
         return self.settings.transport.arena_slot_bytes
 
     @property
+    def arena_sized_to_room(self) -> bool:
+        """Whether an arena's slot is sized to /dev/shm's room, up to arena_slot_bytes."""
+        return self.settings.transport.arena_sized_to_room
+
+    @property
     def links_bytes(self) -> int:
         """The largest operation a cross-host group runs over direct links (0: none)."""
         return self.settings.transport.links_bytes

@@ -97,6 +97,7 @@ def _transport(environ: Mapping[str, str], token: bytes | None) -> TransportSett
         token=token, shm_min_bytes=smallest if enabled else 0, shm_ring_bytes=ring,
         early_limit_bytes=_positive(environ, "ASYNCOLL_MAX_EARLY_BYTES", EARLY_LIMIT_BYTES),
         arena_slot_bytes=slot if enabled and arena.supported() else 0,
+        arena_sized_to_room="ASYNCOLL_ARENA_BYTES" not in environ,
         links_bytes=_positive(environ, "ASYNCOLL_LINKS_BYTES", LINKS_BYTES, smallest=0))
 
 

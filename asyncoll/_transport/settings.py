@@ -8,8 +8,12 @@ from dataclasses import dataclass
 SHM_MIN_BYTES = 64 << 10
 #: Ring size per direction of a same-host pair, by default.
 SHM_RING_BYTES = 8 << 20
-#: Each member's slot in a group's shared-memory arena, by default.
-ARENA_SLOT_BYTES = 1 << 20
+#: Each member's slot in a group's shared-memory arena, by default: at most
+#: this, as /dev/shm's room allows (asyncoll._group.arena_path), at least
+#: ARENA_SLOT_FLOOR_BYTES.
+ARENA_SLOT_BYTES = 8 << 20
+#: The slot a group's arena gets by default however little room /dev/shm has.
+ARENA_SLOT_FLOOR_BYTES = 1 << 20
 #: The largest operation a cross-host group runs over its direct links, by default.
 LINKS_BYTES = 8 << 20
 #: Default bound of the bytes one peer's early frames may hold.
@@ -32,6 +36,10 @@ class TransportSettings:
     #: runtime sets 0 where shared memory is off or the platform lacks x86's
     #: memory order, see asyncoll._transport.shm.arena).
     arena_slot_bytes: int = ARENA_SLOT_BYTES
+    #: Whether each arena's slot is sized to /dev/shm's room when it is made
+    #: (between ARENA_SLOT_FLOOR_BYTES and arena_slot_bytes), not exactly
+    #: arena_slot_bytes (the user's ASYNCOLL_ARENA_BYTES).
+    arena_sized_to_room: bool = True
     #: The largest operation a cross-host group runs in the calling thread over
     #: direct links of its own (0: never; see asyncoll._transport.direct).
     links_bytes: int = LINKS_BYTES

@@ -52,6 +52,18 @@ def test_small_blocking_collectives_run_in_the_calling_thread_in_call_order():
         assert int(counts["loop"]) == 2 and int(counts["here"]) == 7, (rank, text)
 
 
+def test_an_arena_smaller_than_operations_chose_runs_them_over_the_transport():
+    for rank, text in run("small_room").items():
+        counts = dict(re.findall(r"(repeated|here|loop)=(\d+)", text))
+        # The first 4 MiB all_reduce tries GroupCore._here before the arena exists
+        # and goes to the loop, which makes it with 1 MiB slots; from then on no
+        # operation larger than a slot comes to _here (the all_reduce it chose for
+        # the arena runs the ring there instead, and so do the later ones, the
+        # 2 MiB broadcast and all_gather); the first 256 KiB all_reduce runs here,
+        # the two after it as repeats.
+        assert counts == {"repeated": "2", "here": "3", "loop": "1"}, (rank, text)
+
+
 @pytest.mark.parametrize("shm", ["1", "0"], ids=["arena", "direct_links"])
 def test_repeated_calls_run_again_without_being_made_anew_with_the_right_results(shm):
     for rank, text in run("repeats", ASYNCOLL_SHM=shm).items():

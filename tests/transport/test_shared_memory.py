@@ -100,6 +100,9 @@ def test_settings_refuse_a_size_that_is_not_a_positive_number():
 async def test_large_payloads_between_same_host_ranks_use_a_ring_and_leave_no_segment(
         monkeypatch):
     monkeypatch.delenv("ASYNCOLL_SHM", raising=False)
+    # Neither calling-thread path, which would take 4 MiB: the loop's ring does.
+    monkeypatch.setenv("ASYNCOLL_ARENA_BYTES", "0")
+    monkeypatch.setenv("ASYNCOLL_LINKS_BYTES", "0")
     before = _segments()
 
     async def body(world):

@@ -48,6 +48,19 @@ MIN_RING_BYTES = 4096
 MAX_RING_BYTES = 1 << 30
 
 
+#: Where POSIX shared memory lives on Linux.
+SHM_DIR = "/dev/shm"
+
+
+def room() -> int | None:
+    """Bytes free for new segments (``/dev/shm``'s free space); None where unknown."""
+    try:
+        stats = os.statvfs(SHM_DIR)
+    except (OSError, AttributeError):  # no /dev/shm, or no statvfs (Windows)
+        return None
+    return stats.f_bavail * stats.f_frsize
+
+
 def new_name() -> str:
     """A fresh segment name, carrying this process's pid for the launcher's sweep."""
     return f"{PREFIX}{os.getpid()}-{secrets.token_hex(6)}"

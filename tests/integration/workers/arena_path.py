@@ -21,6 +21,10 @@ Modes, each printing "RESULT <rank> <words>" lines the test reads:
 - ``desync_mixed``: rank 0 all_reduces an arena size, rank 1 a large array.
 - ``timeout``: rank 1 calls 3 s late in a group with a 1 s timeout.
 - ``cpu``: rank 1 calls 2 s late; rank 0 says the CPU time it spent waiting.
+- ``small_room``: /dev/shm is said to have no room, so the arena gets the
+  smallest slot (1 MiB) where operations choose it up to 8 MiB: those
+  larger than the slot run over the transport, repeated too, with the
+  right results, and smaller ones on the arena.
 """
 
 import sys
@@ -32,6 +36,10 @@ import asyncoll as dist
 from asyncoll._group.core import GroupCore
 
 mode = sys.argv[1]
+if mode == "small_room":
+    from asyncoll._transport.shm import segment
+
+    segment.room = lambda: 0  # read by member 0 as it makes the group's arena
 ran = {True: 0, False: 0}
 again = {True: 0, False: 0}
 real_here, real_run_again = GroupCore._here, GroupCore.run_again
@@ -92,7 +100,7 @@ if mode in ("paths", "nowhere"):
     work = dist.all_reduce(x, async_op=True)
     print(f"RESULT {rank} async_done_at_return={work.is_completed()}", flush=True)
     work.wait()
-    # An all_reduce on the loop (16 MiB: too large for the arena's 1 MiB and
+    # An all_reduce on the loop (16 MiB: too large for the arena's 8 MiB and
     # for direct links' 8 MiB), then a blocking broadcast of a slice of its
     # array: the broadcast must come second.
     big = np.full(1 << 22, rank + 1, np.float32)
@@ -141,6 +149,24 @@ elif mode == "repeats":
     w = np.full(7, rank + 1, np.float64)
     dist.all_reduce(w)
     check((w == total).all(), "all_reduce of 7 float64")
+    print(f"RESULT {rank} repeated={again[True]} here={ran[True]} loop={ran[False]}",
+          flush=True)
+elif mode == "small_room":
+    total = size * (size + 1) / 2
+    for value in range(3):  # 4 MiB: chosen for the arena, larger than its slot
+        big = np.full(1 << 20, rank + value, np.float32)
+        dist.all_reduce(big)
+        check((big == total + size * (value - 1)).all(), f"4 MiB all_reduce #{value}")
+    wide = np.full(1 << 19, 10 * rank, np.int32)  # 2 MiB
+    dist.broadcast(wide, src=1)
+    check((wide == 10).all(), "2 MiB broadcast")
+    gathered = np.zeros((size, 1 << 18), np.float64)  # 2 MiB blocks
+    dist.all_gather_into_tensor(gathered, np.full(1 << 18, rank, np.float64))
+    check((gathered == np.arange(size)[:, None]).all(), "all_gather of 2 MiB blocks")
+    for value in range(3):  # 256 KiB: fits the slot
+        x = np.full(1 << 16, rank + value, np.float32)
+        dist.all_reduce(x)
+        check((x == total + size * (value - 1)).all(), f"256 KiB all_reduce #{value}")
     print(f"RESULT {rank} repeated={again[True]} here={ran[True]} loop={ran[False]}",
           flush=True)
 elif mode == "desync_repeats":
