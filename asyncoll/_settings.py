@@ -22,8 +22,11 @@ HEARTBEAT_INTERVAL_S = 2.0
 HEARTBEAT_TIMEOUT_S = 10.0
 #: How often a peer waiting in rendezvous logs who is still missing.
 WAITING_REPORT_INTERVAL_S = 5.0
-#: Largest control-plane message accepted, in bytes.
+#: Largest control-plane message the coordinator accepts, in bytes.
 MAX_CONTROL_MESSAGE_BYTES = 1 << 20
+#: Largest message a peer accepts from its coordinator: a Welcome or a status
+#: grows with the job (a directory of 100k ranks on as many hosts is a few MB).
+MAX_COORDINATOR_REPLY_BYTES = 64 << 20
 #: How often the coordinator checks its deadlines.
 COORDINATOR_TICK_S = 0.1
 #: Default coordinator port, as torch's MASTER_PORT convention.
@@ -31,7 +34,7 @@ DEFAULT_PORT = 29500
 #: Job id used when none is given.
 DEFAULT_JOB_ID = "default"
 #: Version of both wire protocols; peers and daemon must agree.
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 #: Extra seconds a peer waits beyond a deadline the coordinator enforces, so
 #: the coordinator's answer (which names who is missing) arrives first.
 COORDINATOR_GRACE_S = 2.0

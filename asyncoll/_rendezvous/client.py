@@ -11,11 +11,16 @@ from collections.abc import Callable
 from asyncoll import _auth
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._rendezvous.control import read_message, write_message
-from asyncoll._settings import CONNECT_RETRY_INTERVAL_S, HANDSHAKE_TIMEOUT_S
+from asyncoll._settings import (
+    CONNECT_RETRY_INTERVAL_S,
+    HANDSHAKE_TIMEOUT_S,
+    MAX_COORDINATOR_REPLY_BYTES,
+)
 from asyncoll._wire.messages import (
     Challenge,
     Error,
     MemberGone,
+    MembersLeft,
     MembersPending,
     Message,
     Proof,
@@ -208,7 +213,7 @@ class CoordinatorClient:
         error: AsyncollError
         try:
             while True:
-                item = await read_message(self._reader)
+                item = await read_message(self._reader, MAX_COORDINATOR_REPLY_BYTES)
                 if item is None:
                     error = RendezvousError(f"the coordinator at {self.address} closed the "
                                             "connection")
@@ -217,10 +222,9 @@ class CoordinatorClient:
                 future = self._pending.get(request_id)
                 if future is not None and not future.done():
                     future.set_result(message)
-                elif request_id == 0 and isinstance(message, (MemberGone, MembersPending)):
-                    self.heard_epoch = max(self.heard_epoch, message.epoch)
-                    if self.on_notice is not None:
-                        self.on_notice(message)
+                elif request_id == 0 and isinstance(message, (MemberGone, MembersLeft,
+                                                               MembersPending)):
+                    self._notice(message)
                 elif request_id == 0 and isinstance(message, Error):
                     # The coordinator refused this connection as a whole.
                     error = error_from_code(message.code, f"the coordinator at {self.address} "
@@ -240,6 +244,11 @@ class CoordinatorClient:
         self._fail_pending(error)
         if first and self.on_lost is not None:
             self.on_lost(error)
+
+    def _notice(self, message: MemberGone | MembersLeft | MembersPending) -> None:
+        self.heard_epoch = max(self.heard_epoch, message.epoch)
+        if self.on_notice is not None:
+            self.on_notice(message)
 
     def _fail_pending(self, error: AsyncollError) -> None:
         if self._closed is None:

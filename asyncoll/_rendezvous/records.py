@@ -9,6 +9,12 @@ from dataclasses import dataclass, field
 
 from asyncoll._wire.messages import Error, Join, Message, PeerInfo
 
+#: Jobs up to this size log a line per member's join, leave or reconfigure;
+#: larger ones at debug level, and one line per rendezvous or generation.
+MEMBER_LINES_UP_TO = 64
+#: Most ranges a list of ranks is written out with in a message or a log line.
+RANGES_SHOWN = 16
+
 
 @dataclass(frozen=True, slots=True)
 class Reply:
@@ -53,6 +59,14 @@ class Gathering:
     timeout_code: str
     arrivals: dict[int, tuple[int, int, object]] = field(default_factory=dict)
 
+    def complete(self) -> bool:
+        """Whether every expected rank has arrived (only expected ranks are let in)."""
+        return len(self.arrivals) == len(self.expected)
+
+    def still_expected(self, departed: set[int]) -> int:
+        """How many expected ranks have not departed (in O(departed), not O(expected))."""
+        return len(self.expected) - len(self.expected & departed)
+
 
 @dataclass(slots=True, eq=False)
 class Job:
@@ -63,6 +77,8 @@ class Job:
     heartbeat_timeout: float
     running_since: float = 0.0
     waiting: dict[int, Waiter] = field(default_factory=dict)
+    #: The waiting peers that asked for a rank, by that rank.
+    requested: dict[int, Waiter] = field(default_factory=dict)
     members: dict[int, Member] = field(default_factory=dict)
     conn_rank: dict[int, int] = field(default_factory=dict)
     running: bool = False
@@ -83,6 +99,19 @@ class Job:
     #: Membership events so far (a member gone, a process pending or giving
     #: up), across generations: what members' notices and answers are dated by.
     epoch: int = 0
+    #: Members that left since the last notice of a leave, to be told in one
+    #: notice: (rank, its connection, its leave's request id, the leave's epoch).
+    #: Each leave is answered only once the others are told, so that nothing
+    #: the leaver does next (closing its links) can reach them first.
+    unannounced: list[tuple[int, int, int, int]] = field(default_factory=list)
+    #: When the members were last told of a leave.
+    left_told_at: float = float("-inf")
+    #: No member's heartbeat can be overdue before this time: the heartbeats
+    #: are scanned only then, not at every tick.
+    heartbeats_due: float = 0.0
+    #: The last line on who is missing from the rendezvous: (what it was made
+    #: of, when, the line), so that N waiting peers asking cost O(N), not O(N^2).
+    missing: tuple[tuple[int, int], float, str] = ((-1, -1), 0.0, "")
 
     def live(self) -> list[int]:
         """The ranks of the members that have not left, in order."""
@@ -94,5 +123,29 @@ def error(conn: int, request_id: int, code: str, message: str) -> Reply:
 
 
 def ranks_text(ranks: object) -> str:
-    items = sorted(ranks)  # type: ignore[call-overload]
-    return ", ".join(str(r) for r in items) if items else "none"
+    """``ranks`` in words, consecutive ones as ranges: "0, 2, 4-9" (or "none")."""
+    items: list[int] = sorted(ranks)  # type: ignore[call-overload]
+    ranges: list[tuple[int, int]] = []
+    for rank in items:
+        if ranges and rank == ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], rank)
+        else:
+            ranges.append((rank, rank))
+    words = [str(a) if a == b else f"{a}, {b}" if b == a + 1 else f"{a}-{b}"
+             for a, b in ranges[:RANGES_SHOWN]]
+    if len(ranges) > RANGES_SHOWN:
+        rest = sum(b - a + 1 for a, b in ranges[RANGES_SHOWN:])
+        words.append(f"and {rest} more")
+    return ", ".join(words) if words else "none"
+
+
+def members_text(members: list[Member]) -> str:
+    """Where ``members`` run, by host: "node-a 0-3, node-b 4-7" (at most RANGES_SHOWN hosts)."""
+    by_host: dict[str, list[int]] = {}
+    for member in members:
+        by_host.setdefault(member.info.hostname, []).append(member.info.rank)
+    words = [f"{host} {ranks_text(ranks)}" for host, ranks in
+             list(by_host.items())[:RANGES_SHOWN]]
+    if len(by_host) > RANGES_SHOWN:
+        words.append(f"and {len(by_host) - RANGES_SHOWN} more hosts")
+    return "; ".join(words)

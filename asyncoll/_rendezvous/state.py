@@ -30,8 +30,11 @@ from __future__ import annotations
 
 import logging
 
+from functools import lru_cache
+
 from asyncoll._settings import PROTOCOL_VERSION
-from asyncoll.errors import timed_out_words
+from asyncoll._wire.compact import pack_directory, pack_runs, runs_count, unpack_runs
+from asyncoll.errors import ProtocolError, timed_out_words
 from asyncoll._wire.messages import (
     Barrier,
     CheckMembership,
@@ -42,9 +45,11 @@ from asyncoll._wire.messages import (
     JobStatus,
     Leave,
     MemberGone,
+    MembersLeft,
     MembershipState,
     MembersPending,
     MemberStatus,
+    MissingReply,
     Message,
     NewGroup,
     Ok,
@@ -53,19 +58,34 @@ from asyncoll._wire.messages import (
     Status,
     StatusReply,
     Welcome,
+    WhoIsMissing,
 )
 
+from asyncoll._rendezvous.waiting import missing_text
 from asyncoll._rendezvous.records import (
+    MEMBER_LINES_UP_TO,
     Gathering,
     Job,
     Member,
     Reply,
     Waiter,
     error,
+    members_text,
     ranks_text,
 )
 
 __all__ = ["RendezvousState", "Reply"]
+
+#: A job of up to this many members is told of each leave at once.
+TOLD_AT_ONCE_UP_TO = 64
+#: A larger job is told of leaves at most once an interval: this many seconds
+#: per member (what telling each member costs the daemon, about 10 us, ten
+#: times over, so that leaves take at most a tenth of its time however they
+#: come), within the bounds below.
+LEAVE_NOTICE_S_PER_MEMBER = 100e-6
+LEAVE_NOTICE_INTERVAL_S = (0.1, 2.0)
+#: How stale the line on who is missing from a rendezvous may be, in seconds.
+MISSING_LINE_EVERY_S = 1.0
 
 log = logging.getLogger("asyncoll.coordinator")
 
@@ -135,6 +155,8 @@ class RendezvousState:
             return self._join(conn, request_id, message, now)
         if isinstance(message, Status):
             return [Reply(conn, request_id, self.status(message.job, now))]
+        if isinstance(message, WhoIsMissing):
+            return [Reply(conn, request_id, MissingReply(line=self._missing(message.job, now)))]
         excluded = self._excluded.get(conn)
         if excluded is not None:
             return [error(conn, request_id, "excluded", excluded)]
@@ -159,8 +181,7 @@ class RendezvousState:
             record.ops, record.last_heartbeat = message.ops, now
             return []
         if isinstance(message, Leave):
-            replies = [Reply(conn, request_id, Ok())]
-            return replies + self._depart(job, member, conn, "left", now)
+            return self._depart(job, member, conn, "left", now, request_id)
         return [error(conn, request_id, "protocol",
                        f"the coordinator does not accept {message.TYPE} messages")]
 
@@ -173,16 +194,17 @@ class RendezvousState:
         if not job.running:
             waiter = job.waiting.pop(conn, None)
             if waiter is not None:
-                log.info("job %r: a peer from %s (pid %d) disconnected during rendezvous; "
-                         "%d of %d peers still waiting", job.name, waiter.join.hostname,
-                         waiter.join.pid, len(job.waiting), job.world_size)
+                job.requested.pop(waiter.join.rank, None)
+                log.log(_member_level(job), "job %r: a peer from %s (pid %d) disconnected "
+                        "during rendezvous; %d of %d peers still waiting", job.name,
+                        waiter.join.hostname, waiter.join.pid, len(job.waiting), job.world_size)
             if not job.waiting:
                 self._forget(job)
             return []
         pending = job.pending.pop(conn, None)
         if pending is not None:
-            log.info("job %r: pending peer from %s (pid %d) disconnected; it leaves no trace",
-                     job.name, pending.join.hostname, pending.join.pid)
+            log.log(_member_level(job), "job %r: pending peer from %s (pid %d) disconnected; it "
+                    "leaves no trace", job.name, pending.join.hostname, pending.join.pid)
             return []
         rank = self._member_rank(job, conn)
         if rank is None:
@@ -197,8 +219,11 @@ class RendezvousState:
             if not job.running and now >= job.deadline:
                 replies += self._expire_rendezvous(job, now)
                 continue
+            if job.running and now >= job.left_told_at + _leave_notice_interval(job):
+                replies += self._announce_departures(job, now)
             if job.running:
-                replies += self._check_heartbeats(job, now)
+                if now >= job.heartbeats_due:
+                    replies += self._check_heartbeats(job, now)
                 replies += self._expire_pending(job, now)
             for key, gathering in list(job.gatherings.items()):
                 if key[0] == "reconfigure" and now >= gathering.deadline:
@@ -237,11 +262,14 @@ class RendezvousState:
                       min_size=join.min_size, max_size=join.max_size)
             self._jobs[join.job] = job
         self._joins += 1
-        job.waiting[conn] = Waiter(conn, request_id, join, self._joins)
+        job.waiting[conn] = waiter = Waiter(conn, request_id, join, self._joins)
+        if join.rank >= 0:
+            job.requested[join.rank] = waiter
         self._conn_job[conn] = job
         wanted = "any rank" if join.rank < 0 else f"rank {join.rank}"
-        log.info("job %r: peer from %s (pid %d) joined asking for %s; %d of %d present",
-                 job.name, join.hostname, join.pid, wanted, len(job.waiting), job.world_size)
+        log.log(_member_level(job), "job %r: peer from %s (pid %d) joined asking for %s; "
+                "%d of %d present", job.name, join.hostname, join.pid, wanted,
+                len(job.waiting), job.world_size)
         if len(job.waiting) < job.world_size:
             return []
         return self._complete(job, now)
@@ -290,13 +318,12 @@ class RendezvousState:
                                      f"size {job.world_size} of the peers already in job "
                                      f"{join.job!r}; every process must use the same "
                                      "WORLD_SIZE")
-        if join.rank >= 0:
-            for other in job.waiting.values():
-                if other.join.rank == join.rank:
-                    return ("configuration",
-                            f"rank {join.rank} is already taken in job {join.job!r} by pid "
-                            f"{other.join.pid} on host {other.join.hostname}; each process "
-                            "needs a distinct RANK")
+        other = job.requested.get(join.rank) if join.rank >= 0 else None
+        if other is not None:
+            return ("configuration",
+                    f"rank {join.rank} is already taken in job {join.job!r} by pid "
+                    f"{other.join.pid} on host {other.join.hostname}; each process "
+                    "needs a distinct RANK")
         return None
 
     def _complete(self, job: Job, now: float) -> list[Reply]:
@@ -312,18 +339,35 @@ class RendezvousState:
             job.members[rank] = Member(waiter.conn, PeerInfo(rank, j.host, j.port, j.hostname),
                                         j.pid)
             job.conn_rank[waiter.conn] = rank
-        directory = tuple(job.members[r].info for r in range(job.world_size))
-        replies = [Reply(w.conn, w.request_id,
-                         Welcome(rank=ranks[w.conn], world_size=job.world_size, peers=directory))
+        everyone = [job.members[r] for r in range(job.world_size)]
+        directory = _directory(everyone)
+        replies = [Reply(w.conn, w.request_id, Welcome(rank=ranks[w.conn],
+                                                       world_size=job.world_size,
+                                                       directory=directory))
                    for w in job.waiting.values()]
         job.waiting.clear()
+        job.requested.clear()
         job.running = True
-        job.running_since = now
+        job.running_since = job.heartbeats_due = now
         job.groups[0] = tuple(range(job.world_size))
         log.info("job %r: rendezvous complete with %d ranks: %s", job.name, job.world_size,
-                 ", ".join(f"{m.info.rank}@{m.info.hostname}" for m in
-                           sorted(job.members.values(), key=lambda m: m.info.rank)))
+                 members_text(everyone))
         return replies
+
+    def _missing(self, name: str, now: float) -> str:
+        """Who job ``name`` waits for, in a line; made anew at most once a second."""
+        job = self._jobs.get(name)
+        if job is None or job.running:
+            return ""
+        made_of, made_at, line = job.missing
+        # (joins so far, peers waiting) changes whenever the waiting peers do.
+        now_of = (self._joins, len(job.waiting))
+        if made_of != now_of and (now - made_at >= MISSING_LINE_EVERY_S or not line):
+            requested = {w.join.rank for w in job.waiting.values() if w.join.rank >= 0}
+            unranked = sum(1 for w in job.waiting.values() if w.join.rank < 0)
+            line = missing_text(job.name, job.world_size, requested, unranked)
+            job.missing = (now_of, now, line)
+        return line
 
     def _expire_rendezvous(self, job: Job, now: float) -> list[Reply]:
         requested = sorted(w.join.rank for w in job.waiting.values() if w.join.rank >= 0)
@@ -347,11 +391,9 @@ class RendezvousState:
 
     def _new_group(self, job: Job, rank: int, conn: int, request_id: int, msg: NewGroup,
                    now: float) -> list[Reply]:
-        bad = [r for r in msg.ranks if not 0 <= r < job.world_size]
-        if bad or len(set(msg.ranks)) != len(msg.ranks) or not msg.ranks:
-            return [error(conn, request_id, "configuration",
-                           f"new_group ranks {list(msg.ranks)} must be distinct ranks between "
-                           f"0 and {job.world_size - 1}, at least one")]
+        refusal = _group_refusal(msg.runs, job.world_size)
+        if refusal is not None:
+            return [error(conn, request_id, "configuration", refusal)]
         call = job.new_group_calls.get(rank, 0)
         job.new_group_calls[rank] = call + 1
         key = ("new_group", call)
@@ -361,46 +403,51 @@ class RendezvousState:
                                    frozenset(range(job.world_size)), now + msg.timeout, now,
                                    "rendezvous_timeout")
             job.gatherings[key] = gathering
-        gathering.arrivals[rank] = (conn, request_id, tuple(msg.ranks))
-        if gathering.arrivals.keys() != gathering.expected:
+        gathering.arrivals[rank] = (conn, request_id, msg.runs)
+        if not gathering.complete():
             return self._fail_if_departed(job, key, gathering)
         del job.gatherings[key]
         proposals: dict[tuple[int, ...], list[int]] = {}
-        for r, (_, _, ranks) in sorted(gathering.arrivals.items()):
-            proposals.setdefault(ranks, []).append(r)  # type: ignore[arg-type]
+        for r, (_, _, runs) in sorted(gathering.arrivals.items()):
+            proposals.setdefault(runs, []).append(r)  # type: ignore[arg-type]
         if len(proposals) > 1:
-            detail = "; ".join(f"ranks {ranks_text(who)} passed {list(ranks)}"
-                               for ranks, who in proposals.items())
+            detail = "; ".join(f"ranks {ranks_text(who)} passed {_ranks_words(runs)}"
+                               for runs, who in proposals.items())
             text = (f"new_group call #{call + 1} in job {job.name!r}: ranks disagree on the "
                     f"members ({detail}); every rank must call new_group with the same ranks "
                     "in the same order")
             log.warning("%s", text)
             return [error(c, r, "mismatch", text) for c, r, _ in gathering.arrivals.values()]
-        (members,) = proposals
+        (runs,) = proposals
         group_id = call + 1
-        job.groups[group_id] = members
-        log.info("job %r: group %d created with ranks %s", job.name, group_id, list(members))
-        return [Reply(c, r, GroupCreated(group_id=group_id, ranks=members))
-                for c, r, _ in gathering.arrivals.values()]
+        job.groups[group_id] = unpack_runs(runs)
+        log.info("job %r: group %d created with ranks %s", job.name, group_id,
+                 _ranks_words(runs))
+        created = GroupCreated(group_id=group_id, runs=runs)
+        return [Reply(c, r, created) for c, r, _ in gathering.arrivals.values()]
 
     def _barrier(self, job: Job, rank: int, conn: int, request_id: int, msg: Barrier,
                  now: float) -> list[Reply]:
-        members = job.groups.get(msg.group_id)
-        if members is None or rank not in members:
+        key = ("barrier", msg.group_id, msg.seq)
+        gathering = job.gatherings.get(key)
+        # The gathering's set answers "a member?" in O(1); the group's tuple
+        # is read once per barrier, by its first arrival.
+        members = gathering.expected if gathering is not None else frozenset(
+            job.groups.get(msg.group_id, ()))
+        if rank not in members:
             return [error(conn, request_id, "configuration",
                            f"rank {rank} called barrier on group {msg.group_id}, which "
                            "does not exist or does not contain it")]
-        key = ("barrier", msg.group_id, msg.seq)
-        gathering = job.gatherings.get(key)
         if gathering is None:
             gathering = Gathering(f"barrier #{msg.seq} of group {msg.group_id}",
-                                   frozenset(members), now + msg.timeout, now, "timeout")
+                                   members, now + msg.timeout, now, "timeout")
             job.gatherings[key] = gathering
         gathering.arrivals[rank] = (conn, request_id, None)
-        if gathering.arrivals.keys() != gathering.expected:
+        if not gathering.complete():
             return self._fail_if_departed(job, key, gathering)
         del job.gatherings[key]
-        return [Reply(c, r, Ok()) for c, r, _ in gathering.arrivals.values()]
+        ok = Ok()
+        return [Reply(c, r, ok) for c, r, _ in gathering.arrivals.values()]
 
     def _fail_if_departed(self, job: Job, key: tuple[object, ...],
                           gathering: Gathering) -> list[Reply]:
@@ -421,8 +468,9 @@ class RendezvousState:
         self._joins += 1
         job.pending[conn] = Waiter(conn, request_id, join, self._joins, now + join.timeout)
         self._conn_job[conn] = job
-        log.info("job %r: peer from %s (pid %d) is pending, to be admitted at the next "
-                 "reconfigure; %d pending", job.name, join.hostname, join.pid, len(job.pending))
+        log.log(_member_level(job), "job %r: peer from %s (pid %d) is pending, to be admitted "
+                "at the next reconfigure; %d pending", job.name, join.hostname, join.pid,
+                len(job.pending))
         job.epoch += 1
         notice = MembersPending(pending=len(job.pending), epoch=job.epoch)
         return [Reply(job.members[r].conn, 0, notice) for r in job.live()
@@ -463,6 +511,11 @@ class RendezvousState:
         # can part at a check when one met a loss in it that another did not
         # (it went on, and meets the loss next), and all must meet again.
         reconfiguring = job.gatherings.get(("reconfigure", job.generation))
+        # Counted first: the sets are compared only once enough have answered,
+        # so that each arrival costs O(1), not O(members).
+        if (len(gathering.arrivals) + (len(reconfiguring.arrivals) if reconfiguring else 0)
+                < gathering.still_expected(job.departed)):
+            return []
         answered = gathering.arrivals.keys() | (reconfiguring.arrivals.keys()
                                                 if reconfiguring else set())
         if not (gathering.expected - job.departed) <= answered:
@@ -492,8 +545,10 @@ class RendezvousState:
                                   "rendezvous_timeout")
             job.gatherings[key] = gathering
         gathering.arrivals[rank] = (conn, request_id, (msg.host, msg.port))
-        log.info("job %r: rank %d calls reconfigure (%d of %d live members)", job.name, rank,
-                 len(gathering.arrivals.keys() & set(job.live())), len(job.live()))
+        if log.isEnabledFor(_member_level(job)):
+            log.log(_member_level(job), "job %r: rank %d calls reconfigure (%d of %d live "
+                    "members)", job.name, rank, len(gathering.arrivals.keys() & set(job.live())),
+                    len(job.live()))
         replies = []
         for check_key, check in list(job.gatherings.items()):
             if check_key[0] == "check":
@@ -506,6 +561,8 @@ class RendezvousState:
         gathering = job.gatherings.get(key)
         if gathering is None:
             return []
+        if not final and len(gathering.arrivals) < gathering.still_expected(job.departed):
+            return []  # counted first, as in _settle_check
         live = set(job.live())
         if not final and not (gathering.expected & live) <= gathering.arrivals.keys():
             return []
@@ -574,25 +631,31 @@ class RendezvousState:
                    if late else "", f"{len(joined)} joined" if joined else ""]
         log.info("job %r: generation %d: %d members (%s): %s", job.name, job.generation,
                  job.world_size, "; ".join(c for c in changes if c) or "no change",
-                 ", ".join(f"{m.info.rank}@{m.info.hostname}" for m in everyone))
-        directory = tuple(m.info for m in everyone)
+                 members_text(everyone))
+        directory = _directory(everyone)
+        replies += self._answer_leaves(job)  # the Welcome tells the new membership
         answers = {job.members[new].conn: gathering.arrivals[old_rank][1]
                    for new, old_rank in enumerate(members)}
         answers.update({w.conn: w.request_id for w in newcomers})
         return replies + [Reply(conn, request_id, Welcome(
-            rank=job.conn_rank[conn], world_size=job.world_size, peers=directory,
+            rank=job.conn_rank[conn], world_size=job.world_size, directory=directory,
             generation=job.generation)) for conn, request_id in answers.items()]
 
     # -- departures ----------------------------------------------------------------
 
     def _check_heartbeats(self, job: Job, now: float) -> list[Reply]:
         replies: list[Reply] = []
+        # Heartbeats only move a member's deadline later: the earliest one
+        # found now is the first moment another scan can find anyone silent.
+        due = now + job.heartbeat_timeout
         for rank, member in list(job.members.items()):
             if rank in job.departed:
                 continue
-            silent = now - (member.last_heartbeat if member.last_heartbeat is not None
-                            else job.running_since)
+            last = (member.last_heartbeat if member.last_heartbeat is not None
+                    else job.running_since)
+            silent = now - last
             if silent <= job.heartbeat_timeout:
+                due = min(due, last + job.heartbeat_timeout)
                 continue
             reason = (f"no heartbeat for {silent:.1f} s (the job allows "
                       f"{job.heartbeat_timeout:g} s)")
@@ -606,15 +669,19 @@ class RendezvousState:
                     f"rank {rank} of job {job.name!r} was declared lost ({reason}) and the "
                     "job went on without it; this process is no longer a member: leave, and "
                     "join again with init_process_group(elastic=True)")
+        # The deadline itself is not overdue (silent <= timeout): look just after it.
+        job.heartbeats_due = due + 1e-6
         return replies
 
-    def _depart(self, job: Job, rank: int, conn: int, how: str, now: float) -> list[Reply]:
+    def _depart(self, job: Job, rank: int, conn: int, how: str, now: float,
+                leave: int = 0) -> list[Reply]:
+        """Rank ``rank`` is gone (``how``; request ``leave`` on ``conn`` if it left)."""
         member = job.members[rank]
         job.departed.add(rank)
         job.epoch += 1
         self._conn_job.pop(conn, None)
         job.conn_rank.pop(conn, None)
-        level = logging.INFO if how == "left" else logging.WARNING
+        level = _member_level(job) if how == "left" else logging.WARNING
         log.log(level, "job %r: rank %d on %s (pid %d) %s; %d of %d ranks remain", job.name,
                 rank, member.info.hostname, member.pid, how,
                 job.world_size - len(job.departed), job.world_size)
@@ -633,9 +700,19 @@ class RendezvousState:
         gone = MemberGone(rank=rank, host=member.info.host, hostname=member.info.hostname,
                           how="left" if how == "left" else "lost", reason=how,
                           epoch=job.epoch)
-        replies += [Reply(other.conn, 0, gone) for r, other in job.members.items()
-                    if r not in job.departed]
+        if how == "left" and job.world_size > TOLD_AT_ONCE_UP_TO and (
+                job.unannounced or now < job.left_told_at + _leave_notice_interval(job)):
+            # A large job is told of leaves at most once an interval: the
+            # others wait for the tick after it, and go in one notice.
+            job.unannounced.append((rank, conn, leave, job.epoch))
+        else:
+            if how == "left":
+                job.left_told_at = now
+                replies.append(Reply(conn, leave, Ok()))
+            replies += [Reply(other.conn, 0, gone) for r, other in job.members.items()
+                        if r not in job.departed]
         if len(job.departed) == job.world_size:
+            replies += self._answer_leaves(job)  # nobody is left to tell
             log.info("job %r: every rank has left; job closed", job.name)
             replies += [error(w.conn, w.request_id, "rendezvous",
                               f"job {job.name!r} ended before admitting this process: every "
@@ -644,6 +721,24 @@ class RendezvousState:
                 self._conn_job.pop(conn, None)
             job.pending.clear()
             self._forget(job)
+        return replies
+
+    def _announce_departures(self, job: Job, now: float) -> list[Reply]:
+        """Tell the members still there, in one notice each, who left since the last
+        notice; then answer those leaves."""
+        if not job.unannounced:
+            return []
+        notice = MembersLeft(runs=pack_runs(sorted(rank for rank, *_ in job.unannounced)),
+                             epoch=max(epoch for *_, epoch in job.unannounced))
+        job.left_told_at = now
+        return [Reply(member.conn, 0, notice) for rank, member in job.members.items()
+                if rank not in job.departed] + self._answer_leaves(job)
+
+    @staticmethod
+    def _answer_leaves(job: Job) -> list[Reply]:
+        ok = Ok()
+        replies = [Reply(conn, leave, ok) for _, conn, leave, _ in job.unannounced]
+        job.unannounced.clear()
         return replies
 
     def _live(self) -> list[Job]:
@@ -660,3 +755,50 @@ class RendezvousState:
         if job is None or not job.running:
             return None
         return job.conn_rank.get(conn)
+
+
+def _leave_notice_interval(job: Job) -> float:
+    """The least time between two notices of leaves to a large job's members."""
+    low, high = LEAVE_NOTICE_INTERVAL_S
+    return min(max(job.world_size * LEAVE_NOTICE_S_PER_MEMBER, low), high)
+
+
+def _member_level(job: Job) -> int:
+    """The level of a line about one member: debug in a job too large to log each."""
+    return logging.INFO if job.world_size <= MEMBER_LINES_UP_TO else logging.DEBUG
+
+
+def _directory(members: list[Member]) -> bytes:
+    """The packed directory of ``members``, in rank order: once per membership."""
+    return pack_directory([(m.info.host, m.info.port, m.info.hostname) for m in members])
+
+
+def _ranks_words(runs: tuple[int, ...]) -> str:
+    """A group's ranks in words, short however large the group."""
+    count = runs_count(runs)
+    return str(list(unpack_runs(runs))) if count <= 16 else (
+        f"a list of {count} ranks in {len(runs) // 3} runs, from rank {runs[0]}")
+
+
+@lru_cache(maxsize=64)
+def _group_refusal(runs: tuple[int, ...], world_size: int) -> str | None:
+    """Why new_group cannot have the ranks ``runs`` stands for, or None.
+
+    Cached: every member of a job sends the same runs, and checking them
+    expands the whole list.
+    """
+    what = "the empty list"
+    try:
+        count = runs_count(runs)
+        if count <= world_size:
+            ranks = unpack_runs(runs)
+            what = str(list(ranks)) if count <= 16 else f"a list of {count} ranks"
+            if ranks and len(set(ranks)) == count and min(ranks) >= 0 and max(
+                    ranks) < world_size:
+                return None
+        else:
+            what = f"a list of {count} ranks"
+    except ProtocolError as exc:
+        what = f"malformed runs ({exc})"
+    return (f"new_group ranks {what} must be distinct ranks between 0 and "
+            f"{world_size - 1}, at least one")

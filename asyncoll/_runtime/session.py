@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 from asyncoll._runtime.addresses import ListenPlan, listen_plan
 from asyncoll._group.faults import GroupFaults
 from asyncoll._rendezvous.client import CoordinatorClient
-from asyncoll._rendezvous.waiting import missing_text
 from asyncoll._runtime.settings import Settings
 from asyncoll._settings import (
     COORDINATOR_GRACE_S,
@@ -35,13 +34,14 @@ from asyncoll._wire.messages import (
     Join,
     Leave,
     MemberGone,
+    MembersLeft,
     MembershipState,
+    MissingReply,
     Message,
     NewGroup,
     Reconfigure,
-    Status,
-    StatusReply,
     Welcome,
+    WhoIsMissing,
 )
 from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import (
@@ -167,7 +167,7 @@ class Session:
                         timeout: float) -> tuple[int, tuple[int, ...]]:
         """Agree with every rank on a new group; return (group id, its ranks)."""
         self._need_coordinator("new_group")
-        reply = await self.client.request(NewGroup(ranks=ranks, timeout=timeout),
+        reply = await self.client.request(NewGroup.of(ranks, timeout),
                                           timeout + COORDINATOR_GRACE_S,
                                           f"new_group({list(ranks)})")
         if not isinstance(reply, GroupCreated):
@@ -275,6 +275,11 @@ class Session:
 
     def _notice(self, message: Message) -> None:
         """The coordinator says a member is gone: fail what depended on it."""
+        if isinstance(message, MembersLeft):
+            for rank in message.ranks:
+                if rank != self.rank:
+                    self.faults.member_left(rank, self.mesh.hostname(rank))
+            return
         if not isinstance(message, MemberGone) or message.rank == self.rank:
             return
         if message.how == "left":
@@ -384,12 +389,12 @@ async def _report_while_waiting(client: CoordinatorClient, job: str) -> None:
     while True:
         await asyncio.sleep(WAITING_REPORT_INTERVAL_S)
         try:
-            reply = await client.request(Status(job=job), WAITING_REPORT_INTERVAL_S, "status")
+            reply = await client.request(WhoIsMissing(job=job), WAITING_REPORT_INTERVAL_S,
+                                         "who is missing")
         except AsyncollError:
             return  # the join request reports the failure
-        for status in reply.jobs if isinstance(reply, StatusReply) else ():
-            if status.state == "waiting":
-                log.warning("%s", missing_text(status))
+        if isinstance(reply, MissingReply) and reply.line:
+            log.warning("%s", reply.line)
 
 
 async def _listen(mesh: TcpMesh, plan: ListenPlan) -> int:

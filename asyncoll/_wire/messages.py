@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Union
 import msgpack  # type: ignore[import-untyped]
 
 from asyncoll._settings import HEARTBEAT_TIMEOUT_S
+from asyncoll._wire.compact import pack_directory, pack_runs, unpack_directory, unpack_runs
 from asyncoll.errors import ProtocolError
 
 LENGTH = struct.Struct(">I")
@@ -67,6 +68,8 @@ class PeerInfo:
 class Welcome:
     """Coordinator -> peer: the rendezvous (or a reconfigure) is complete.
 
+    ``directory`` is every member's data address, packed once for all of them
+    (:func:`asyncoll._wire.compact.pack_directory`); :attr:`peers` unpacks it.
     ``generation`` counts the job's memberships: 0 at its rendezvous, one more
     at each reconfigure.
     """
@@ -74,8 +77,28 @@ class Welcome:
     TYPE: ClassVar[str] = "welcome"
     rank: int
     world_size: int
-    peers: tuple[PeerInfo, ...]
+    directory: bytes
     generation: int = 0
+
+    @classmethod
+    def of(cls, rank: int, peers: tuple[PeerInfo, ...], generation: int = 0) -> Welcome:
+        """The Welcome of ``rank`` to a membership whose rank ``r`` is ``peers[r]``."""
+        return cls(rank=rank, world_size=len(peers), generation=generation,
+                   directory=pack_directory([(p.host, p.port, p.hostname) for p in peers]))
+
+    @property
+    def peers(self) -> tuple[PeerInfo, ...]:
+        """Every member, in rank order (unpacked anew at each read).
+
+        Raises:
+            ProtocolError: the directory is malformed or not ``world_size`` long.
+        """
+        peers = unpack_directory(self.directory)
+        if len(peers) != self.world_size:
+            raise ProtocolError(f"the coordinator's directory lists {len(peers)} members for "
+                                f"a world of {self.world_size}")
+        return tuple(PeerInfo(rank, host, port, hostname)
+                     for rank, (host, port, hostname) in enumerate(peers))
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +106,19 @@ class NewGroup:
     """Peer -> coordinator: this rank's next new_group call (every rank calls it)."""
 
     TYPE: ClassVar[str] = "new_group"
-    ranks: tuple[int, ...]
+    #: The group's ranks, in order, as runs (:func:`asyncoll._wire.compact.pack_runs`).
+    runs: tuple[int, ...]
     timeout: float
+
+    @classmethod
+    def of(cls, ranks: tuple[int, ...], timeout: float) -> NewGroup:
+        """The request for a group of ``ranks``, in this order."""
+        return cls(runs=pack_runs(ranks), timeout=timeout)
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The group's ranks (raises ProtocolError if the runs are malformed)."""
+        return unpack_runs(self.runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +127,18 @@ class GroupCreated:
 
     TYPE: ClassVar[str] = "group_created"
     group_id: int
-    ranks: tuple[int, ...]
+    #: The group's ranks, in order, as runs (see NewGroup).
+    runs: tuple[int, ...]
+
+    @classmethod
+    def of(cls, group_id: int, ranks: tuple[int, ...]) -> GroupCreated:
+        """The answer that group ``group_id`` of ``ranks`` exists."""
+        return cls(group_id=group_id, runs=pack_runs(ranks))
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The group's ranks (raises ProtocolError if the runs are malformed)."""
+        return unpack_runs(self.runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +250,27 @@ class MemberGone:
 
 
 @dataclass(frozen=True, slots=True)
+class MembersLeft:
+    """Coordinator -> every other member (a notice, id 0): these ranks left the job.
+
+    Leaves that come together (a job ending) are told together, one notice
+    per member and coordinator tick, so that a job of N members ending sends
+    O(N) notices, not O(N^2). A lone leave and every loss are told at once,
+    as a MemberGone. ``epoch`` is that of the newest leave told.
+    """
+
+    TYPE: ClassVar[str] = "members_left"
+    #: The ranks, sorted, as runs (see NewGroup).
+    runs: tuple[int, ...]
+    epoch: int
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The ranks that left (raises ProtocolError if the runs are malformed)."""
+        return unpack_runs(self.runs)
+
+
+@dataclass(frozen=True, slots=True)
 class MembersPending:
     """Coordinator -> every member (a notice, id 0): a process waits to join (elastic).
 
@@ -241,6 +307,22 @@ class Status:
 
     TYPE: ClassVar[str] = "status"
     job: str
+
+
+@dataclass(frozen=True, slots=True)
+class WhoIsMissing:
+    """Peer -> coordinator: who has not joined job ``job`` yet? (a waiting peer asks)."""
+
+    TYPE: ClassVar[str] = "who_is_missing"
+    job: str
+
+
+@dataclass(frozen=True, slots=True)
+class MissingReply:
+    """Coordinator -> peer: one line naming who is missing ("" once the job runs)."""
+
+    TYPE: ClassVar[str] = "missing_reply"
+    line: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,12 +377,14 @@ class StatusReply:
 
 
 Message = Union[Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave,
-                CheckMembership, MembershipState, Reconfigure, MemberGone, MembersPending,
-                Challenge, Proof, Ok, Error, Status, StatusReply]
+                CheckMembership, MembershipState, Reconfigure, MemberGone, MembersLeft,
+                MembersPending, Challenge, Proof, Ok, Error, Status, StatusReply, WhoIsMissing,
+                MissingReply]
 _TYPES: dict[str, type[Any]] = {cls.TYPE: cls for cls in
                                 (Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave,
                                  CheckMembership, MembershipState, Reconfigure, MemberGone,
-                                 MembersPending, Challenge, Proof, Ok, Error, Status, StatusReply)}
+                                 MembersLeft, MembersPending, Challenge, Proof, Ok, Error, Status,
+                                 StatusReply, WhoIsMissing, MissingReply)}
 #: Records that appear inside messages, by the name their annotations use.
 _RECORDS: dict[str, type[Any]] = {cls.__name__: cls for cls in
                                   (PeerInfo, MemberStatus, GroupStatus, JobStatus)}
@@ -313,6 +397,54 @@ def encode(message: Message, request_id: int = 0) -> bytes:
         body[field.name] = _to_plain(getattr(message, field.name))
     data: bytes = msgpack.packb(body, use_bin_type=True)
     return LENGTH.pack(len(data)) + data
+
+
+def encode_head(message: Message) -> list[bytes]:
+    """``message``'s encoding without its request id, in parts to send one after another.
+
+    A message sent to many members (a group's creation, a notice) is encoded
+    once, and :func:`frame` adds each one's request id. A large bytes field
+    (a Welcome's directory) is a part of its own, the field's own object: the
+    Welcomes of a thousand members then share one directory in memory.
+    """
+    fields = dataclasses.fields(message)
+    packer = msgpack.Packer(use_bin_type=True)
+    parts: list[bytes] = []
+    small = [packer.pack_map_header(len(fields) + 2), packer.pack("t"),
+             packer.pack(message.TYPE)]
+    for field in fields:
+        value = getattr(message, field.name)
+        small.append(packer.pack(field.name))
+        if isinstance(value, bytes) and len(value) >= SHARED_BYTES:
+            small.append(_bin_header(len(value)))
+            parts += (b"".join(small), value)
+            small = []
+        else:
+            small.append(packer.pack(_to_plain(value)))
+    return [*parts, b"".join(small)]
+
+
+def frame(head: list[bytes], request_id: int) -> list[bytes]:
+    """The length-prefixed message, in parts, whose encoding without request id is ``head``."""
+    tail: bytes = _ID_KEY + msgpack.packb(request_id)
+    size = sum(len(part) for part in head) + len(tail)
+    if len(head) == 1:
+        return [LENGTH.pack(size) + head[0] + tail]
+    return [LENGTH.pack(size) + head[0], *head[1:-1], head[-1] + tail]
+
+
+def _bin_header(size: int) -> bytes:
+    """msgpack's header of a bin of ``size`` bytes (bin 8, 16 or 32)."""
+    if size < 1 << 8:
+        return struct.pack(">BB", 0xC4, size)
+    if size < 1 << 16:
+        return struct.pack(">BH", 0xC5, size)
+    return struct.pack(">BI", 0xC6, size)
+
+
+#: Bytes fields at least this long are sent as their own object, not copied.
+SHARED_BYTES = 4096
+_ID_KEY: bytes = msgpack.packb("id")
 
 
 def decode_body(data: bytes, max_bytes: int) -> tuple[int, Message]:
@@ -328,8 +460,8 @@ def decode_body(data: bytes, max_bytes: int) -> tuple[int, Message]:
         raise ProtocolError(f"control message of {len(data)} bytes is over the limit of "
                             f"{max_bytes} bytes")
     try:
-        body = msgpack.unpackb(data, raw=False, strict_map_key=True, max_array_len=1 << 16,
-                               max_map_len=64, max_str_len=1 << 16, max_bin_len=0,
+        body = msgpack.unpackb(data, raw=False, strict_map_key=True, max_array_len=max_bytes,
+                               max_map_len=64, max_str_len=1 << 16, max_bin_len=max_bytes,
                                max_ext_len=0)
     except Exception as exc:  # msgpack raises several unrelated types
         raise ProtocolError(f"control message is not valid msgpack: {exc}") from exc
@@ -368,7 +500,8 @@ def _build(cls: type[Any], body: dict[str, Any]) -> Any:
     return cls(**values)
 
 
-_SCALARS: dict[str, tuple[type, ...]] = {"int": (int,), "str": (str,), "float": (float, int)}
+_SCALARS: dict[str, tuple[type, ...]] = {"int": (int,), "str": (str,), "float": (float, int),
+                                         "bytes": (bytes,)}
 
 
 def _check(owner: str, name: str, annotation: Any, value: Any) -> Any:

@@ -12,10 +12,15 @@ from asyncoll._compat import timeout as timeout_after
 from asyncoll._rendezvous.control import read_message, write_message
 from asyncoll._rendezvous.state import Reply, RendezvousState
 from asyncoll._settings import COORDINATOR_TICK_S, DEFAULT_PORT, HANDSHAKE_TIMEOUT_S
-from asyncoll._wire.messages import Challenge, Error, Proof
+from asyncoll._wire.messages import Challenge, Error, Proof, encode_head, frame
 from asyncoll.errors import AuthenticationError, ProtocolError
 
 log = logging.getLogger("asyncoll.coordinator")
+
+#: Connections the kernel queues before the daemon accepts them. A job's
+#: members connect at once; past the backlog, a handshake waits for the
+#: kernel's retransmission timers (seconds). Linux caps it at somaxconn.
+LISTEN_BACKLOG = 65535
 
 
 class Coordinator:
@@ -45,7 +50,8 @@ class Coordinator:
         Raises:
             OSError: the address cannot be bound (in use, not local).
         """
-        self._server = await asyncio.start_server(self._serve_connection, self.host, self.port)
+        self._server = await asyncio.start_server(self._serve_connection, self.host, self.port,
+                                                  backlog=LISTEN_BACKLOG)
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         log.info("coordinator listening on %s:%d", self.host, self.port)
@@ -174,7 +180,14 @@ class Coordinator:
             self._send(self._state.tick(loop.time()))
 
     def _send(self, replies: list[Reply]) -> None:
+        # One message often goes to many members (a group's creation, a
+        # notice): it is encoded once, and each copy gets its request id.
+        heads: dict[int, list[bytes]] = {}
         for reply in replies:
             writer = self._writers.get(reply.conn)
-            if writer is not None and not writer.is_closing():
-                write_message(writer, reply.message, reply.request_id)
+            if writer is None or writer.is_closing():
+                continue
+            head = heads.get(id(reply.message))
+            if head is None:
+                head = heads[id(reply.message)] = encode_head(reply.message)
+            writer.writelines(frame(head, reply.request_id))

@@ -33,7 +33,7 @@ EXAMPLES = 300
 _VALID = [encode(m, 1) for m in (
     Join(job="fuzz", rank=0, world_size=2, host="127.0.0.1", port=1, hostname="h", pid=1,
          version=2, timeout=1.0),
-    Status(job=""), Heartbeat(ops=1), NewGroup(ranks=(0, 1), timeout=1.0),
+    Status(job=""), Heartbeat(ops=1), NewGroup.of(ranks=(0, 1), timeout=1.0),
     Barrier(group_id=0, seq=1, timeout=1.0), Leave())]
 _JUNK_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1),
                          st.floats(), st.text(max_size=20), st.binary(max_size=20),

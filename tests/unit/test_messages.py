@@ -25,7 +25,9 @@ from asyncoll._wire.messages import (
     LENGTH,
     Leave,
     MemberGone,
+    MembersLeft,
     MembersPending,
+    MissingReply,
     MembershipState,
     MemberStatus,
     Message,
@@ -37,8 +39,12 @@ from asyncoll._wire.messages import (
     Status,
     StatusReply,
     Welcome,
+    WhoIsMissing,
+    SHARED_BYTES,
     decode_body,
     encode,
+    encode_head,
+    frame,
 )
 from asyncoll.errors import ProtocolError
 
@@ -55,14 +61,12 @@ FLOATS = st.floats(allow_nan=False)
 RANK_LISTS = st.lists(SMALL_INTS, max_size=20).map(tuple)
 REQUEST_IDS = st.integers(min_value=0, max_value=2**64 - 1)
 
-PEERS = st.builds(PeerInfo, rank=SMALL_INTS, host=TEXT, port=SMALL_INTS, hostname=TEXT)
 MESSAGES: st.SearchStrategy[Message] = st.one_of(
     st.builds(Join, job=TEXT, rank=INTS, world_size=INTS, host=TEXT, port=INTS,
               hostname=TEXT, pid=INTS, version=INTS, timeout=FLOATS),
-    st.builds(Welcome, rank=INTS, world_size=INTS,
-              peers=st.lists(PEERS, max_size=10).map(tuple)),
-    st.builds(NewGroup, ranks=RANK_LISTS, timeout=FLOATS),
-    st.builds(GroupCreated, group_id=INTS, ranks=RANK_LISTS),
+    st.builds(Welcome, rank=INTS, world_size=INTS, directory=st.binary(max_size=40)),
+    st.builds(NewGroup, runs=RANK_LISTS, timeout=FLOATS),
+    st.builds(GroupCreated, group_id=INTS, runs=RANK_LISTS),
     st.builds(Barrier, group_id=INTS, seq=INTS, timeout=FLOATS),
     st.just(Leave()),
     st.just(Ok()),
@@ -72,16 +76,19 @@ MESSAGES: st.SearchStrategy[Message] = st.one_of(
     st.builds(Proof, response=TEXT, nonce=TEXT),
     st.builds(MemberGone, rank=INTS, host=TEXT, hostname=TEXT, how=TEXT, reason=TEXT,
               epoch=INTS),
+    st.builds(MembersLeft, runs=RANK_LISTS, epoch=INTS),
     st.builds(Status, job=TEXT),
+    st.builds(WhoIsMissing, job=TEXT),
+    st.builds(MissingReply, line=TEXT),
 )
 
 EXAMPLES: list[Message] = [
     Join(job="job-1", rank=-1, world_size=4, host="10.0.0.1", port=40001,
          hostname="node-a", pid=1234, version=1, timeout=30.0),
-    Welcome(rank=1, world_size=2, peers=(PeerInfo(0, "10.0.0.1", 40001, "node-a"),
-                                         PeerInfo(1, "10.0.0.2", 40002, "node-b"))),
-    NewGroup(ranks=(0, 2), timeout=5.0),
-    GroupCreated(group_id=1, ranks=(0, 2)),
+    Welcome.of(rank=1, peers=(PeerInfo(0, "10.0.0.1", 40001, "node-a"),
+                              PeerInfo(1, "10.0.0.2", 40002, "node-b"))),
+    NewGroup.of(ranks=(0, 2), timeout=5.0),
+    GroupCreated.of(group_id=1, ranks=(0, 2)),
     Barrier(group_id=0, seq=3, timeout=1.5),
     Leave(),
     Ok(),
@@ -91,11 +98,14 @@ EXAMPLES: list[Message] = [
     Proof(response="00ff", nonce="c3d4"),
     MemberGone(rank=2, host="10.0.0.3", hostname="node-c", how="lost",
                reason="no heartbeat for 10.2 s", epoch=4),
+    MembersLeft(runs=(0, 3, 1, 7, 1, 1), epoch=6),
     MembersPending(pending=2, epoch=5),
     CheckMembership(timeout=30.0),
     MembershipState(changed=1, generation=2, gone=(1, 3), pending=1, epoch=5),
     Reconfigure(timeout=60.0, host="10.0.0.1", port=40001),
     Status(job=""),
+    WhoIsMissing(job="j"),
+    MissingReply(line="waiting for 1 of 2 ranks of job 'j': rank 1 has not joined"),
     StatusReply(jobs=(JobStatus("j", "running", 2, 3.5,
                                 (MemberStatus(0, "10.0.0.1", 40001, "a", 9, "running", 12, 0.5),),
                                 (GroupStatus(0, (0, 1)),)),)),
@@ -143,17 +153,17 @@ def test_every_message_type_round_trips_with_its_request_id(message: Message) ->
 
 
 def test_encoded_message_is_a_map_with_type_id_and_fields() -> None:
-    body = _plain(NewGroup(ranks=(0, 1), timeout=2.0), request_id=5)
+    body = _plain(NewGroup.of(ranks=(0, 1), timeout=2.0), request_id=5)
 
-    assert body == {"t": "new_group", "id": 5, "ranks": [0, 1], "timeout": 2.0}
+    assert body == {"t": "new_group", "id": 5, "runs": [0, 2, 1], "timeout": 2.0}
 
 
 def test_welcome_peer_directory_decodes_to_a_tuple_of_peer_info() -> None:
     _, decoded = decode_body(_body(EXAMPLES[1]), CAP)
 
     assert isinstance(decoded, Welcome)
-    assert isinstance(decoded.peers, tuple)
-    assert all(isinstance(p, PeerInfo) for p in decoded.peers)
+    assert decoded.peers == (PeerInfo(0, "10.0.0.1", 40001, "node-a"),
+                             PeerInfo(1, "10.0.0.2", 40002, "node-b"))
 
 
 def test_float_field_sent_as_integer_decodes_to_float() -> None:
@@ -242,12 +252,12 @@ def test_decode_refuses_an_extra_field_naming_it(message: Message) -> None:
     assert "'surprise'" in str(info.value)
 
 
-def test_decode_refuses_missing_and_extra_peer_info_fields() -> None:
-    body = _plain(EXAMPLES[1])
-    del body["peers"][0]["port"]
-    body["peers"][1]["extra"] = 0
+def test_decode_refuses_missing_and_extra_member_status_fields() -> None:
+    body = _plain(EXAMPLES[-1])
+    del body["jobs"][0]["members"][0]["rank"]
+    body["jobs"][0]["members"][0]["extra"] = 0
 
-    with pytest.raises(ProtocolError, match="PeerInfo"):
+    with pytest.raises(ProtocolError, match="MemberStatus"):
         decode_body(_pack(body), CAP)
 
 
@@ -284,28 +294,44 @@ def test_decode_refuses_a_join_field_of_the_wrong_type_naming_it(field: str,
 
 @pytest.mark.parametrize("ranks", [[0, True], [0, "1"], [0.0], "01", 3, None, [[0]]])
 def test_decode_refuses_rank_lists_that_are_not_lists_of_ints(ranks: object) -> None:
-    body = _plain(NewGroup(ranks=(0,), timeout=1.0))
-    body["ranks"] = ranks
+    body = _plain(NewGroup.of(ranks=(0,), timeout=1.0))
+    body["runs"] = ranks
 
-    with pytest.raises(ProtocolError, match="NewGroup.ranks must be a list of ints"):
+    with pytest.raises(ProtocolError, match="NewGroup.runs must be a list of ints"):
         decode_body(_pack(body), CAP)
 
 
-@pytest.mark.parametrize("peers", [[1], ["peer"], {"rank": 0}, None, [[0, "h", 1, "h"]]])
-def test_decode_refuses_a_peer_directory_that_is_not_a_list_of_maps(peers: object) -> None:
+@pytest.mark.parametrize("directory", [[1], "peers", {"rank": 0}, None, 3])
+def test_decode_refuses_a_peer_directory_that_is_not_bytes(directory: object) -> None:
     body = _plain(EXAMPLES[1])
-    body["peers"] = peers
+    body["directory"] = directory
 
-    with pytest.raises(ProtocolError, match="Welcome.peers must be a list of maps"):
+    with pytest.raises(ProtocolError, match="Welcome.directory must be bytes"):
         decode_body(_pack(body), CAP)
 
 
-def test_decode_refuses_a_peer_info_field_of_the_wrong_type() -> None:
-    body = _plain(EXAMPLES[1])
-    body["peers"][0]["port"] = True
+ONE_RUN = b"\0\0\0\0\1\0\0\0"  # place 0, 1 rank
 
-    with pytest.raises(ProtocolError, match="PeerInfo.port must be int"):
-        decode_body(_pack(body), CAP)
+
+@pytest.mark.parametrize("directory", [
+    b"", b"\x93",
+    _pack([[["h", "n"]], ONE_RUN, b"\1\0\2\0"]),                  # 1 rank placed, 2 ports
+    _pack([[["h", "n"]], b"\1\0\0\0\1\0\0\0", b"\1\0"]),        # place 1 of 1
+    _pack([[["h", "n"]], b"\0\0\0\0", b"\1\0"]),                  # half a run
+    _pack([[["h", 7]], ONE_RUN, b"\1\0"]),                         # a name not str
+    _pack([[["h"]], ONE_RUN, b"\1\0"]), _pack([1, 2]), _pack(None)])
+def test_a_malformed_directory_is_a_protocol_error_when_read(directory: bytes) -> None:
+    welcome = Welcome(rank=0, world_size=1, directory=directory)
+
+    with pytest.raises(ProtocolError, match="directory"):
+        welcome.peers
+
+
+def test_a_directory_of_another_world_size_is_a_protocol_error_when_read() -> None:
+    welcome = dataclasses.replace(EXAMPLES[1], world_size=3)  # type: ignore[type-var]
+
+    with pytest.raises(ProtocolError, match="lists 2 members for a world of 3"):
+        welcome.peers
 
 
 def test_decode_accepts_a_body_exactly_at_the_size_cap() -> None:
@@ -380,3 +406,17 @@ def test_decode_on_message_shaped_maps_raises_nothing_but_protocol_error(
         return
     assert isinstance(message, MESSAGE_TYPES)
     assert request_id == body["id"]
+
+
+@pytest.mark.parametrize("size", [0, 255, 4095, 4096, 65535, 65536, 70000])
+def test_a_large_directory_is_sent_as_its_own_object_and_decodes_the_same(size: int) -> None:
+    directory = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    welcome = Welcome(rank=3, world_size=9, directory=directory, generation=2)
+
+    head = encode_head(welcome)
+    parts = frame(head, 77)
+
+    assert any(part is directory for part in parts) == (size >= SHARED_BYTES)
+    data = b"".join(parts)
+    assert decode_body(data[LENGTH.size:], CAP) == (77, welcome)
+    assert decode_body(encode(welcome, 77)[LENGTH.size:], CAP) == (77, welcome)

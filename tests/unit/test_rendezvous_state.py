@@ -19,6 +19,7 @@ from asyncoll._wire.messages import (
     Join,
     Leave,
     MemberGone,
+    MembersLeft,
     Message,
     NewGroup,
     Ok,
@@ -384,7 +385,7 @@ def test_disconnect_of_an_unknown_connection_is_ignored(h: Harness) -> None:
 # -- requests that need a completed join ------------------------------------------------
 
 
-@pytest.mark.parametrize("message", [NewGroup(ranks=(0,), timeout=1.0),
+@pytest.mark.parametrize("message", [NewGroup.of(ranks=(0,), timeout=1.0),
                                      Barrier(group_id=0, seq=0, timeout=1.0), Leave()],
                          ids=["new_group", "barrier", "leave"])
 def test_request_before_join_is_a_protocol_error(h: Harness, message: Message) -> None:
@@ -394,7 +395,7 @@ def test_request_before_join_is_a_protocol_error(h: Harness, message: Message) -
     assert "join" in refused[1].message
 
 
-@pytest.mark.parametrize("message", [NewGroup(ranks=(0,), timeout=1.0),
+@pytest.mark.parametrize("message", [NewGroup.of(ranks=(0,), timeout=1.0),
                                      Barrier(group_id=0, seq=0, timeout=1.0), Leave()],
                          ids=["new_group", "barrier", "leave"])
 def test_request_while_rendezvous_is_incomplete_is_a_protocol_error(
@@ -407,7 +408,7 @@ def test_request_while_rendezvous_is_incomplete_is_a_protocol_error(
 
 
 @pytest.mark.parametrize("message", [Ok(), Error(code="x", message="y"),
-                                     GroupCreated(group_id=1, ranks=(0,))],
+                                     GroupCreated.of(group_id=1, ranks=(0,))],
                          ids=["ok", "error", "group_created"])
 def test_coordinator_refuses_messages_only_it_sends(h: Harness, message: Message) -> None:
     ranks = h.start_job(1)
@@ -423,14 +424,14 @@ def test_coordinator_refuses_messages_only_it_sends(h: Harness, message: Message
 def test_new_group_completes_when_every_rank_agrees(h: Harness) -> None:
     ranks = h.start_job(3)
 
-    assert h.send(ranks[0], NewGroup(ranks=(0, 2), timeout=5.0)) == []
-    assert h.send(ranks[1], NewGroup(ranks=(0, 2), timeout=5.0)) == []
-    replies = h.send(ranks[2], NewGroup(ranks=(0, 2), timeout=5.0))
+    assert h.send(ranks[0], NewGroup.of(ranks=(0, 2), timeout=5.0)) == []
+    assert h.send(ranks[1], NewGroup.of(ranks=(0, 2), timeout=5.0)) == []
+    replies = h.send(ranks[2], NewGroup.of(ranks=(0, 2), timeout=5.0))
 
     got = by_conn(replies)
     assert set(got) == set(ranks.values())
     for conn, reply in got.items():
-        assert reply.message == GroupCreated(group_id=1, ranks=(0, 2))
+        assert reply.message == GroupCreated.of(group_id=1, ranks=(0, 2))
         assert reply.request_id == h.last_id[conn]
 
 
@@ -440,7 +441,7 @@ def test_new_group_ids_count_up_from_one(h: Harness) -> None:
     ids = []
     for members in [(0, 1), (1,), (1, 0)]:
         for rank in (1, 0):
-            replies = h.send(ranks[rank], NewGroup(ranks=members, timeout=5.0))
+            replies = h.send(ranks[rank], NewGroup.of(ranks=members, timeout=5.0))
         ids.append({r.message.group_id for r in replies})  # type: ignore[union-attr]
 
     assert ids == [{1}, {2}, {3}]
@@ -450,9 +451,9 @@ def test_new_group_with_mismatched_members_fails_every_rank_naming_who_passed_wh
         h: Harness) -> None:
     ranks = h.start_job(3)
 
-    h.send(ranks[0], NewGroup(ranks=(0, 1), timeout=5.0))
-    h.send(ranks[1], NewGroup(ranks=(0, 1), timeout=5.0))
-    failed = errors(h.send(ranks[2], NewGroup(ranks=(1, 0), timeout=5.0)))
+    h.send(ranks[0], NewGroup.of(ranks=(0, 1), timeout=5.0))
+    h.send(ranks[1], NewGroup.of(ranks=(0, 1), timeout=5.0))
+    failed = errors(h.send(ranks[2], NewGroup.of(ranks=(1, 0), timeout=5.0)))
 
     assert set(failed) == set(ranks.values())
     for error in failed.values():
@@ -465,14 +466,14 @@ def test_new_group_with_invalid_members_is_refused_to_the_caller(h: Harness) -> 
     ranks = h.start_job(2)
 
     for members in [(0, 2), (0, 0), (), (-1,)]:
-        refused = errors(h.send(ranks[0], NewGroup(ranks=members, timeout=5.0)))
+        refused = errors(h.send(ranks[0], NewGroup.of(ranks=members, timeout=5.0)))
         assert refused[ranks[0]].code == "configuration"
 
 
 def test_new_group_timeout_fails_the_arrived_ranks_naming_the_missing(h: Harness) -> None:
     ranks = h.start_job(3)
-    h.send(ranks[0], NewGroup(ranks=(0, 1, 2), timeout=5.0))
-    h.send(ranks[2], NewGroup(ranks=(0, 1, 2), timeout=5.0))
+    h.send(ranks[0], NewGroup.of(ranks=(0, 1, 2), timeout=5.0))
+    h.send(ranks[2], NewGroup.of(ranks=(0, 1, 2), timeout=5.0))
 
     assert h.tick(4.9) == []
     failed = errors(h.tick(5.0))
@@ -512,7 +513,7 @@ def test_barriers_with_different_sequence_numbers_do_not_mix(h: Harness) -> None
 def test_barrier_on_a_subgroup_needs_only_its_members(h: Harness) -> None:
     ranks = h.start_job(3)
     for rank in range(3):
-        h.send(ranks[rank], NewGroup(ranks=(0, 2), timeout=5.0))
+        h.send(ranks[rank], NewGroup.of(ranks=(0, 2), timeout=5.0))
 
     assert h.send(ranks[2], Barrier(group_id=1, seq=0, timeout=5.0)) == []
     got = by_conn(h.send(ranks[0], Barrier(group_id=1, seq=0, timeout=5.0)))
@@ -525,7 +526,7 @@ def test_barrier_on_a_group_the_rank_is_not_in_is_a_configuration_error(
         h: Harness, group_id: int) -> None:
     ranks = h.start_job(3)
     for rank in range(3):
-        h.send(ranks[rank], NewGroup(ranks=(0, 2), timeout=5.0))
+        h.send(ranks[rank], NewGroup.of(ranks=(0, 2), timeout=5.0))
 
     refused = errors(h.send(ranks[1], Barrier(group_id=group_id, seq=0, timeout=5.0)))
 
@@ -580,7 +581,7 @@ def test_departure_fails_pending_barrier_it_was_expected_in_with_peer_lost(
 
 def test_disconnect_fails_pending_new_group_with_peer_lost(h: Harness) -> None:
     ranks = h.start_job(2)
-    h.send(ranks[0], NewGroup(ranks=(0, 1), timeout=5.0))
+    h.send(ranks[0], NewGroup.of(ranks=(0, 1), timeout=5.0))
 
     failed = errors(h.disconnect(ranks[1]))
 
@@ -592,7 +593,7 @@ def test_disconnect_fails_pending_new_group_with_peer_lost(h: Harness) -> None:
 def test_departure_of_a_non_member_leaves_a_subgroup_barrier_pending(h: Harness) -> None:
     ranks = h.start_job(3)
     for rank in range(3):
-        h.send(ranks[rank], NewGroup(ranks=(0, 1), timeout=5.0))
+        h.send(ranks[rank], NewGroup.of(ranks=(0, 1), timeout=5.0))
     h.send(ranks[0], Barrier(group_id=1, seq=0, timeout=5.0))
 
     assert by_conn(h.disconnect(ranks[2])) == {}
@@ -612,7 +613,7 @@ def test_departure_of_a_rank_that_already_arrived_does_not_fail_the_gathering(
     assert by_conn(replies) == {}
 
 
-@pytest.mark.parametrize("message", [NewGroup(ranks=(0, 1), timeout=5.0),
+@pytest.mark.parametrize("message", [NewGroup.of(ranks=(0, 1), timeout=5.0),
                                      Barrier(group_id=0, seq=0, timeout=5.0)],
                          ids=["new_group", "barrier"])
 def test_gathering_started_after_a_member_died_fails_with_peer_lost_at_once(
@@ -667,7 +668,7 @@ def test_job_is_gone_when_every_member_has_departed(h: Harness, how: str) -> Non
 def test_same_job_id_can_rendezvous_again_after_everyone_left(h: Harness) -> None:
     ranks = h.start_job(2)
     for rank in range(2):
-        h.send(ranks[rank], NewGroup(ranks=(0, 1), timeout=5.0))
+        h.send(ranks[rank], NewGroup.of(ranks=(0, 1), timeout=5.0))
     for conn in ranks.values():
         h.send(conn, Leave())
 
@@ -678,8 +679,8 @@ def test_same_job_id_can_rendezvous_again_after_everyone_left(h: Harness) -> Non
     assert all(w.world_size == 3 for w in got.values())
     new_ranks = {w.rank: c for c, w in got.items()}
     for rank in range(3):
-        replies = h.send(new_ranks[rank], NewGroup(ranks=(0, 1, 2), timeout=5.0))
-    assert {r.message for r in replies} == {GroupCreated(group_id=1, ranks=(0, 1, 2))}
+        replies = h.send(new_ranks[rank], NewGroup.of(ranks=(0, 1, 2), timeout=5.0))
+    assert {r.message for r in replies} == {GroupCreated.of(group_id=1, ranks=(0, 1, 2))}
 
 
 # -- failure detection -------------------------------------------------------------------
@@ -719,3 +720,54 @@ def test_disconnect_without_leave_is_a_loss_and_leave_is_a_departure(h: Harness)
     assert {c: [(m.rank, m.how) for m in ms] for c, ms in left.items()} == {1: [(2, "left")]}
     assert all(isinstance(m, MemberGone) and m.hostname == "node-a"
                for ms in lost.values() for m in ms)
+
+
+def test_leaves_that_come_together_are_told_together_and_answered_after(h: Harness) -> None:
+    size = 70  # more than state.TOLD_AT_ONCE_UP_TO
+    for conn in range(1, size + 1):
+        h.join(conn, rank=conn - 1, world_size=size)
+    first = h.send(1, Leave())  # a lone leave: answered, and told at once
+    assert by_conn(first)[1].message == Ok()
+    assert {c: [(m.rank, m.how) for m in ms] for c, ms in notices(first).items()} == {
+        c: [(0, "left")] for c in range(2, size + 1)}
+
+    assert h.send(2, Leave()) == [] and h.send(3, Leave()) == []  # within the same tick
+    assert h.tick(0.05) == []  # not yet a tick after the last notice
+
+    told = h.tick(0.1)
+    assert notices(told) == {c: [MembersLeft(runs=(1, 2, 1), epoch=3)]
+                             for c in range(4, size + 1)}
+    assert {c: r.message for c, r in by_conn(told).items()} == {2: Ok(), 3: Ok()}
+    assert h.tick(0.3) == []  # told once
+
+    h.now = 0.35
+    assert by_conn(h.send(4, Leave()))[4].message == Ok()  # the interval has passed
+
+
+def test_the_interval_between_notices_of_leaves_grows_with_the_job() -> None:
+    h = Harness()
+    size = 4096  # an interval of 0.41 s
+    for conn in range(1, size + 1):
+        h.join(conn, rank=conn - 1, world_size=size)
+    assert len(h.send(1, Leave())) == size  # its answer, and a notice to everyone else
+    assert h.send(2, Leave()) == []
+    assert h.tick(0.4) == []
+    assert len(h.tick(0.41)) == size - 2 + 1  # a notice to each still there, an answer
+
+
+def test_a_small_job_is_told_of_every_leave_at_once(h: Harness) -> None:
+    for conn in range(1, 6):
+        h.join(conn, rank=conn - 1, world_size=5)
+    for conn in (1, 2, 3):
+        replies = h.send(conn, Leave())
+        assert by_conn(replies)[conn].message == Ok()
+        assert set(notices(replies)) == set(range(conn + 1, 6))
+
+
+def test_a_requested_rank_is_free_again_once_its_peer_disconnects(h: Harness) -> None:
+    assert h.join(1, rank=0, world_size=2) == []
+    assert h.disconnect(1) == [] and h.join(3, rank=1, world_size=2) == []
+
+    got = welcomes(h.join(2, rank=0, world_size=2))
+
+    assert {conn: w.rank for conn, w in got.items()} == {2: 0, 3: 1}

@@ -14,9 +14,11 @@ from asyncoll._wire.messages import (
     JobStatus,
     Leave,
     MemberStatus,
+    MissingReply,
     NewGroup,
     Status,
     StatusReply,
+    WhoIsMissing,
 )
 from asyncoll.cli import table
 
@@ -38,7 +40,7 @@ def test_status_needs_no_join_and_describes_waiting_and_running_jobs():
     for conn in (11, 12):
         state.handle(conn, 1, join(conn, rank=conn - 11, world_size=2, job="k"), now=1.0)
     for conn in (11, 12):
-        state.handle(conn, 2, NewGroup(ranks=(1,), timeout=5.0), now=1.5)
+        state.handle(conn, 2, NewGroup.of(ranks=(1,), timeout=5.0), now=1.5)
     state.handle(12, 3, Leave(), now=2.0)
 
     (reply,) = state.handle(99, 7, Status(job=""), now=3.0)
@@ -55,15 +57,38 @@ def test_status_needs_no_join_and_describes_waiting_and_running_jobs():
 
 @pytest.mark.parametrize("ranks, expected", [
     ([0, 1, 3], "waiting for 1 of 4 ranks of job 'j': rank 2 has not joined"),
-    ([3], "waiting for 3 of 4 ranks of job 'j': ranks 0, 1, 2 have not joined"),
+    ([3], "waiting for 3 of 4 ranks of job 'j': ranks 0-2 have not joined"),
+    ([2, 3], "waiting for 2 of 4 ranks of job 'j': ranks 0, 1 have not joined"),
     ([0, -1], "waiting for 2 of 4 ranks of job 'j': ranks 0 and 1 peer(s) without a "
               "requested rank have joined"),
     ([-1, -1], "waiting for 2 of 4 ranks of job 'j': 2 peer(s) without a requested rank "
                "have joined"),
 ])
 def test_waiting_line_names_the_missing_ranks_when_it_can(ranks, expected):
-    job = JobStatus("j", "waiting", 4, 1.0, tuple(member(r) for r in ranks), ())
-    assert missing_text(job) == expected
+    requested = {r for r in ranks if r >= 0}
+    assert missing_text("j", 4, requested, len(ranks) - len(requested)) == expected
+
+
+def test_a_waiting_line_stays_short_in_a_large_job():
+    line = missing_text("big", 4096, set(range(0, 4096, 2)), 0)
+
+    assert line.startswith("waiting for 2048 of 4096 ranks of job 'big': ranks 1, 3, 5, ")
+    assert line.endswith(", and 2032 more have not joined")
+
+
+def test_a_waiting_peer_is_told_who_is_missing_without_the_job_s_member_list():
+    state = RendezvousState()
+    state.handle(1, 1, join(1, rank=2), now=0.0)
+    state.handle(2, 1, join(2, rank=0), now=0.0)
+
+    (reply,) = state.handle(1, 2, WhoIsMissing(job="j"), now=5.0)
+    assert reply.message == MissingReply(line="waiting for 1 of 3 ranks of job 'j': rank 1 "
+                                              "has not joined")
+    state.handle(3, 1, join(3, rank=1), now=5.5)
+    assert state.handle(1, 3, WhoIsMissing(job="j"), now=6.0)[0].message == MissingReply(
+        line="")  # the job runs now
+    assert state.handle(1, 4, WhoIsMissing(job="other"), now=6.0)[0].message == MissingReply(
+        line="")
 
 
 def test_table_has_a_row_per_member_with_its_groups():

@@ -1,0 +1,211 @@
+"""The coordinator at scale: rendezvous and new_group of N light members.
+
+    python benchmarks/scale.py --members 1024,4096,16384
+    /tmp/oldvenv/bin/python benchmarks/scale.py --members 4096 --label main-before
+
+The interpreter that runs it runs the daemon too, with its own asyncoll (so
+an older asyncoll, installed in a venv, is measured by that venv's python).
+A daemon (``asyncoll-coordinator``) serves one job of N light
+members: coroutines in one client process, each with its own coordinator
+connection and speaking the real protocol (``CoordinatorClient``, ``Join`` with
+``world_size=N``, one new_group of all ranks, a monitored barrier, then
+``Leave``). They open no data plane: what is timed is the coordinator's work.
+
+Per N it prints one row: each phase's wall time and, in parentheses, the
+CPU seconds the daemon spent in it (join: first Join sent to last Welcome;
+new_group and barrier: first request to last answer; leave: first Leave to
+the job closed), then the daemon's peak RSS and total CPU seconds. The client
+process shares the machine (2 cores here), so wall times include its work:
+the daemon's CPU is what grows with the coordinator's own cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from asyncoll._compat import loop_factory
+from asyncoll._rendezvous.client import CoordinatorClient
+from asyncoll._settings import PROTOCOL_VERSION
+from asyncoll._wire.messages import (
+    Barrier,
+    GroupCreated,
+    Join,
+    Leave,
+    Message,
+    Status,
+    StatusReply,
+)
+
+TIMEOUT_S = 600.0
+#: Print each phase's time as it ends (--verbose).
+VERBOSE = False
+#: Connections opened at once (below asyncio's default listen backlog of 100).
+CONNECTING = 64
+
+
+def new_group_request(ranks: tuple[int, ...], timeout: float) -> Message:
+    """The NewGroup message of this asyncoll (its constructor changed with issue 25)."""
+    from asyncoll._wire import messages
+    make = getattr(messages.NewGroup, "of", None)
+    return (make(ranks, timeout) if make is not None
+            else messages.NewGroup(ranks=ranks, timeout=timeout))
+
+
+class Daemon:
+    """An asyncoll-coordinator subprocess on a free port, with its /proc figures."""
+
+    def __init__(self, python: str) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="asyncoll-scale-")
+        port_file = Path(self._dir.name) / "port"
+        self.process = subprocess.Popen(
+            [python, "-m", "asyncoll.coordinator", "--port", "0", "--port-file",
+             str(port_file), "--log-level", "WARNING"], stdin=subprocess.DEVNULL,
+            cwd=self._dir.name)  # not this checkout: -m would import its asyncoll first
+        deadline = time.monotonic() + 30
+        while not port_file.exists():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the coordinator did not start")
+            time.sleep(0.05)
+        self.port = int(port_file.read_text())
+
+    def peak_rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+        self._dir.cleanup()
+
+
+async def wait_until_idle(port: int, job: str) -> None:
+    """Poll the daemon's status until ``job`` is gone (every member's leave handled)."""
+    client = await CoordinatorClient.connect("127.0.0.1", port, TIMEOUT_S)
+    try:
+        while True:
+            reply = await client.request(Status(job=job), TIMEOUT_S, "status")
+            assert isinstance(reply, StatusReply)
+            if not reply.jobs:
+                return
+            await asyncio.sleep(0.01)
+    finally:
+        await client.close()
+
+
+class Phases:
+    """Each phase's wall time, and the daemon's CPU seconds in it."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self._daemon = daemon
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self._began = (0.0, 0.0)
+
+    def begin(self) -> None:
+        self._began = (time.perf_counter(), self._daemon.cpu_s())
+
+    def end(self, what: str, since: float | None = None) -> None:
+        wall, cpu = self._began
+        self.wall[what] = time.perf_counter() - (since if since is not None else wall)
+        self.cpu[what] = self._daemon.cpu_s() - cpu
+        if VERBOSE:
+            print(f"  {what}: {self.wall[what]:.2f} s, daemon CPU {self.cpu[what]:.2f} s",
+                  file=sys.stderr, flush=True)
+
+
+async def one_job(daemon: Daemon, members: int) -> Phases:
+    """Join ``members`` light members, make a group of all, barrier, leave; the times."""
+    job = f"scale-{members}"
+    host = socket.gethostname()
+    phases = Phases(daemon)
+    first_join: list[float] = []
+    # Connections opened at once: more than the daemon's listen backlog would
+    # leave handshakes to the kernel's retransmission timers.
+    connecting = asyncio.Semaphore(CONNECTING)
+
+    async def member(i: int) -> tuple[CoordinatorClient, object]:
+        # A worker sends its join as soon as it is connected (the daemon drops
+        # a connection that stays silent), so connections and joins overlap.
+        async with connecting:
+            client = await CoordinatorClient.connect("127.0.0.1", daemon.port, TIMEOUT_S)
+        first_join.append(time.perf_counter())
+        return client, await client.request(Join(
+            job=job, rank=-1, world_size=members, host="127.0.0.1", port=20000 + i % 40000,
+            hostname=host, pid=os.getpid(), version=PROTOCOL_VERSION, timeout=TIMEOUT_S,
+            heartbeat_timeout=TIMEOUT_S), TIMEOUT_S, "join")
+
+    phases.begin()
+    joined = await asyncio.gather(*(member(i) for i in range(members)))
+    phases.end("join", since=min(first_join))
+    clients = [c for c, _ in joined]
+    welcomes = [w for _, w in joined]
+
+    async def each(what: str, request: Message) -> list[Message]:
+        phases.begin()
+        replies = await asyncio.gather(*(c.request(request, TIMEOUT_S, what)
+                                         for c in clients))
+        phases.end(what)
+        return replies
+
+    ranks = sorted(w.rank for w in welcomes)  # type: ignore[attr-defined]
+    assert ranks == list(range(members)), "the ranks are not 0 to N-1"
+    by_rank = sorted(range(members), key=lambda i: welcomes[i].rank)  # type: ignore[attr-defined]
+    clients = [clients[i] for i in by_rank]
+    # Every member sends the same request: made once, as a light member would
+    # not spend the client process's time making it N times.
+    created = await each("new_group", new_group_request(tuple(range(members)), TIMEOUT_S))
+    assert all(isinstance(c, GroupCreated) and c.group_id == 1 for c in created)
+    await each("barrier", Barrier(group_id=1, seq=1, timeout=TIMEOUT_S))
+    phases.begin()
+    await asyncio.gather(*(c.request(Leave(), TIMEOUT_S, "leave") for c in clients))
+    await wait_until_idle(daemon.port, job)
+    phases.end("leave")
+    await asyncio.gather(*(c.close() for c in clients))
+    return phases
+
+
+PHASES = ("join", "new_group", "barrier", "leave")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--members", default="256,1024,4096",
+                        help="comma-separated job sizes (default 256,1024,4096)")
+    parser.add_argument("--label", default="asyncoll", help="the first column's text")
+    parser.add_argument("--verbose", action="store_true", help="each phase's time as it ends")
+    args = parser.parse_args()
+    global VERBOSE
+    VERBOSE = args.verbose
+    print(f"{'daemon':<12} {'N':>6} " + " ".join(f"{p + ' s (CPU)':>18}" for p in PHASES)
+          + f" {'RSS MB':>7} {'CPU s':>6}", flush=True)
+    for members in (int(n) for n in args.members.split(",")):
+        daemon = Daemon(sys.executable)
+        try:
+            loop = loop_factory()()
+            try:
+                phases = loop.run_until_complete(one_job(daemon, members))
+            finally:
+                loop.close()
+            print(f"{args.label:<12} {members:>6} " + " ".join(
+                f"{phases.wall[p]:>10.2f} ({phases.cpu[p]:>5.2f})" for p in PHASES)
+                + f" {daemon.peak_rss_mb():>7.0f} {daemon.cpu_s():>6.1f}", flush=True)
+        finally:
+            daemon.stop()
+
+
+if __name__ == "__main__":
+    main()

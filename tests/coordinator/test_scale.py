@@ -1,0 +1,170 @@
+"""The coordinator with a thousand members and more: right answers, linear work.
+
+Light members speak the real protocol and open no data plane. These tests
+assert results and counts (messages, log lines, shared encodings), never
+times; benchmarks/scale.py measures the times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from asyncoll._rendezvous.client import CoordinatorClient
+from asyncoll._rendezvous.state import RendezvousState
+from asyncoll._settings import PROTOCOL_VERSION
+from asyncoll._wire.messages import (
+    Barrier,
+    GroupCreated,
+    Join,
+    Leave,
+    MemberGone,
+    MembersLeft,
+    Message,
+    MissingReply,
+    NewGroup,
+    Ok,
+    PeerInfo,
+    Welcome,
+    WhoIsMissing,
+)
+from asyncoll.coordinator import Coordinator
+
+pytestmark = pytest.mark.timeout(120)
+
+HOSTS = 16
+
+
+def light_join(i: int, world_size: int, job: str = "big") -> Join:
+    """Member ``i``'s join: on host ``i % HOSTS``, so that hosts join interleaved."""
+    return Join(job=job, rank=-1, world_size=world_size, host=f"10.0.{i % HOSTS}.1",
+                port=20000 + i, hostname=f"node-{i % HOSTS:02d}", pid=i,
+                version=PROTOCOL_VERSION, timeout=600.0, heartbeat_timeout=600.0)
+
+
+def check_directory(peers: tuple[PeerInfo, ...], world_size: int) -> None:
+    """Every member is in it once, at the address it joined with, hosts' ranks adjacent."""
+    assert [p.rank for p in peers] == list(range(world_size))
+    members = sorted(p.port - 20000 for p in peers)
+    assert members == list(range(world_size))
+    for p in peers:
+        i = p.port - 20000
+        assert (p.host, p.hostname) == (f"10.0.{i % HOSTS}.1", f"node-{i % HOSTS:02d}")
+    hosts = [p.hostname for p in peers]
+    assert hosts == sorted(hosts), "a host's ranks are not adjacent"
+
+
+async def test_a_job_of_1024_light_members_rendezvous_groups_meets_and_leaves(caplog):
+    size = 1024
+    coordinator = Coordinator("127.0.0.1", 0)
+    await coordinator.start()
+    clients: list[CoordinatorClient] = []
+    try:
+        clients = list(await asyncio.gather(*(
+            CoordinatorClient.connect("127.0.0.1", coordinator.port, timeout=60)
+            for _ in range(size))))
+        heard: list[list[Message]] = [[] for _ in range(size)]
+        for i, client in enumerate(clients):
+            client.on_notice = heard[i].append
+        with caplog.at_level(logging.INFO, logger="asyncoll.coordinator"):
+            joins = [asyncio.ensure_future(c.request(light_join(i, size), 60, "join"))
+                     for i, c in enumerate(clients[:-1])]
+            await asyncio.sleep(0.2)
+            missing = await clients[0].request(WhoIsMissing(job="big"), 10, "who is missing")
+            assert missing == MissingReply(line="waiting for 1 of 1024 ranks of job 'big': "
+                                                "1023 peer(s) without a requested rank have "
+                                                "joined")
+            joins.append(asyncio.ensure_future(
+                clients[-1].request(light_join(size - 1, size), 60, "join")))
+            welcomes = await asyncio.gather(*joins)
+
+            assert all(isinstance(w, Welcome) for w in welcomes)
+            assert sorted(w.rank for w in welcomes) == list(range(size))  # type: ignore[union-attr]
+            first = welcomes[0]
+            assert isinstance(first, Welcome)
+            assert all(w.directory == first.directory for w in welcomes)  # type: ignore[union-attr]
+            check_directory(first.peers, size)
+            for i, welcome in enumerate(welcomes):
+                assert first.peers[welcome.rank].port == 20000 + i  # type: ignore[union-attr]
+
+            by_rank = sorted(range(size), key=lambda i: welcomes[i].rank)  # type: ignore[union-attr]
+            members = [clients[i] for i in by_rank]
+            everyone, odd = tuple(range(size)), tuple(range(1, size, 2))
+            for ranks, group_id in ((everyone, 1), (odd, 2)):
+                created = await asyncio.gather(*(
+                    c.request(NewGroup.of(ranks, 60.0), 60, "new_group") for c in members))
+                assert set(created) == {GroupCreated.of(group_id, ranks)}
+                assert created[0].ranks == ranks  # type: ignore[union-attr]
+            met = await asyncio.gather(*(
+                members[r].request(Barrier(group_id=2, seq=1, timeout=60.0), 60, "barrier")
+                for r in odd))
+            assert set(met) == {Ok()}
+
+            # Rank 0 leaves first, alone: every other member hears of it once.
+            await members[0].request(Leave(), 10, "leave")
+            for _ in range(100):
+                if all(heard[i] for i in by_rank[1:]):
+                    break
+                await asyncio.sleep(0.05)
+            for i in by_rank[1:]:
+                assert [(g.rank, g.how) for g in heard[i]
+                        if isinstance(g, MemberGone)] == [(0, "left")]
+            await asyncio.gather(*(c.request(Leave(), 30, "leave") for c in members[1:]))
+            assert await coordinator.wait_until_idle("big", 30)
+
+        # One line per rendezvous and group, not one per member.
+        lines = [r.getMessage() for r in caplog.records if r.name == "asyncoll.coordinator"]
+        assert len(lines) < 20, lines[:30]
+        (complete,) = [line for line in lines if "rendezvous complete" in line]
+        assert "1024 ranks: node-00 0-63; node-01 64-127;" in complete
+        assert any("group 2 created with ranks a list of 512 ranks in 1 runs" in line
+                   for line in lines)
+    finally:
+        await asyncio.gather(*(c.close() for c in clients))
+        await coordinator.stop()
+
+
+def test_4096_members_share_one_directory_one_group_answer_and_few_notices():
+    size = 4096
+    state = RendezvousState()
+    replies = []
+    for i in range(size):
+        replies = state.handle(i + 1, 1, light_join(i, size), now=0.0)
+    welcomes = [r.message for r in replies]
+    assert len(welcomes) == size
+    assert all(isinstance(w, Welcome) for w in welcomes)
+    # The directory is packed once: every Welcome holds the same bytes object.
+    assert len({id(w.directory) for w in welcomes}) == 1  # type: ignore[union-attr]
+    check_directory(welcomes[0].peers, size)  # type: ignore[union-attr]
+    conn_of = {w.rank: r.conn for w, r in zip(welcomes, replies)}  # type: ignore[union-attr]
+
+    request = NewGroup.of(tuple(range(size)), 60.0)
+    for rank in range(size):
+        replies = state.handle(conn_of[rank], 2, request, now=1.0)
+    assert len(replies) == size and len({id(r.message) for r in replies}) == 1
+
+    # Half leave between two ticks: the first is told at once, the others in
+    # one notice each to the other half, naming them all.
+    first = state.handle(conn_of[0], 3, Leave(), now=2.0)
+    assert {type(r.message) for r in first[1:]} == {MemberGone} and len(first) == size
+    for rank in range(1, size // 2):  # answered once the others are told
+        assert state.handle(conn_of[rank], 3, Leave(), now=2.0) == []
+    assert state.tick(2.4) == []  # 4096 members: at most one notice every 0.41 s
+    replies = state.tick(2.41)
+    notices = [r for r in replies if r.request_id == 0]
+    assert len(notices) == size // 2 and len({id(n.message) for n in notices}) == 1
+    batch = notices[0].message
+    assert isinstance(batch, MembersLeft) and batch.runs == (1, size // 2 - 1, 1)
+    assert sorted(r.conn for r in replies if r.request_id == 3) == sorted(
+        conn_of[rank] for rank in range(1, size // 2))
+    # The rest leave within the interval after that notice: nobody is left to
+    # tell, and the last leave answers them all.
+    for rank in range(size // 2, size - 1):
+        assert state.handle(conn_of[rank], 3, Leave(), now=2.5) == []
+    last = state.handle(conn_of[size - 1], 3, Leave(), now=2.5)
+    assert {r.conn for r in last} == {conn_of[rank] for rank in range(size // 2, size)}
+    assert {r.message for r in last} == {Ok()}
+    assert state.tick(3.0) == []
+    assert not state.job_is_active("big")
