@@ -587,7 +587,8 @@ class RendezvousState:
     def _next_generation(self, job: Job, gathering: Gathering, members: list[int],
                          newcomers: list[Waiter], now: float) -> list[Reply]:
         old = job.generation
-        late = [r for r in job.live() if r not in members]
+        staying = set(members)
+        late = [r for r in job.live() if r not in staying]
         replies: list[Reply] = []
         for rank in late:
             member = job.members[rank]

@@ -8,6 +8,7 @@ times; benchmarks/scale.py measures the times.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 import pytest
@@ -17,6 +18,7 @@ from asyncoll._rendezvous.state import RendezvousState
 from asyncoll._settings import PROTOCOL_VERSION
 from asyncoll._wire.messages import (
     Barrier,
+    CheckMembership,
     GroupCreated,
     Join,
     Leave,
@@ -27,6 +29,7 @@ from asyncoll._wire.messages import (
     NewGroup,
     Ok,
     PeerInfo,
+    Reconfigure,
     Welcome,
     WhoIsMissing,
 )
@@ -168,3 +171,33 @@ def test_4096_members_share_one_directory_one_group_answer_and_few_notices():
     assert {r.message for r in last} == {Ok()}
     assert state.tick(3.0) == []
     assert not state.job_is_active("big")
+
+
+def test_an_elastic_job_of_2048_goes_on_without_a_lost_member():
+    size = 2048
+    state = RendezvousState()
+    replies = []
+    for i in range(size):
+        join = dataclasses.replace(light_join(i, size, job="elastic"), elastic=1)
+        replies = state.handle(i + 1, 1, join, now=0.0)
+    conn_of = {r.message.rank: r.conn for r in replies}  # type: ignore[union-attr]
+
+    lost = state.disconnect(conn_of[7], now=1.0)
+    assert {r.message.rank for r in lost} == {7}  # type: ignore[union-attr]
+    assert len(lost) == size - 1  # told at once, to each member still there
+    survivors = [r for r in range(size) if r != 7]
+    for rank in survivors:
+        replies = state.handle(conn_of[rank], 2, CheckMembership(timeout=60.0), now=2.0)
+    assert len(replies) == size - 1
+    assert {(r.message.changed, r.message.gone) for r in replies} == {  # type: ignore[union-attr]
+        (1, (7,))}
+    for rank in survivors:
+        replies = state.handle(conn_of[rank], 3, Reconfigure(
+            timeout=60.0, host=f"10.1.0.{rank % 250}", port=30000 + rank), now=3.0)
+
+    welcomes = [r.message for r in replies]
+    assert len(welcomes) == size - 1 and all(isinstance(w, Welcome) for w in welcomes)
+    assert len({id(w.directory) for w in welcomes}) == 1  # type: ignore[union-attr]
+    assert {w.generation for w in welcomes} == {1}  # type: ignore[union-attr]
+    peers = welcomes[0].peers  # type: ignore[union-attr]
+    assert [p.port - 30000 for p in peers] == survivors  # survivors keep their order
