@@ -29,7 +29,6 @@ gets a Welcome with the new directory.
 from __future__ import annotations
 
 import logging
-
 from functools import lru_cache
 
 from asyncoll._settings import PROTOCOL_VERSION

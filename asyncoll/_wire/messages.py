@@ -253,10 +253,11 @@ class MemberGone:
 class MembersLeft:
     """Coordinator -> every other member (a notice, id 0): these ranks left the job.
 
-    Leaves that come together (a job ending) are told together, one notice
-    per member and coordinator tick, so that a job of N members ending sends
-    O(N) notices, not O(N^2). A lone leave and every loss are told at once,
-    as a MemberGone. ``epoch`` is that of the newest leave told.
+    In a job of more than 64 members, leaves that come together (a job
+    ending) are told together, at most one notice per member and interval
+    (see the coordinator's state), not one per member and leave. A lone
+    leave and every loss are told at once, as a MemberGone. ``epoch`` is
+    that of the newest leave told.
     """
 
     TYPE: ClassVar[str] = "members_left"
