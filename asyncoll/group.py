@@ -1,12 +1,12 @@
 """Group handles: :class:`AsyncProcessGroup` (torch's ProcessGroup) and :data:`WORLD`.
 
 ``asyncoll.group.WORLD`` is torch's ``dist.group.WORLD``. The collectives
-themselves live in the group layer (asyncoll._group.collectives).
+themselves live in the group layer (asyncoll._group.group).
 """
 
 from __future__ import annotations
 
-from asyncoll._group.collectives import WORLD, AsyncProcessGroup, WorldGroup
-from asyncoll._group.core import seconds
+from asyncoll._group.group import WORLD, AsyncProcessGroup, WorldGroup
+from asyncoll._group.plan import seconds
 
 __all__ = ["AsyncProcessGroup", "WORLD", "WorldGroup", "seconds"]

@@ -33,7 +33,8 @@ import time
 import numpy as np
 
 import asyncoll as dist
-from asyncoll._api import blocking as _blocking
+from asyncoll._api import world as _world
+from asyncoll._runtime.runtime import runtime
 from asyncoll._algorithms import selection
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -65,11 +66,11 @@ def time_one(collective: str, algorithm: str, count: int, target_s: float) -> fl
     # Zeros: repeated SUMs never overflow. The blocking API has no algorithm
     # argument: run the default group's coroutines on the runtime's loop, as it does.
     buf = np.zeros(count, dtype=np.float32)
-    world = _blocking._default()
+    world, loop = _world.default(), runtime()
     run = {
-        "all_reduce": lambda: _blocking._run(world.all_reduce(buf, algorithm=algorithm)),
-        "broadcast": lambda: _blocking._run(world.broadcast(buf, 0, algorithm=algorithm)),
-        "reduce": lambda: _blocking._run(world.reduce(buf, 0, algorithm=algorithm)),
+        "all_reduce": lambda: world.execute(world.all_reduce(buf, algorithm=algorithm), loop),
+        "broadcast": lambda: world.execute(world.broadcast(buf, 0, algorithm=algorithm), loop),
+        "reduce": lambda: world.execute(world.reduce(buf, 0, algorithm=algorithm), loop),
     }[collective]
 
     warmup = 10 if count * 4 <= (1 << 20) else 2
@@ -109,7 +110,7 @@ def rank_main(args: argparse.Namespace) -> int:
         if dist.get_rank() == 0:
             ran = {name: us for name, us in timed.items() if us is not None}
             fastest = min(ran, key=lambda name: ran[name])
-            chosen = _blocking._default()._choose(args.collective, count * 4, None)
+            chosen = _world.default()._choose(args.collective, count * 4, None)
             print(f"{human(size):>6} " + " ".join(
                 f"{'-' if us is None else f'{us:.1f}':>18}" for us in timed.values())
                 + f" {fastest:>18} {chosen:>18}", flush=True)

@@ -33,7 +33,7 @@ import numpy as np
 
 from asyncoll._algorithms.ops import combine, finish
 from asyncoll._algorithms.team import CHECK_STEP, Team, as_bytes
-from asyncoll._transport.direct import DirectLinks
+from asyncoll._transport.links import DirectLinks
 from asyncoll.types import ReduceOp
 
 _EMPTY = memoryview(bytearray(0))

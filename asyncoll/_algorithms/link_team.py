@@ -17,7 +17,7 @@ import numpy as np
 
 from asyncoll._algorithms.team import CHECK_STEP, STEPS_PER_PHASE, as_bytes
 from asyncoll._transport.base import Consumer
-from asyncoll._transport.direct import DirectLinks
+from asyncoll._transport.links import DirectLinks
 
 
 _EMPTY = memoryview(bytearray(0))

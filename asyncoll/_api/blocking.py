@@ -1,43 +1,41 @@
 """The blocking API: torch.distributed's functions over one background event loop.
 
-Every function checks its arguments in the caller's thread, then runs the
-group's coroutine (asyncoll.group) on the loop thread and waits for it, or
-returns a Work when ``async_op`` is True. A collective that the group's
-shared-memory arena takes (same-host members, small and medium arrays) runs
-in the caller's thread instead, with no hop to the loop thread and back;
-with ``async_op`` it completes before the call returns, and its Work is done.
-A blocking call on numpy arrays with the signature of one made before runs
-again without being made anew (:func:`_ran_again`, GroupCore.remember).
+Every function converts its arguments, has the group check them and make
+the call's plan (asyncoll.group), and hands the plan to the group's
+``execute`` (blocking) or ``submit`` (``async_op``: a Work), which decides
+where it runs: in the caller's thread where the group's fast path takes it
+(its Work then done before the call returns), else on the runtime's loop
+thread. A blocking call on numpy arrays with the signature of one made
+before runs again without being made anew (:func:`_ran_again`, GroupCore.again).
 ``src`` and ``dst`` are global ranks; ``group_src`` and ``group_dst`` are
 ranks within ``group``, as in torch.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import threading
-import warnings
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
 from asyncoll import aio
 from asyncoll._runtime.runtime import runtime
+from asyncoll._api import world
 from asyncoll._api.work import Work
-from asyncoll._group.core import Operation
-from asyncoll.errors import AsyncollError, CollectiveError, ConfigurationError
-from asyncoll.group import WORLD, AsyncProcessGroup, WorldGroup, seconds
+from asyncoll._api.world import (
+    Group,
+    get_global_rank as get_global_rank,
+    get_group_rank as get_group_rank,
+    get_process_group_ranks as get_process_group_ranks,
+)
+from asyncoll.errors import CollectiveError, ConfigurationError
+from asyncoll.group import WORLD, AsyncProcessGroup, seconds
 from asyncoll.types import ReduceOp
 
-#: What ``group=`` accepts: a group, None or ``asyncoll.group.WORLD`` for the world.
-Group = Union[AsyncProcessGroup, WorldGroup, None]
-
 _lock = threading.Lock()
-#: The default group (torch's default process group); the runtime runs everything else.
-_world: aio.World | None = None
 
 
 def init_process_group(backend: str | None = None, init_method: str | None = None,
@@ -58,17 +56,16 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         RendezvousError: the coordinator refused this peer, is unreachable, or the
             rendezvous timed out (RendezvousTimeoutError).
     """
-    global _world
     if store is not None:
         raise ConfigurationError("asyncoll does not use a torch Store: pass init_method "
                                  "(env:// or tcp://host:port) instead")
     with _lock:
-        if _world is not None:
+        if world.current is not None:
             raise ConfigurationError("init_process_group was called twice; call "
                                      "destroy_process_group() first")
         shared = runtime()
-        _world = shared.run(aio.init_process_group(backend, init_method, timeout, world_size,
-                                                   rank, job_id, elastic, min_size, max_size))
+        world.current = shared.run(aio.init_process_group(
+            backend, init_method, timeout, world_size, rank, job_id, elastic, min_size, max_size))
         # A program that forgets destroy_process_group still leaves the job
         # cleanly, so its peers and an embedded coordinator are not left waiting.
         shared.at_exit(destroy_process_group)
@@ -76,13 +73,12 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
 
 def destroy_process_group(group: Group = None) -> None:
     """Leave the job (group None) and close its connections; a sub-group is just dropped."""
-    global _world
-    if group is not None and group is not WORLD and group is not _world:
+    if group is not None and group is not WORLD and group is not world.current:
         return
     with _lock:
-        world, _world = _world, None
-        if world is not None:
-            runtime().run(world.destroy())
+        ending, world.current = world.current, None
+        if ending is not None:
+            runtime().run(ending.destroy())
 
 
 def membership_changed(timeout: float | timedelta | None = None) -> bool:
@@ -93,16 +89,16 @@ def membership_changed(timeout: float | timedelta | None = None) -> bool:
     When none has heard of a change, it is one small all_reduce (in this
     thread, on one host); otherwise the coordinator decides (aio.World's).
     """
-    world = _default()
-    heard = np.array([world.session.heard_of_change()], dtype=np.int32)
+    default = world.default()
+    heard = np.array([default.session.heard_of_change()], dtype=np.int32)
     try:
         all_reduce(heard, ReduceOp.MAX)
     except CollectiveError as exc:
-        if not world.session.changed_membership(exc):
+        if not default.session.changed_membership(exc):
             raise
         heard[0] = 1  # lost or left, meanwhile or before: the coordinator gathers all
-    return bool(heard[0]) and bool(_run(world.session.membership_changed(
-        seconds(timeout, world.timeout))))
+    return bool(heard[0]) and bool(_run(default.session.membership_changed(
+        seconds(timeout, default.timeout))))
 
 
 def reconfigure(timeout: float | timedelta | None = None) -> None:
@@ -118,10 +114,8 @@ def reconfigure(timeout: float | timedelta | None = None) -> None:
         RendezvousTimeoutError: fewer than min_size members took part in time.
         ExcludedError: the others went on without this process (it was late).
     """
-    global _world
     with _lock:
-        old = _default()
-        _world = _run(old.reconfigure(timeout))
+        world.current = _run(world.default().reconfigure(timeout))
 
 
 def get_generation() -> int:
@@ -129,7 +123,7 @@ def get_generation() -> int:
 
     A process admitted into a running elastic job starts past 0.
     """
-    return _default().generation
+    return world.default().generation
 
 
 def is_available() -> bool:
@@ -139,23 +133,23 @@ def is_available() -> bool:
 
 def is_initialized() -> bool:
     """Whether init_process_group has succeeded and not been destroyed."""
-    return _world is not None
+    return world.current is not None
 
 
 def get_rank(group: Group = None) -> int:
     """This process's rank in ``group`` (the world by default); -1 if not a member."""
-    return _group(group).rank
+    return world.resolve(group).rank
 
 
 def get_world_size(group: Group = None) -> int:
     """The number of ranks in ``group``; -1 on a process that is not a member, as torch."""
-    resolved = _group(group)
+    resolved = world.resolve(group)
     return resolved.size if resolved.is_member else -1
 
 
 def get_backend(group: Group = None) -> str:
     """The backend's name: always "asyncoll"."""
-    _group(group)
+    world.resolve(group)
     return "asyncoll"
 
 
@@ -173,7 +167,7 @@ def new_group(ranks: Sequence[int] | None = None, timeout: float | timedelta | N
         MismatchError: ranks passed different member lists to the same call.
         RendezvousTimeoutError: a rank did not call it in time.
     """
-    group: AsyncProcessGroup = _run(_default().new_group(ranks, timeout))
+    group: AsyncProcessGroup = _run(world.default().new_group(ranks, timeout))
     return group
 
 
@@ -198,33 +192,33 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Group = None,
     """
     if not async_op and _ran_again(group, tensor, "all_reduce", op):
         return None
-    return _collective("all_reduce", group, async_op, lambda g: g.all_reduce(tensor, op))
+    return world.collective("all_reduce", group, async_op, lambda g: g.all_reduce(tensor, op))
 
 
 def broadcast(tensor: Any, src: int | None = None, group: Group = None, async_op: bool = False,
               group_src: int | None = None) -> Work | None:
     """Copy global rank ``src``'s ``tensor`` (or group rank ``group_src``'s) to every member."""
     if (not async_op and group_src is None and type(src) is int
-            and _ran_again(group, tensor, "broadcast", src)):
+            and _ran_again(group, tensor, "broadcast", None, src)):
         return None
-    return _collective("broadcast", group, async_op, lambda g: g.broadcast(
-        tensor, _root(g, src, group_src, "src")))
+    return world.collective("broadcast", group, async_op, lambda g: g.broadcast(
+        tensor, world.root(g, src, group_src, "src")))
 
 
 def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: Group = None,
            async_op: bool = False, group_dst: int | None = None) -> Work | None:
     """Reduce ``tensor`` across ``group`` into ``dst``'s tensor; the others' are unchanged."""
     if (not async_op and group_dst is None and type(dst) is int
-            and _ran_again(group, tensor, "reduce", dst, op)):
+            and _ran_again(group, tensor, "reduce", op, dst)):
         return None
-    return _collective("reduce", group, async_op, lambda g: g.reduce(
-        tensor, _root(g, dst, group_dst, "dst"), op))
+    return world.collective("reduce", group, async_op, lambda g: g.reduce(
+        tensor, world.root(g, dst, group_dst, "dst"), op))
 
 
 def all_gather(tensor_list: list[Any], tensor: Any, group: Group = None,
                async_op: bool = False) -> Work | None:
     """Copy member i's ``tensor`` into ``tensor_list[i]`` on every member (sizes may differ)."""
-    return _collective("all_gather", group, async_op,
+    return world.collective("all_gather", group, async_op,
                        lambda g: g.all_gather(tensor_list, tensor))
 
 
@@ -234,14 +228,14 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Group =
     if not async_op and _ran_again_on_two(group, output_tensor, input_tensor,
                                           "all_gather_into_tensor"):
         return None
-    return _collective("all_gather_into_tensor", group, async_op,
+    return world.collective("all_gather_into_tensor", group, async_op,
                        lambda g: g.all_gather_into_tensor(output_tensor, input_tensor))
 
 
 def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM,
                    group: Group = None, async_op: bool = False) -> Work | None:
     """Reduce ``input_list[i]`` across ``group`` into member i's ``output``."""
-    return _collective("reduce_scatter", group, async_op,
+    return world.collective("reduce_scatter", group, async_op,
                        lambda g: g.reduce_scatter(output, input_list, op))
 
 
@@ -250,7 +244,7 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM, group
     """Reduce ``input`` across ``group``; member i gets block i of the result in ``output``."""
     if not async_op and _ran_again_on_two(group, output, input, "reduce_scatter_tensor", op):
         return None
-    return _collective("reduce_scatter_tensor", group, async_op,
+    return world.collective("reduce_scatter_tensor", group, async_op,
                        lambda g: g.reduce_scatter_tensor(output, input, op))
 
 
@@ -258,22 +252,22 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
            group: Group = None, async_op: bool = False,
            group_dst: int | None = None) -> Work | None:
     """Copy every member's ``tensor`` into ``gather_list`` on ``dst`` (None elsewhere)."""
-    return _collective("gather", group, async_op, lambda g: g.gather(
-        tensor, gather_list, _root(g, dst, group_dst, "dst")))
+    return world.collective("gather", group, async_op, lambda g: g.gather(
+        tensor, gather_list, world.root(g, dst, group_dst, "dst")))
 
 
 def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None = None,
             group: Group = None, async_op: bool = False,
             group_src: int | None = None) -> Work | None:
     """Copy ``scatter_list[i]`` on ``src`` into member i's ``tensor``."""
-    return _collective("scatter", group, async_op, lambda g: g.scatter(
-        tensor, scatter_list, _root(g, src, group_src, "src")))
+    return world.collective("scatter", group, async_op, lambda g: g.scatter(
+        tensor, scatter_list, world.root(g, src, group_src, "src")))
 
 
 def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
                group: Group = None, async_op: bool = False) -> Work | None:
     """Copy member i's ``input_tensor_list[j]`` into member j's ``output_tensor_list[i]``."""
-    return _collective("all_to_all", group, async_op,
+    return world.collective("all_to_all", group, async_op,
                        lambda g: g.all_to_all(output_tensor_list, input_tensor_list))
 
 
@@ -281,21 +275,22 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: list[int] | N
                       input_split_sizes: list[int] | None = None, group: Group = None,
                       async_op: bool = False) -> Work | None:
     """Send rows of ``input`` to each member and gather theirs into ``output`` (dim 0 splits)."""
-    return _collective("all_to_all_single", group, async_op, lambda g: g.all_to_all_single(
+    return world.collective("all_to_all_single", group, async_op, lambda g: g.all_to_all_single(
         output, input, output_split_sizes, input_split_sizes))
 
 
 def barrier(group: Group = None, async_op: bool = False, device_ids: Any = None) -> Work | None:
     """Block until every member of ``group`` has called barrier."""
-    if not async_op and _run_again(group, ("barrier",), _NO_DATA):
+    resolved = world.initialized(group)
+    if not async_op and resolved is not None and resolved.again("barrier", None):
         return None
-    return _collective("barrier", group, async_op, lambda g: g.barrier())
+    return world.collective("barrier", group, async_op, lambda g: g.barrier())
 
 
 def monitored_barrier(group: Group = None, timeout: float | timedelta | None = None,
                       wait_all_ranks: bool = False) -> None:
     """A barrier whose timeout error names the ranks that did not arrive (every barrier's does)."""
-    _collective("monitored_barrier", group, False, lambda g: g.monitored_barrier(timeout))
+    world.collective("monitored_barrier", group, False, lambda g: g.monitored_barrier(timeout))
 
 
 # -- point to point ----------------------------------------------------------------------
@@ -304,8 +299,8 @@ def monitored_barrier(group: Group = None, timeout: float | timedelta | None = N
 def send(tensor: Any, dst: int | None = None, group: Group = None, tag: int = 0,
          group_dst: int | None = None) -> None:
     """Send ``tensor`` to ``dst``, which receives it with recv and the same tag."""
-    _collective("send", group, False, lambda g: g.send(tensor, _root(g, dst, group_dst, "dst"),
-                                                       tag))
+    world.collective("send", group, False, lambda g: g.send(
+        tensor, world.root(g, dst, group_dst, "dst"), tag))
 
 
 def recv(tensor: Any, src: int | None = None, group: Group = None, tag: int = 0,
@@ -314,26 +309,27 @@ def recv(tensor: Any, src: int | None = None, group: Group = None, tag: int = 0,
 
     A process outside ``group`` gets a warning and -1, as in torch.
     """
-    resolved = _group(group)
+    resolved = world.resolve(group)
     if not resolved.is_member:
-        _warn_not_member("recv", resolved)
+        world.warn_not_member("recv", resolved)
         return -1
-    sender: int = _run(resolved.recv(tensor, _root(resolved, src, group_src, "src", None), tag))
+    source = world.root(resolved, src, group_src, "src", None)
+    sender: int = resolved.execute(resolved.recv(tensor, source, tag), runtime())
     return sender
 
 
 def isend(tensor: Any, dst: int | None = None, group: Group = None, tag: int = 0,
           group_dst: int | None = None) -> Work | None:
     """Start sending ``tensor`` to ``dst``; return its Work."""
-    return _collective("isend", group, True, lambda g: g.send(
-        tensor, _root(g, dst, group_dst, "dst"), tag))
+    return world.collective("isend", group, True, lambda g: g.send(
+        tensor, world.root(g, dst, group_dst, "dst"), tag))
 
 
 def irecv(tensor: Any, src: int | None = None, group: Group = None, tag: int = 0,
           group_src: int | None = None) -> Work | None:
     """Start receiving into ``tensor`` from ``src``; return its Work."""
-    return _collective("irecv", group, True, lambda g: g.recv(
-        tensor, _root(g, src, group_src, "src", None), tag))
+    return world.collective("irecv", group, True, lambda g: g.recv(
+        tensor, world.root(g, src, group_src, "src", None), tag))
 
 
 @dataclass(frozen=True)
@@ -369,11 +365,11 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
         if name not in ("isend", "irecv"):
             raise ConfigurationError(f"batch_isend_irecv takes P2POp(isend or irecv, ...), got "
                                      f"op {item.op!r}")
-        resolved = _group(item.group)
-        peer = _root(resolved, item.peer, item.group_peer, "peer", None)
+        resolved = world.resolve(item.group)
+        peer = world.root(resolved, item.peer, item.group_peer, "peer", None)
         make = resolved.send if name == "isend" else resolved.recv
-        starts.append((make(item.tensor, peer, item.tag), f"{name} on {resolved!r}"))
-    return [_submit(coro, what) for coro, what in starts]
+        starts.append((resolved, make(item.tensor, peer, item.tag), f"{name} on {resolved!r}"))
+    return [Work(group.submit([coro], runtime()), what) for group, coro, what in starts]
 
 
 # -- objects -------------------------------------------------------------------------------
@@ -381,23 +377,23 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
 
 def all_gather_object(object_list: list[Any], obj: Any, group: Group = None) -> None:
     """Set ``object_list[i]`` to member i's ``obj`` on every member (pickled, as torch)."""
-    _collective("all_gather_object", group, False,
+    world.collective("all_gather_object", group, False,
                 lambda g: g.all_gather_object(object_list, obj))
 
 
 def broadcast_object_list(object_list: list[Any], src: int | None = None, group: Group = None,
                           device: Any = None, group_src: int | None = None) -> None:
     """Replace ``object_list``'s items with ``src``'s on every member (same length everywhere)."""
-    _collective("broadcast_object_list", group, False, lambda g: g.broadcast_object_list(
-        object_list, _root(g, src, group_src, "src")))
+    world.collective("broadcast_object_list", group, False, lambda g: g.broadcast_object_list(
+        object_list, world.root(g, src, group_src, "src")))
 
 
 def gather_object(obj: Any, object_gather_list: list[Any] | None = None,
                   dst: int | None = None, group: Group = None,
                   group_dst: int | None = None) -> None:
     """Set ``object_gather_list[i]`` on ``dst`` to member i's ``obj``."""
-    _collective("gather_object", group, False, lambda g: g.gather_object(
-        obj, object_gather_list, _root(g, dst, group_dst, "dst")))
+    world.collective("gather_object", group, False, lambda g: g.gather_object(
+        obj, object_gather_list, world.root(g, dst, group_dst, "dst")))
 
 
 def scatter_object_list(scatter_object_output_list: list[Any],
@@ -405,99 +401,36 @@ def scatter_object_list(scatter_object_output_list: list[Any],
                         src: int | None = None, group: Group = None,
                         group_src: int | None = None) -> None:
     """Set ``scatter_object_output_list[0]`` on member i to ``src``'s input item i."""
-    _collective("scatter_object_list", group, False, lambda g: g.scatter_object_list(
-        scatter_object_output_list, scatter_object_input_list, _root(g, src, group_src, "src")))
+    world.collective("scatter_object_list", group, False, lambda g: g.scatter_object_list(
+        scatter_object_output_list, scatter_object_input_list,
+        world.root(g, src, group_src, "src")))
 
 
-# -- group ranks ---------------------------------------------------------------------------
-
-
-def get_process_group_ranks(group: Group) -> list[int]:
-    """The global ranks of ``group``'s members, in group-rank order."""
-    return list(_group(group).ranks)
-
-
-def get_global_rank(group: Group, group_rank: int) -> int:
-    """The global rank of ``group``'s member ``group_rank``."""
-    ranks = _group(group).ranks
-    if isinstance(group_rank, bool) or not isinstance(group_rank, int) or not (
-            0 <= group_rank < len(ranks)):
-        raise ConfigurationError(f"group rank {group_rank!r} is not in the group, whose ranks "
-                                 f"are 0 to {len(ranks) - 1}")
-    return ranks[group_rank]
-
-
-def get_group_rank(group: Group, global_rank: int) -> int:
-    """The rank within ``group`` of global rank ``global_rank``."""
-    ranks = _group(group).ranks
-    if global_rank not in ranks:
-        raise ConfigurationError(f"global rank {global_rank!r} is not a member of the group "
-                                 f"(global ranks {list(ranks)})")
-    return ranks.index(global_rank)
-
-
-def _default() -> aio.World:
-    world = _world
-    if world is None:
-        raise ConfigurationError("asyncoll is not initialized: call init_process_group() "
-                                 "first")
-    return world
-
-
-def _group(group: Group) -> AsyncProcessGroup:
-    world = _default()
-    if group is None or group is WORLD:
-        return world
-    if not isinstance(group, AsyncProcessGroup):
-        raise ConfigurationError(f"group must be a group from asyncoll.new_group() or None, "
-                                 f"got {type(group).__name__}")
-    return group
-
-
-def _root(group: AsyncProcessGroup, rank: int | None, group_rank: int | None,
-          role: str, default: int | None = 0) -> Any:
-    """The global rank of a src/dst given either as a global rank or as a group rank.
-
-    Neither given means ``default``: global rank 0, as torch, or None for recv.
-    """
-    if rank is not None and group_rank is not None:
-        raise ConfigurationError(f"pass {role} or group_{role}, not both ({role}={rank}, "
-                                 f"group_{role}={group_rank})")
-    if group_rank is not None:
-        return get_global_rank(group, group_rank)
-    return default if rank is None else rank
-
-
-#: The array a repeated barrier is given (it moves none).
-_NO_DATA = np.zeros(0, dtype=np.uint8)
-
-
-def _ran_again(group: Group, tensor: Any, what: str, *signature: Any) -> bool:
+def _ran_again(group: Group, tensor: Any, what: str, op: Any = None, root: int = -1) -> bool:
     """Whether a blocking call on a numpy array ran in this thread as a repeat of an
-    earlier one (the same collective, dtype, size and ``signature``: GroupCore.remember).
+    earlier one (the same collective, dtype, size, ``op`` and ``root``: GroupCore.again).
 
     False, having done nothing, for anything else: the full path then checks
     the call and runs it (and remembers it for next time).
     """
-    # _flat and _run_again written out: this runs on every blocking call.
+    # _flat written out: this runs on every blocking call.
     if type(tensor) is not np.ndarray:
         return False
     flags = tensor.flags
-    resolved = _world if group is None or group is WORLD else group
+    resolved = world.current if group is None or group is WORLD else group
     if not (flags.c_contiguous and flags.writeable) or not isinstance(resolved,
                                                                         AsyncProcessGroup):
         return False  # not an array it takes, or not initialized: the full path says so
-    flat = tensor if tensor.ndim == 1 else tensor.reshape(-1)
-    return resolved.run_again((what, flat.dtype, flat.size, *signature), flat)
+    return resolved.again(what, tensor if tensor.ndim == 1 else tensor.reshape(-1), op, root)
 
 
 def _ran_again_on_two(group: Group, output: Any, input: Any, what: str,
-                      *signature: Any) -> bool:
+                      op: Any = None) -> bool:
     """As :func:`_ran_again`, for a call that writes ``output`` and reads ``input``."""
     out, source = _flat(output, writing=True), _flat(input, writing=False)
-    return out is not None and source is not None and _run_again(
-        group, (what, out.dtype, out.size, source.dtype, source.size, *signature),
-        (out, source))
+    resolved = world.initialized(group)
+    return out is not None and source is not None and resolved is not None and \
+        resolved.again(what, (out, source), op)
 
 
 def _flat(tensor: Any, writing: bool) -> np.ndarray | None:
@@ -510,53 +443,6 @@ def _flat(tensor: Any, writing: bool) -> np.ndarray | None:
     return tensor if tensor.ndim == 1 else tensor.reshape(-1)
 
 
-def _run_again(group: Group, key: tuple[Any, ...], arrays: Any) -> bool:
-    """Whether ``group`` ran the call remembered under ``key`` again, on ``arrays``."""
-    world = _world
-    if world is None:
-        return False  # not initialized, or destroyed: the full path says so
-    resolved = world if group is None or group is WORLD else group
-    return isinstance(resolved, AsyncProcessGroup) and resolved.run_again(key, arrays)
-
-
-def _collective(what: str, group: Group, async_op: bool,
-                make: Callable[[AsyncProcessGroup], Coroutine[Any, Any, Any]]) -> Work | None:
-    """Check and start ``make(group)`` on the loop; wait for it unless ``async_op``."""
-    resolved = _group(group)
-    if not resolved.is_member:
-        _warn_not_member(what, resolved, stacklevel=4)
-        return None
-    coro = make(resolved)
-    if async_op:
-        return _submit(coro, f"{what} on {resolved!r}")
-    _run(coro)
-    return None
-
-
-def _submit(coro: Coroutine[Any, Any, Any], what: str) -> Work:
-    if isinstance(coro, Operation):
-        done: concurrent.futures.Future[None] = concurrent.futures.Future()
-        try:
-            if coro.run_here():
-                done.set_result(None)
-                return Work(done, what)
-        except AsyncollError as exc:
-            # As for an operation on the loop: the error comes from wait().
-            done.set_exception(exc)
-            return Work(done, what)
-        coro.to_loop()
-    return Work(runtime().submit(coro), what)
-
-
-def _run(coro: Any) -> Any:
-    if isinstance(coro, Operation):
-        if coro.run_here():
-            return None
-        coro.to_loop()
+def _run(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run a control-plane coroutine (new_group, reconfigure, ...) on the runtime's loop."""
     return runtime().run(coro)
-
-
-def _warn_not_member(what: str, group: AsyncProcessGroup, stacklevel: int = 3) -> None:
-    warnings.warn(f"Running {what} on global rank {group.global_rank} which does not belong "
-                  f"to the given group {list(group.ranks)}; the call does nothing.",
-                  stacklevel=stacklevel)

@@ -38,6 +38,7 @@ on a group with no arena, on every member alike (GroupCore checks its
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 import threading
@@ -46,11 +47,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from asyncoll._algorithms import arena as in_arena
+from asyncoll._algorithms import selection
 from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
 from asyncoll._algorithms.team import Team
 from asyncoll._algorithms.tree import tree_broadcast
 from asyncoll._group.context import Membership
 from asyncoll._group.giving_up import kind_code, kind_of, processors
+from asyncoll._group.plan import Kernel, Signature, Transport
 from asyncoll._transport.shm import segment
 from asyncoll._transport.shm.arena import (
     SPINS,
@@ -213,6 +217,14 @@ class GroupArena:
                 memory.close()
             self.slot_bytes = 0
 
+    def kernel(self, signature: Signature, algorithm: str, transport: Transport) -> Kernel:
+        """The arena's algorithm for calls of ``signature``: (step, arrays) -> None.
+
+        It stands in for the transport's ``algorithm`` (``transport``), which
+        the arena does not need.
+        """
+        return _KERNELS[signature.collective](signature)
+
     def step(self, fingerprint: Fingerprint, limit: float) -> ArenaStep:
         """The next operation on the arena, with its deadline ``limit`` seconds from now."""
         step = self._step
@@ -292,6 +304,71 @@ class GroupArena:
                 arena.close()
             finally:
                 self.lock.release()
+
+
+# -- the kernels: each binds a signature to the arena's algorithm (asyncoll._algorithms.arena)
+
+
+def _all_reduce(signature: Signature) -> Kernel:
+    assert signature.dtype is not None and signature.op is not None
+    split = signature.elements * signature.dtype.itemsize >= selection.ARENA_SPLIT_FROM_BYTES
+    # Made ready once: a remembered call keeps it (MPI's persistent collective).
+    return functools.partial(_run_all_reduce, in_arena.AllReduce(
+        signature.op, signature.dtype, signature.elements, split))
+
+
+def _run_all_reduce(prepared: in_arena.AllReduce, step: ArenaStep, array: np.ndarray) -> None:
+    prepared.run(step.arena, step.operation, array, step.fingerprint, step.waiter)
+
+
+def _reduce(signature: Signature) -> Kernel:
+    assert signature.op is not None
+    return functools.partial(_run_reduce, signature.op, signature.root)
+
+
+def _run_reduce(op: ReduceOp, root: int, step: ArenaStep, array: np.ndarray) -> None:
+    in_arena.reduce(step.arena, step.operation, array, op, root, step.fingerprint,
+                    step.waiter)
+
+
+def _broadcast(signature: Signature) -> Kernel:
+    return functools.partial(_run_broadcast, signature.root)
+
+
+def _run_broadcast(root: int, step: ArenaStep, array: np.ndarray) -> None:
+    in_arena.broadcast(step.arena, step.operation, array, root, step.fingerprint, step.waiter)
+
+
+def _reduce_scatter(signature: Signature) -> Kernel:
+    assert signature.op is not None
+    return functools.partial(_run_reduce_scatter, signature.op)
+
+
+def _run_reduce_scatter(op: ReduceOp, step: ArenaStep,
+                        arrays: tuple[np.ndarray, list[np.ndarray]]) -> None:
+    in_arena.reduce_scatter(step.arena, step.operation, arrays[1], arrays[0], op,
+                            step.fingerprint, step.waiter)
+
+
+def _all_gather(signature: Signature) -> Kernel:
+    return _run_all_gather
+
+
+def _run_all_gather(step: ArenaStep, arrays: tuple[list[np.ndarray], np.ndarray]) -> None:
+    in_arena.all_gather(step.arena, step.operation, arrays[1], arrays[0], step.fingerprint,
+                        step.waiter)
+
+
+def _barrier(signature: Signature) -> Kernel:
+    return _run_barrier
+
+
+def _run_barrier(step: ArenaStep, arrays: object) -> None:
+    in_arena.barrier(step.arena, step.operation, step.fingerprint, step.waiter)
+
+
+_KERNELS = {"all_reduce": _all_reduce, "reduce": _reduce, "broadcast": _broadcast,
+            "reduce_scatter": _reduce_scatter, "all_gather": _all_gather, "barrier": _barrier}
 
 
 def _alive(pid: int) -> bool:

@@ -6,13 +6,24 @@ the runtime's Session provides it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import concurrent.futures
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol, TypeVar
 
 from asyncoll._group.faults import GroupFaults
 from asyncoll._transport.base import MeshControl
 
 T = TypeVar("T")
+
+
+class Loop(Protocol):
+    """The event loop thread that runs a blocking front door's plans (the runtime's)."""
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop thread and wait for its result."""
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start ``coro`` on the loop thread; return a future of its result."""
 
 
 class Membership(Protocol):

@@ -16,6 +16,8 @@ from asyncoll._algorithms.team import Team
 from asyncoll._group.arena_path import GroupArena
 from asyncoll._group.context import Membership
 from asyncoll._group.links_path import GroupLinks
+from asyncoll._group.plan import Kernel, Signature, Transport
+from asyncoll._group.transports import Scratch
 from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import AsyncollError
 
@@ -49,6 +51,10 @@ class FastPath(Protocol):
     async def set_up(self, team: Team) -> None:
         """Set the path up with every member, on the loop, inside the first operation."""
 
+    def kernel(self, signature: Signature, algorithm: str, transport: Transport) -> Kernel:
+        """The path's algorithm for calls of ``signature``, standing in for the
+        transport's ``algorithm`` (``transport``): (step, arrays) -> None."""
+
     def step(self, fingerprint: Fingerprint, limit: float) -> Any:
         """The next operation on the path: what its algorithm is given."""
 
@@ -62,9 +68,13 @@ class FastPath(Protocol):
         """Tell the other members this one gave up on ``step``."""
 
 
-def fast_path_of(session: Membership, group_id: int, ranks: tuple[int, ...]) -> FastPath:
-    """The arena for a group whose members share a host (arenas on), direct links otherwise."""
+def fast_path_of(session: Membership, group_id: int, ranks: tuple[int, ...],
+                 scratch: Scratch) -> FastPath:
+    """The arena for a group whose members share a host (arenas on), direct links otherwise.
+
+    ``scratch`` is the group's working memory, which direct links' algorithms share.
+    """
     hosts = {session.mesh.hostname(rank) for rank in ranks}
     if len(hosts) == 1 and "" not in hosts and session.arena_slot_bytes:
         return GroupArena(session, group_id, ranks)
-    return GroupLinks(session, group_id, ranks, session.links_bytes)
+    return GroupLinks(session, group_id, ranks, session.links_bytes, scratch)

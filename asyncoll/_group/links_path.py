@@ -3,7 +3,7 @@
 The cross-host counterpart of GroupArena (asyncoll._group.arena_path): a
 group whose members are not all on one host gets, the first time one of its
 collectives picks the "links" algorithm, one connection from every member
-to every other (asyncoll._transport.direct), and its small operations then
+to every other (asyncoll._transport.links), and its small operations then
 run the usual algorithms (recursive doubling, the binomial tree, the ring
 all-gather) over them in the calling thread: no hop to the event loop's
 thread and back, and no wake-up of it, on the way.
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import logging
 import secrets
 import threading
@@ -35,16 +36,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
+from asyncoll._algorithms.doubling import DoublingOnLinks, recursive_doubling_all_reduce
+from asyncoll._algorithms.link_team import LinkTeam, run_here
 from asyncoll._algorithms.ring import ring_all_gather
 from asyncoll._algorithms.team import Team
 from asyncoll._group.context import Membership
 from asyncoll._group.giving_up import kind_code, kind_of, processors
-from asyncoll._transport import direct
-from asyncoll._transport.direct import (
+from asyncoll._group.plan import Kernel, Signature, Transport
+from asyncoll._group.transports import Scratch
+from asyncoll._transport import link_opening
+from asyncoll._transport.links import (
+    EAGER_POLLS,
     DirectLinks,
     LinkAborted,
-    LinkClosed,
+    LinkLost,
     LinkMismatch,
     LinksExpired,
 )
@@ -88,17 +93,22 @@ class GroupLinks:
         group_id: the group.
         ranks: its members' global ranks, in group-rank order.
         capacity: the largest operation (bytes) to run over them; 0: never.
+        scratch: the group's working memory.
     """
 
     #: The algorithm name selection gives operations on this path.
     algorithm = "links"
 
     def __init__(self, session: Membership, group_id: int, ranks: tuple[int, ...],
-                 capacity: int) -> None:
+                 capacity: int, scratch: Scratch) -> None:
         self._session = session
         self._group_id = group_id
         self._ranks = ranks
+        self._scratch = scratch
         member = session.rank in ranks
+        self._me = ranks.index(session.rank) if member else -1
+        # The team of operations run over the links, made once (they run one at a time).
+        self._team: LinkTeam | None = None
         #: The largest operation to run over the links (0: this group has none).
         self.capacity = capacity if member else 0
         self.links: DirectLinks | None = None
@@ -132,7 +142,7 @@ class GroupLinks:
         address = self._session.mesh.peer_address(self._ranks[me])
         try:
             if address is not None:
-                server = direct.listen(address[0])
+                server = link_opening.listen(address[0])
         except OSError as exc:
             log.info("group %d: no direct links (cannot listen on %s: %s)", self._group_id,
                      address[0] if address else "?", exc)
@@ -164,7 +174,7 @@ class GroupLinks:
             here = mesh.hostname(self._session.rank)
             local = sum(1 for rank in self._ranks if mesh.hostname(rank) == here)
             self.links = DirectLinks(sockets,  # type: ignore[arg-type]
-                                     direct.EAGER_POLLS if local <= processors() else 0)
+                                     EAGER_POLLS if local <= processors() else 0)
             self._session.on_close(self.close)
         else:
             for sock in sockets.values():
@@ -178,15 +188,41 @@ class GroupLinks:
         for index in range(me):
             address = self._session.mesh.peer_address(self._ranks[index])
             assert address is not None
-            dials.append(direct.dial(address[0], int(directory[index][0]),
+            dials.append(link_opening.dial(address[0], int(directory[index][0]),
                                      int(directory[index][1]), me))
-        accepting = direct.accept(server, cookie,  # type: ignore[arg-type]
+        accepting = link_opening.accept(server, cookie,  # type: ignore[arg-type]
                                   set(range(me + 1, n))) if me + 1 < n else None
         dialled = await asyncio.gather(*dials)
         sockets: dict[int, object] = dict(enumerate(dialled))
         if accepting is not None:
             sockets.update(await accepting)
         return sockets
+
+    def kernel(self, signature: Signature, algorithm: str, transport: Transport) -> Kernel:
+        """What runs calls of ``signature`` over the links: (step, arrays) -> None.
+
+        The transport's ``algorithm`` itself, run in this thread over a
+        LinkTeam (asyncoll._algorithms.link_team); recursive doubling in
+        plain calls instead, made ready once, where a coroutine's layers cost
+        more than the exchange (small all-reduces and the barrier).
+        """
+        if signature.collective == "barrier" or (
+                signature.collective == "all_reduce" and algorithm == "recursive_doubling"):
+            dtype, count, op = signature.dtype, signature.elements, signature.op
+            if signature.collective == "barrier":
+                dtype, count, op = np.dtype(np.uint8), 1, ReduceOp.MAX
+            assert dtype is not None and op is not None
+            return DoublingOnLinks(self._me, len(self._ranks), dtype, count, op,
+                                   self._scratch).run
+        return functools.partial(self._over_links, transport)
+
+    def _over_links(self, transport: Transport, step: LinksStep, arrays: object) -> None:
+        """Run the transport's algorithm to its end over the links, in this thread."""
+        team = self._team
+        if team is None or team.links is not step.links:
+            team = self._team = LinkTeam(step.links, self._ranks, step.me)
+        run_here(transport(team.again(), arrays))  # type: ignore[arg-type]
+        team.check_neighbours()
 
     def step(self, fingerprint: Fingerprint, limit: float) -> LinksStep:
         """The next operation over the links, with its deadline ``limit`` seconds from now."""
@@ -224,7 +260,7 @@ class GroupLinks:
 
     def failure(self, exc: BaseException) -> AsyncollError | None:
         """The asyncoll error a link's ``exc`` stands for, or None if it is not a link's."""
-        if isinstance(exc, LinkClosed):
+        if isinstance(exc, LinkLost):
             rank = self._ranks[exc.index]
             left = self._session.faults.left(rank)
             if left is not None:

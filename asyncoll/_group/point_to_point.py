@@ -35,18 +35,25 @@ coming to it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import functools
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from datetime import timedelta
+from typing import Any
 
 import numpy as np
 
 from asyncoll._algorithms.team import as_bytes
 from asyncoll._compat import timeout as timeout_after
+from asyncoll._group import arguments as check
 from asyncoll._group.context import Membership
-from asyncoll._group.tensors import Buffer
+from asyncoll._group.core import GroupCore
+from asyncoll._group.plan import seconds
+from asyncoll._group.tensors import Buffer, as_buffer, as_source
 from asyncoll._wire.dtypes import dtype_code
 from asyncoll._wire.frames import Fingerprint, Operation
 from asyncoll.errors import (
     CollectiveError,
+    ConfigurationError,
     CollectiveTimeoutError,
     broken_by,
     timed_out_words,
@@ -201,3 +208,64 @@ async def _settled(future: asyncio.Future[None]) -> None:
 
 def _timed_out(what: str, limit: float) -> str:
     return f"{what} did not complete within {limit:g} s. {timed_out_words(limit)}"
+
+
+class PointToPoint(GroupCore):
+    """A group's send and recv (see the module)."""
+
+    @functools.cached_property
+    def _messages(self) -> Messages:
+        return Messages(self._session, self.group_id, self.ranks)
+
+    def send(self, tensor: Any, dst: int, tag: int = 0,
+             timeout: float | timedelta | None = None) -> Coroutine[Any, Any, None]:
+        """Send ``tensor`` to global rank ``dst``, which calls recv with the same tag.
+
+        Messages to one peer with one tag arrive in the order they were sent.
+        """
+        peer = self._peer(dst, "dst", tag, "send")
+        data = as_source(tensor, "send")
+        return self._messages.send(peer, tag, data, seconds(timeout, self.timeout))
+
+    def recv(self, tensor: Any, src: int | None, tag: int = 0,
+             timeout: float | timedelta | None = None) -> Coroutine[Any, Any, int]:
+        """Receive into ``tensor`` what global rank ``src`` sends with ``tag``; return the sender.
+
+        With ``src`` None (torch's receive from any source), the first message
+        with ``tag`` to arrive from any other member is received, and its
+        sender's global rank returned; one member's messages with one tag still
+        arrive in the order it sent them, and receives with one tag match in
+        the order they were called (see the module).
+
+        Raises:
+            ConfigurationError: bad ``src`` or ``tag``, or ``src`` None in a group of one.
+            CollectiveTimeoutError: no message within the timeout. One from any source
+                that has not yet received breaks nothing; any other breaks the group's
+                point-to-point messages.
+        """
+        if src is None:
+            self.check_member("recv")
+            _check_tag(tag, "recv")
+            peers = [rank for rank in self.ranks if rank != self.global_rank]
+            if not peers:
+                raise ConfigurationError("recv without src in a group of one rank: no other "
+                                         "member can send to it")
+            buffer = as_buffer(tensor, "recv")
+            return self._messages.recv_any(peers, tag, buffer, seconds(timeout, self.timeout))
+        peer = self._peer(src, "src", tag, "recv")
+        buffer = as_buffer(tensor, "recv")
+        return self._messages.recv(peer, tag, buffer, seconds(timeout, self.timeout))
+
+    def _peer(self, rank: int, role: str, tag: int, what: str) -> int:
+        self.check_member(what)
+        check.member_index(self.ranks, rank, role, what)
+        if rank == self.global_rank:
+            raise ConfigurationError(f"{what}: {role} {rank} is this process's own rank; "
+                                     "a rank cannot send to or receive from itself")
+        _check_tag(tag, what)
+        return int(rank)
+
+
+def _check_tag(tag: int, what: str) -> None:
+    if isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag <= MAX_TAG:
+        raise ConfigurationError(f"{what}: tag must be an int from 0 to {MAX_TAG}, got {tag!r}")

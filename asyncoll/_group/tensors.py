@@ -11,7 +11,9 @@ element and is refused, as are read-only arrays.
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +21,7 @@ import numpy as np
 from asyncoll._wire.dtypes import dtype_code
 from asyncoll.errors import ConfigurationError
 
-__all__ = ["Buffer", "as_buffer", "as_source"]
+__all__ = ["Buffer", "as_buffer", "as_source", "write_back"]
 
 
 @dataclass(slots=True)  # not frozen: a frozen one takes 3x as long to make
@@ -77,6 +79,26 @@ def as_source(tensor: object, what: str) -> np.ndarray:
                                  f"got {type(tensor).__name__}")
     dtype_code(array.dtype)
     return np.ascontiguousarray(array).reshape(-1)
+
+
+def write_back(buffers: Sequence[Buffer], root: int = -1, at_root: bool | None = None
+               ) -> Callable[[int], None] | None:
+    """What copies a call's results into the caller's arrays, given this member's index.
+
+    Every buffer's, or with ``at_root`` only on member ``root`` (True) or
+    only elsewhere (False). None where no buffer is a copy: the results are
+    in the caller's arrays already.
+    """
+    copies = [buffer for buffer in buffers if buffer.original is not None]
+    if not copies:
+        return None
+    return functools.partial(_write, copies, root, at_root)
+
+
+def _write(copies: list[Buffer], root: int, at_root: bool | None, me: int) -> None:
+    if at_root is None or (me == root) == at_root:
+        for buffer in copies:
+            buffer.write_back()
 
 
 def _may_overlap(array: np.ndarray) -> bool:

@@ -55,7 +55,7 @@ def rendezvous(url: str, timeout: timedelta | None = None,
             TORCH_DIST_INIT_BARRIER=1.
     """
     import asyncoll
-    from asyncoll._api import blocking
+    from asyncoll._api import world
 
     # torch's own reading of TORCH_DIST_INIT_BARRIER, where this torch has one.
     c10d = importlib.import_module("torch.distributed.distributed_c10d")
@@ -74,7 +74,7 @@ def rendezvous(url: str, timeout: timedelta | None = None,
                 f"init_process_group was given {key}={wanted}, but asyncoll's world has "
                 f"{key} {actual}: with init_method='asyncoll://' leave rank and world_size "
                 "out (they come from asyncoll.get_rank() and asyncoll.get_world_size())")
-    yield _store_naming(blocking._default()), rank, size  # noqa: SLF001
+    yield _store_naming(world.default()), rank, size
     raise RuntimeError("asyncoll:// gives one rendezvous per init_process_group call")
 
 
@@ -86,13 +86,13 @@ def world_of(store: Any) -> Any:
     Raises:
         RuntimeError: the world was reconfigured or destroyed since the rendezvous.
     """
-    from asyncoll._api import blocking
+    from asyncoll._api import world
 
     while getattr(store, "underlying_store", None) is not None:
         store = store.underlying_store
     if type(store).__name__ != "HashStore" or not store.check([WORLD_KEY]):
         return None
-    current = blocking._world  # noqa: SLF001 - the world the blocking API runs now
+    current = world.current  # the world the blocking API runs now
     if current is None or _named.get(bytes(store.get(WORLD_KEY)).decode()) is not current:
         raise RuntimeError("asyncoll's world was reconfigured or destroyed after this "
                            "init_process_group's rendezvous: call init_process_group("

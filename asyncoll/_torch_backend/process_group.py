@@ -18,7 +18,6 @@ are defined.
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -28,7 +27,7 @@ import torch.distributed as dist
 from asyncoll._torch_backend import device_backend, dtypes, repeats, sparse
 from asyncoll._torch_backend.work import AsyncollWork
 from asyncoll._torch_backend.world import TorchWorld
-from asyncoll._group.core import Operation
+from asyncoll._group.core import DONE, failed
 from asyncoll.errors import AsyncollError, ConfigurationError
 from asyncoll.group import AsyncProcessGroup
 from asyncoll.types import ReduceOp
@@ -316,20 +315,19 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         return ranks[group_rank]
 
     def _ran_again(self, what: str, tensor: Any, collective: str,
-                   *signature: Any) -> AsyncollWork | None:
+                   op: Any = None) -> AsyncollWork | None:
         """The Work of ``tensor``'s call when it ran in this thread as a repeat of an earlier
-        one (asyncoll's ``collective``, ``tensor``'s dtype and size, ``signature``:
-        GroupCore.remember); None, having done nothing, for anything else."""
+        one (asyncoll's ``collective``, ``tensor``'s dtype and size, ``op``:
+        GroupCore.again); None, having done nothing, for anything else."""
         array = repeats.flat_array(tensor)
         if array is None:
             return None
         try:
-            if not self._group.run_again((collective, array.dtype, array.size, *signature),
-                                         array):
+            if not self._group.again(collective, array, op):
                 return None
-            future = repeats.DONE
+            future = DONE
         except AsyncollError as exc:
-            future = repeats.failed(exc)  # raised by wait(), as from the loop
+            future = failed(exc)  # raised by wait(), as from the loop
         return AsyncollWork(future, [tensor], f"{what} on {self!r}", self._world)
 
     def _start(self, what: str, outputs: list[Any], steps: Iterable[Step],
@@ -339,53 +337,13 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             # Each step checks its arguments as it is made; a refusal must not
             # leave the steps made before it unawaited.
             made.extend(steps)
-            future = _here_first(made)
-            if future is None:
-                for coro, _ in made:
-                    if isinstance(coro, Operation):
-                        coro.to_loop()
-                future = self._world.runtime.submit(_in_order(made))
         except BaseException:
             for coro, _ in made:
                 coro.close()
             raise
+        future = self._group.submit([coro for coro, _ in made], self._world.runtime,
+                                    [finish for _, finish in made])
         return AsyncollWork(future, outputs, f"{what} on {self!r}", self._world, source)
-
-
-def _here_first(made: list[Step]) -> concurrent.futures.Future[None] | None:
-    """Run the leading steps the group's arena takes in this thread (the fast path).
-
-    Returns a finished future once every step ran here (or one failed); else
-    None, with ``made`` left holding the steps for the loop, in order.
-    """
-    while made:
-        coro, finish = made[0]
-        if not isinstance(coro, Operation):
-            return None
-        try:
-            if not coro.run_here():
-                return None
-        except AsyncollError as exc:
-            for later, _ in made[1:]:
-                later.close()
-            made.clear()
-            return repeats.failed(exc)  # raised by wait(), as from the loop
-        made.pop(0)
-        if finish is not None:
-            finish()
-    return repeats.DONE
-
-
-async def _in_order(steps: list[Step]) -> None:
-    for index, (coro, finish) in enumerate(steps):
-        try:
-            await coro
-        except BaseException:
-            for later, _ in steps[index + 1:]:
-                later.close()
-            raise
-        if finish is not None:
-            finish()
 
 
 def _reducing(tensor: Any, make: Callable[[Any], Coroutine[Any, Any, Any]]) -> Step:

@@ -1,7 +1,7 @@
 """Repeated torch backend calls: the tensors the group's repeats take, seen as numpy.
 
 A torch call that repeats the signature of an earlier one the group ran on its
-fast path (GroupCore.remember: the same collective, dtype, size and op, the
+fast path (GroupCore.again: the same collective, dtype, size and op, the
 group's timeout) runs again in this thread without being made anew, as the
 blocking API's do. Only tensors whose memory numpy can use as it is qualify;
 anything else takes the full path, which checks it and says what is wrong.
@@ -9,7 +9,6 @@ anything else takes the full path, which checks it and says what is wrong.
 
 from __future__ import annotations
 
-import concurrent.futures
 from typing import Any
 
 import numpy as np
@@ -18,11 +17,6 @@ import torch
 from asyncoll._algorithms.ops import coerce_op
 from asyncoll.errors import AsyncollError
 from asyncoll.types import ReduceOp
-
-#: The future of every operation that ran to its end in the caller's thread: one
-#: finished future serves them all (nothing is ever added to it).
-DONE: concurrent.futures.Future[None] = concurrent.futures.Future()
-DONE.set_result(None)
 
 _STRIDED, _BFLOAT16 = torch.strided, torch.bfloat16
 
@@ -61,10 +55,3 @@ def reduce_op(op: Any) -> ReduceOp | None:
 
 # torch's ops (RedOpType) seen so far: reading one's name through pybind costs microseconds.
 _OPS: dict[Any, ReduceOp | None] = {}
-
-
-def failed(error: AsyncollError) -> concurrent.futures.Future[None]:
-    """A future that failed with ``error`` (wait() raises it, as from the loop)."""
-    future: concurrent.futures.Future[None] = concurrent.futures.Future()
-    future.set_exception(error)
-    return future

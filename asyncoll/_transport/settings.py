@@ -41,5 +41,5 @@ class TransportSettings:
     #: arena_slot_bytes (the user's ASYNCOLL_ARENA_BYTES).
     arena_sized_to_room: bool = True
     #: The largest operation a cross-host group runs in the calling thread over
-    #: direct links of its own (0: never; see asyncoll._transport.direct).
+    #: direct links of its own (0: never; see asyncoll._transport.links).
     links_bytes: int = LINKS_BYTES

@@ -6,6 +6,9 @@ its request; notices from the coordinator carry id 0. Every message is a
 frozen dataclass; :func:`decode_body` validates the field types against the
 dataclass annotations, so a malformed message is a ProtocolError, never a
 crash further in.
+
+The messages anyone may send without joining (a job's status, who is missing
+from a rendezvous) are defined in :mod:`asyncoll._wire.status`, and named here.
 """
 
 from __future__ import annotations
@@ -19,6 +22,14 @@ import msgpack  # type: ignore[import-untyped]
 
 from asyncoll._settings import HEARTBEAT_TIMEOUT_S
 from asyncoll._wire.compact import pack_directory, pack_runs, unpack_directory, unpack_runs
+# Re-exported ("X as X"): every message is importable from this module.
+from asyncoll._wire.status import GroupStatus as GroupStatus
+from asyncoll._wire.status import JobStatus as JobStatus
+from asyncoll._wire.status import MemberStatus as MemberStatus
+from asyncoll._wire.status import MissingReply as MissingReply
+from asyncoll._wire.status import Status as Status
+from asyncoll._wire.status import StatusReply as StatusReply
+from asyncoll._wire.status import WhoIsMissing as WhoIsMissing
 from asyncoll.errors import ProtocolError
 
 LENGTH = struct.Struct(">I")
@@ -300,81 +311,6 @@ class Error:
     TYPE: ClassVar[str] = "error"
     code: str
     message: str
-
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    """Anyone -> coordinator: describe job ``job`` ("" for every job); no join needed."""
-
-    TYPE: ClassVar[str] = "status"
-    job: str
-
-
-@dataclass(frozen=True, slots=True)
-class WhoIsMissing:
-    """Peer -> coordinator: who has not joined job ``job`` yet? (a waiting peer asks)."""
-
-    TYPE: ClassVar[str] = "who_is_missing"
-    job: str
-
-
-@dataclass(frozen=True, slots=True)
-class MissingReply:
-    """Coordinator -> peer: one line naming who is missing ("" once the job runs)."""
-
-    TYPE: ClassVar[str] = "missing_reply"
-    line: str
-
-
-@dataclass(frozen=True, slots=True)
-class MemberStatus:
-    """One peer of a job, as the coordinator sees it."""
-
-    rank: int
-    host: str
-    port: int
-    hostname: str
-    pid: int
-    #: "waiting" (in rendezvous; rank -1 if not requested), "pending" (asking to
-    #: join a running elastic job; rank -1), "running" or "left".
-    state: str
-    #: Operations the peer reported in its last heartbeat (-1: none yet).
-    ops: int
-    #: Seconds since its last heartbeat (-1: none yet).
-    heartbeat_age_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class GroupStatus:
-    """One group of a job."""
-
-    group_id: int
-    ranks: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class JobStatus:
-    """One job: its rendezvous or running state, members and groups."""
-
-    job: str
-    state: str
-    world_size: int
-    age_s: float
-    members: tuple[MemberStatus, ...]
-    groups: tuple[GroupStatus, ...]
-    #: The membership's generation (see Welcome); an elastic job's size bounds (0: none).
-    generation: int = 0
-    elastic: int = 0
-    min_size: int = 0
-    max_size: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class StatusReply:
-    """Coordinator -> anyone: the jobs asked about."""
-
-    TYPE: ClassVar[str] = "status_reply"
-    jobs: tuple[JobStatus, ...]
 
 
 Message = Union[Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave,

@@ -55,7 +55,7 @@ def test_small_blocking_collectives_run_in_the_calling_thread_in_call_order():
 def test_an_arena_smaller_than_operations_chose_runs_them_over_the_transport():
     for rank, text in run("small_room").items():
         counts = dict(re.findall(r"(repeated|here|loop)=(\d+)", text))
-        # The first 4 MiB all_reduce tries GroupCore._here before the arena exists
+        # The first 4 MiB all_reduce tries Runner.here before the arena exists
         # and goes to the loop, which makes it with 1 MiB slots; from then on no
         # operation larger than a slot comes to _here (the all_reduce it chose for
         # the arena runs the ring there instead, and so do the later ones, the
@@ -102,7 +102,7 @@ def test_with_both_fast_paths_off_nothing_runs_in_the_calling_thread():
 
 
 @pytest.mark.parametrize("mode", ["desync", "desync_mixed", "timeout"])
-def test_direct_links_fail_as_the_arena_does(mode):
+def test_links_fail_as_the_arena_does(mode):
     results = run(mode, ASYNCOLL_SHM="0")
     expected = "CollectiveTimeoutError" if mode == "timeout" else "MismatchError"
     for rank, text in results.items():

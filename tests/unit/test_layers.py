@@ -602,3 +602,79 @@ def test_lower_layers_import_nothing_above_them(path: Path) -> None:
     bad = sorted(n for n in _asyncoll_imports_of(path) if _within(n, UPPER_LAYERS))
 
     assert bad == [], f"{_relative(path)} imports {bad}"
+
+
+# -- the group layer's shape (issue 26) ---------------------------------------------------
+
+#: The longest a module of the package may be: past it, a file does several things.
+MAX_LINES = 500
+
+
+@pytest.mark.parametrize("path", _package_files(), ids=_relative)
+def test_no_module_is_over_500_lines(path: Path) -> None:
+    lines = len(path.read_text().splitlines())
+
+    assert lines <= MAX_LINES, f"{_relative(path)} has {lines} lines; split it by what it does"
+
+
+#: The front doors: they convert arguments and hand plans to the group's execute or submit.
+FRONT_DOORS = [p for p in _package_files()
+               if _is_in(p, ("_api/", "_torch_backend/", "aio.py", "testing.py"))]
+#: What decides where a plan runs, and how: the group's business only.
+PLACEMENT_MODULES = ("asyncoll._group.runner", "asyncoll._group.fast_path",
+                     "asyncoll._group.arena_path", "asyncoll._group.links_path",
+                     "asyncoll._group.transports", "asyncoll._algorithms.link_team")
+PLACEMENT_NAMES = {"run_here", "to_loop", "run_again", "remember", "in_turn", "on_fast_path",
+                   "_runner", "_fast", "_repeats", "_ran_here", "kernel"}
+
+
+def _placement_uses(source: str, module: str) -> list[str]:
+    tree = ast.parse(source)
+    found = [f"imports {name}" for name in sorted(_imports(tree, module))
+             if _within(name, PLACEMENT_MODULES)]
+    found += sorted({f"uses .{node.attr}" for node in ast.walk(tree)
+                     if isinstance(node, ast.Attribute) and node.attr in PLACEMENT_NAMES})
+    return found
+
+
+def test_the_front_doors_are_found() -> None:
+    assert {"blocking.py", "process_group.py", "aio.py"} <= {p.name for p in FRONT_DOORS}
+
+
+@pytest.mark.parametrize("path", FRONT_DOORS, ids=_relative)
+def test_front_doors_never_place_operations_themselves(path: Path) -> None:
+    # The group alone decides where a plan runs (GroupCore.execute, .submit, .again).
+    found = _placement_uses(path.read_text(), _module_name(path))
+
+    assert found == [], f"{_relative(path)}: {', '.join(found)}"
+
+
+@pytest.mark.parametrize("source", [
+    "def f(plan):\n    plan.run_here()",
+    "def f(plan):\n    plan.to_loop()",
+    "def f(group):\n    group._runner.here()",
+    "from asyncoll._group.runner import Runner",
+])
+def test_the_placement_rule_catches_a_front_door_placing(source: str) -> None:
+    assert _placement_uses(source, "asyncoll._api.blocking") != []
+
+
+def test_the_placement_rule_allows_execute_and_submit() -> None:
+    source = "def f(group, plan, loop):\n    group.execute(plan, loop)\n" \
+             "    group.submit([plan], loop)\n    group.again('barrier', None)"
+    assert _placement_uses(source, "asyncoll._api.blocking") == []
+
+
+#: The group layer's modules that must not know either fast path's vocabulary:
+#: each path binds its own kernels (GroupArena.kernel, GroupLinks.kernel).
+PATH_FREE = ["core.py", "runner.py", "plan.py", "group.py", "transports.py"]
+
+
+@pytest.mark.parametrize("name", PATH_FREE)
+def test_the_group_core_names_neither_paths_steps_nor_teams(name: str) -> None:
+    source = (PACKAGE / "_group" / name).read_text()
+    named = [word for word in ("LinksStep", "LinkTeam", "ArenaStep", "DoublingOnLinks",
+                               "_algorithms.arena", "_algorithms.link_team")
+             if word in source]
+
+    assert named == [], f"asyncoll/_group/{name} names {named}"

@@ -5,14 +5,14 @@ Usage (under asyncoll-run, 2 ranks): arena_path.py MODE
 Modes, each printing "RESULT <rank> <words>" lines the test reads:
 
 - ``paths``: every small blocking collective runs in the calling thread (a
-  spy on GroupCore._here counts), with the right result; an async one
+  spy on Runner.here counts), with the right result; an async one
   with nothing pending completes before the call returns; a blocking one
   after an async operation still on the loop goes to the loop behind it,
   in order (the broadcast of a slice of the array the all_reduce writes
   sees its result).
 - ``nowhere``: counts the same, for a run with shared memory off.
 - ``repeats``: calls repeated with the same signature (collective, dtypes,
-  sizes, op or root) run again without being made anew (GroupCore.run_again),
+  sizes, op or root) run again without being made anew (GroupCore.again),
   on other arrays of that signature too, with the right results: all_reduce,
   broadcast, barrier, reduce, all_gather_into_tensor, reduce_scatter_tensor.
 - ``desync_repeats``: rank 0 repeats an all_reduce, rank 1 a broadcast of
@@ -34,6 +34,7 @@ import numpy as np
 
 import asyncoll as dist
 from asyncoll._group.core import GroupCore
+from asyncoll._group.runner import Runner
 
 mode = sys.argv[1]
 if mode == "small_room":
@@ -42,7 +43,7 @@ if mode == "small_room":
     segment.room = lambda: 0  # read by member 0 as it makes the group's arena
 ran = {True: 0, False: 0}
 again = {True: 0, False: 0}
-real_here, real_run_again = GroupCore._here, GroupCore.run_again
+real_here, real_run_again = Runner.here, GroupCore.again
 
 
 def spy(self, *args):
@@ -57,8 +58,8 @@ def spy_again(self, *args):
     return result
 
 
-GroupCore._here = spy
-GroupCore.run_again = spy_again
+Runner.here = spy
+GroupCore.again = spy_again
 dist.init_process_group(init_method="env://", timeout=30)
 rank, size = dist.get_rank(), dist.get_world_size()
 

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from asyncoll._algorithms.team import as_bytes
-from asyncoll._transport.direct import (
+from asyncoll._transport.links import (
     DirectLinks,
     LinkAborted,
-    LinkClosed,
+    LinkLost,
     LinkMismatch,
     LinksExpired,
 )
@@ -155,7 +155,7 @@ def test_closed_connection_abort_record_deadline_and_check_end_a_wait():
     a.close()
     stamp(b, 3)
     b.post(0, 0, as_bytes(np.zeros(4, np.uint8)))
-    with pytest.raises(LinkClosed, match="closed by the peer"):
+    with pytest.raises(LinkLost, match="closed by the peer"):
         b.wait_received(0, 0)
 
 
@@ -222,7 +222,7 @@ def test_a_member_that_closed_fails_only_waits_for_it():
     assert (from_two == 2).all() and (from_one == 1).all()
     stamp(zero, 2)
     zero.post(2, 0, as_bytes(np.zeros(2, np.int64)))
-    with pytest.raises(LinkClosed, match="closed by the peer"):
+    with pytest.raises(LinkLost, match="closed by the peer"):
         zero.wait_received(2, 0)
 
 

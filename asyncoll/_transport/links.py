@@ -23,7 +23,6 @@ members sending each other large records at once never block each other.
 
 from __future__ import annotations
 
-import asyncio
 import select
 import socket
 import struct
@@ -41,12 +40,10 @@ CHECK_S = 0.01
 EAGER_POLLS = 64
 #: Each connection's read buffer: small records arrive whole in one recv.
 READ_BYTES = 64 << 10
-#: Bytes a connecting member sends first: the acceptor's cookie, its own index.
-_GREETING = struct.Struct("<qq")
 
 
-class LinkClosed(Exception):
-    """The connection to member ``index`` closed or broke."""
+class LinkLost(Exception):
+    """The connection to member ``index`` closed or broke: the member is lost to this one."""
 
     def __init__(self, index: int, reason: str) -> None:
         super().__init__(f"the direct connection to member {index} {reason}")
@@ -164,7 +161,7 @@ class DirectLinks:
         """
         peer = self._peers[index]
         if peer.closed is not None:
-            raise LinkClosed(index, peer.closed)
+            raise LinkLost(index, peer.closed)
         header = memoryview(HEADER.pack(self.operation, step, *self.fingerprint,
                                         payload.nbytes))
         if peer.out:
@@ -176,7 +173,7 @@ class DirectLinks:
         except (BlockingIOError, InterruptedError):
             sent = 0
         except OSError as exc:
-            raise LinkClosed(index, f"failed: {exc}") from None
+            raise LinkLost(index, f"failed: {exc}") from None
         if sent < header.nbytes:
             peer.out.append(header[sent:])
             peer.out.append(payload)
@@ -281,12 +278,12 @@ class DirectLinks:
                 raise LinkMismatch(index, fingerprint, len(payload), operation)
 
     def _fail_if_gone(self, waiting_for: Callable[[], list[int]]) -> None:
-        """Raise LinkClosed if a member the wait is for has closed its connection."""
+        """Raise LinkLost if a member the wait is for has closed its connection."""
         if self._gone:
             for index in waiting_for():
                 reason = self._peers[index].closed
                 if reason is not None:
-                    raise LinkClosed(index, reason)
+                    raise LinkLost(index, reason)
 
     def _closed(self, peer: _Peer, reason: str) -> None:
         """``peer``'s connection ended: only a wait for that peer fails of it.
@@ -316,7 +313,7 @@ class DirectLinks:
                 except (BlockingIOError, InterruptedError):
                     break
                 except OSError as exc:
-                    raise LinkClosed(peer.index, f"failed: {exc}") from None
+                    raise LinkLost(peer.index, f"failed: {exc}") from None
                 while sent and peer.out:
                     head = peer.out[0]
                     if sent >= head.nbytes:
@@ -447,65 +444,3 @@ class DirectLinks:
         if fingerprint != self.fingerprint or len(payload) != out.nbytes:
             raise LinkMismatch(index, fingerprint, len(payload), self.operation)
         out[:] = payload
-
-
-# -- opening the links (on the event loop, once per group) -----------------------------------
-
-
-def listen(host: str) -> socket.socket:
-    """A non-blocking listening socket on ``host``, any free port."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.bind((host, 0))
-        sock.listen(64)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-async def dial(host: str, port: int, cookie: int, me: int) -> socket.socket:
-    """Connect to a member's listening socket and greet it with its cookie and our index."""
-    loop = asyncio.get_running_loop()
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setblocking(False)
-        await loop.sock_connect(sock, (host, port))
-        await loop.sock_sendall(sock, _GREETING.pack(cookie, me))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-async def accept(server: socket.socket, cookie: int, expected: set[int]
-                 ) -> dict[int, socket.socket]:
-    """Accept one connection from every member index in ``expected``, checking greetings.
-
-    A connection whose greeting lacks this member's cookie (anything else that
-    found the port) is closed and ignored.
-    """
-    loop = asyncio.get_running_loop()
-    got: dict[int, socket.socket] = {}
-    while set(got) != expected:
-        sock, _ = await loop.sock_accept(server)
-        try:
-            sock.setblocking(False)
-            greeting = b""
-            while len(greeting) < _GREETING.size:
-                chunk = await loop.sock_recv(sock, _GREETING.size - len(greeting))
-                if not chunk:
-                    break
-                greeting += chunk
-            if len(greeting) == _GREETING.size:
-                theirs, index = _GREETING.unpack(greeting)
-                if theirs == cookie and index in expected and index not in got:
-                    got[index] = sock
-                    continue
-        except OSError:
-            pass
-        sock.close()
-    return got

@@ -1,0 +1,435 @@
+"""AsyncProcessGroup: the collectives of one group, each checked and made into a plan.
+
+Every collective method checks its arguments at once, in the caller's
+thread, so bad input raises before anything is sent, and returns the call's
+Plan (asyncoll._group.plan): awaiting it runs it in the group's turn, and
+the blocking front doors hand it to ``execute`` or ``submit``
+(asyncoll._group.core). ``src`` and ``dst`` are global ranks, as in torch.
+Point-to-point messages (send, recv) are not sequenced with the collectives;
+they are matched per (peer, tag) in call order, as MPI's are.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+from asyncoll._algorithms import monitored
+from asyncoll._algorithms.pairwise import direct_all_to_all, direct_gather, direct_scatter
+from asyncoll._algorithms.ops import check_op, coerce_op
+from asyncoll._algorithms.team import Team
+from asyncoll._group import arguments as check
+from asyncoll._group.objects import ObjectCollectives
+from asyncoll._group.plan import Plan, Signature, repeat_key, seconds
+from asyncoll._group.point_to_point import PointToPoint
+from asyncoll._group.tensors import as_buffer, as_source, write_back
+from asyncoll._group.transports import spread
+from asyncoll._settings import COORDINATOR_GRACE_S
+from asyncoll._wire.frames import Operation as Kind
+from asyncoll.errors import ConfigurationError
+from asyncoll.types import ReduceOp
+
+Timeout = float | timedelta | None
+
+
+class WorldGroup:
+    """The type of :data:`WORLD`."""
+
+    def __repr__(self) -> str:
+        return "asyncoll.group.WORLD"
+
+
+#: torch's ``dist.group.WORLD``: as ``group=``, the world of the blocking API.
+WORLD = WorldGroup()
+
+
+class AsyncProcessGroup(ObjectCollectives, PointToPoint):
+    """A set of ranks that run collectives together (torch's ProcessGroup).
+
+    Every rank of the job holds one for each group created, members or not;
+    on a non-member, :attr:`rank` is -1 and collectives refuse to run. Its
+    object collectives and its send and recv come from ObjectCollectives
+    (asyncoll._group.objects) and PointToPoint (asyncoll._group.point_to_point).
+    """
+
+    # -- reductions --------------------------------------------------------------------
+
+    def all_reduce(self, tensor: Any, op: Any = ReduceOp.SUM, timeout: Timeout = None,
+                   algorithm: str | None = None) -> Plan:
+        """Reduce ``tensor`` across the group, in place, on every member.
+
+        Args:
+            tensor: a numpy array or CPU torch tensor; holds the result afterwards,
+                bitwise identical on every member.
+            op: a ReduceOp (torch's ReduceOp is accepted too).
+            timeout: seconds or a timedelta; the group's timeout by default.
+            algorithm: "ring", "recursive_doubling", "arena" (members on one host:
+                in the calling thread, through shared memory) or "links" (across
+                hosts, in the calling thread); chosen by size when None.
+
+        Raises:
+            ConfigurationError: bad tensor, dtype/op pair, timeout or algorithm;
+                not a member.
+            CollectiveError: the operation failed (see its subclasses).
+        """
+        what = "all_reduce"
+        reduce_op = self._reduce_op(op, what)
+        buffer = as_buffer(tensor, what)
+        flat = buffer.flat
+        check_op(reduce_op, flat.dtype)
+        return self.plan(what, Signature(what, Kind.ALL_REDUCE, flat.dtype, flat.size,
+                                         reduce_op), flat, flat.nbytes, timeout, algorithm,
+                         write_back([buffer]), (repeat_key(what, flat, reduce_op), None))
+
+    def reduce(self, tensor: Any, dst: int, op: Any = ReduceOp.SUM, timeout: Timeout = None,
+               algorithm: str | None = None) -> Plan:
+        """Reduce ``tensor`` across the group into global rank ``dst``'s tensor.
+
+        The other members' tensors are left as they were.
+
+        Args:
+            algorithm: "chain", "tree", "arena" or "links"; chosen by size when None.
+        """
+        what = "reduce"
+        reduce_op = self._reduce_op(op, what)
+        root = check.member_index(self.ranks, dst, "dst", what)
+        buffer = as_buffer(tensor, what)
+        flat = buffer.flat
+        check_op(reduce_op, flat.dtype)
+        return self.plan(what, Signature(what, Kind.REDUCE, flat.dtype, flat.size, reduce_op,
+                                         root), flat, flat.nbytes, timeout, algorithm,
+                         write_back([buffer], root, at_root=True),
+                         (repeat_key(what, flat, reduce_op, dst), None))
+
+    def reduce_scatter(self, output: Any, input_list: Sequence[Any], op: Any = ReduceOp.SUM,
+                       timeout: Timeout = None, algorithm: str | None = None) -> Plan:
+        """Reduce ``input_list[i]`` across the group into member i's ``output``.
+
+        Sizes may differ between members: ``input_list[i]`` must have as many
+        elements as member i's output, on every member. ``algorithm`` is
+        "ring" or "arena"; chosen by size when None.
+        """
+        what = "reduce_scatter"
+        reduce_op = self._reduce_op(op, what)
+        inputs = check.sources(check.tensor_list(input_list, self.size, "input_list", what),
+                               "input_list", what)
+        return self._reduce_scatter(what, output, inputs, reduce_op, timeout, algorithm)
+
+    def reduce_scatter_tensor(self, output: Any, input: Any, op: Any = ReduceOp.SUM,
+                              timeout: Timeout = None, algorithm: str | None = None) -> Plan:
+        """Reduce ``input`` across the group; member i gets block i of the result.
+
+        ``input`` has group-size times as many elements as ``output``.
+        """
+        what = "reduce_scatter_tensor"
+        reduce_op = self._reduce_op(op, what)
+        flat = as_source(input, what)
+        count = as_buffer(output, what).flat.size
+        check.same_size(flat, count * self.size, "input", what,
+                        f"group size {self.size} x the output's {count}")
+        return self._reduce_scatter(what, output, _blocks(flat, count, self.size), reduce_op,
+                                    timeout, algorithm, flat)
+
+    def _reduce_scatter(self, what: str, output: Any, inputs: list[np.ndarray],
+                        reduce_op: ReduceOp, timeout: Timeout, algorithm: str | None,
+                        whole: np.ndarray | None = None) -> Plan:
+        """The reduce-scatter of ``inputs`` (block i for member i) into ``output``.
+
+        With ``whole``, the input the blocks were cut from, the call may repeat.
+        """
+        buffer = as_buffer(output, what)
+        out = buffer.flat
+        me = self.rank
+        dtype = check.same_dtype([out, *inputs], ["output"] + [
+            f"input {i}" for i in range(len(inputs))], what)
+        check_op(reduce_op, dtype)
+        check.same_size(out, inputs[me].size, "output", what,
+                        f"the size of this member's input block, {inputs[me].size}")
+        sizes = tuple(block.size for block in inputs)
+        signature = Signature("reduce_scatter", Kind.REDUCE_SCATTER, dtype, sum(sizes),
+                              reduce_op, sizes=sizes)
+        repeat = None if whole is None else (repeat_key(what, (out, whole), reduce_op),
+                                             functools.partial(_input_cut, out.size, self.size))
+        return self.plan(what, signature, (out, inputs), sum(sizes) * dtype.itemsize, timeout,
+                         algorithm, write_back([buffer]), repeat)
+
+    # -- one to all, all to one ----------------------------------------------------------
+
+    def broadcast(self, tensor: Any, src: int, timeout: Timeout = None,
+                  algorithm: str | None = None) -> Plan:
+        """Copy global rank ``src``'s ``tensor`` into every member's ``tensor``.
+
+        Args:
+            algorithm: "chain", "tree", "arena" or "links"; chosen by size when None.
+        """
+        what = "broadcast"
+        self.check_member(what)
+        root = check.member_index(self.ranks, src, "src", what)
+        buffer = as_buffer(tensor, what)
+        flat = buffer.flat
+        return self.plan(what, Signature(what, Kind.BROADCAST, flat.dtype, flat.size,
+                                         root=root), flat, flat.nbytes, timeout, algorithm,
+                         write_back([buffer], root, at_root=False),
+                         (repeat_key(what, flat, None, src), None))
+
+    def gather(self, tensor: Any, gather_list: Sequence[Any] | None, dst: int,
+               timeout: Timeout = None) -> Plan:
+        """Copy every member's ``tensor`` into ``gather_list[i]`` on global rank ``dst``.
+
+        ``gather_list`` (one tensor per member) is given on ``dst`` only; others pass None.
+        """
+        what = "gather"
+        self.check_member(what)
+        root = check.member_index(self.ranks, dst, "dst", what)
+        mine = as_source(tensor, what)
+        buffers = self._root_list(gather_list, root, "gather_list", what)
+        flats = None
+        if buffers is not None:
+            flats = [b.flat for b in buffers]
+            check.same_dtype([mine, *flats], ["tensor"] + [
+                f"gather_list[{i}]" for i in range(len(flats))], what)
+            check.same_size(flats[root], mine.size, f"gather_list[{root}]", what,
+                            "the size of this rank's tensor")
+        return self.plan_on_transport(
+            what, Signature(what, Kind.GATHER, mine.dtype, root=root), spread(direct_gather),
+            (mine, root, flats), seconds(timeout, self.timeout), write_back(buffers or ()))
+
+    def scatter(self, tensor: Any, scatter_list: Sequence[Any] | None, src: int,
+                timeout: Timeout = None) -> Plan:
+        """Copy ``scatter_list[i]`` on global rank ``src`` into member i's ``tensor``.
+
+        ``scatter_list`` (one tensor per member) is given on ``src`` only; others pass None.
+        """
+        what = "scatter"
+        self.check_member(what)
+        root = check.member_index(self.ranks, src, "src", what)
+        buffer = as_buffer(tensor, what)
+        blocks = None
+        if self.rank == root:
+            blocks = check.sources(check.tensor_list(scatter_list, self.size, "scatter_list",
+                                                     what), "scatter_list", what)
+            check.same_dtype([buffer.flat, *blocks], ["tensor"] + [
+                f"scatter_list[{i}]" for i in range(len(blocks))], what)
+            check.same_size(blocks[root], buffer.flat.size, f"scatter_list[{root}]", what,
+                            "the size of this rank's tensor")
+        elif scatter_list is not None:
+            raise ConfigurationError(f"{what}: scatter_list must be None on rank "
+                                     f"{self.global_rank}, which is not src {src}")
+        return self.plan_on_transport(
+            what, Signature(what, Kind.SCATTER, buffer.flat.dtype, root=root),
+            spread(direct_scatter), (buffer.flat, root, blocks), seconds(timeout, self.timeout),
+            write_back([buffer]))
+
+    # -- all to all ----------------------------------------------------------------------
+
+    def all_gather(self, tensor_list: Sequence[Any], tensor: Any, timeout: Timeout = None,
+                   algorithm: str | None = None) -> Plan:
+        """Copy member i's ``tensor`` into ``tensor_list[i]`` on every member.
+
+        Sizes may differ between members: ``tensor_list[i]`` must have as many
+        elements as member i's tensor. ``algorithm`` is "ring", "arena" or
+        "links"; chosen by size when None.
+        """
+        what = "all_gather"
+        self.check_member(what)
+        buffers = check.outputs(check.tensor_list(tensor_list, self.size, "tensor_list", what),
+                                "tensor_list", what)
+        return self._all_gather(what, as_source(tensor, what), buffers,
+                                [b.flat for b in buffers], timeout, algorithm)
+
+    def all_gather_into_tensor(self, output: Any, input: Any, timeout: Timeout = None,
+                               algorithm: str | None = None) -> Plan:
+        """Gather every member's ``input`` into ``output``, block i from member i.
+
+        ``output`` has group-size times as many elements as ``input``.
+        """
+        what = "all_gather_into_tensor"
+        self.check_member(what)
+        buffer = as_buffer(output, what)
+        mine = as_source(input, what)
+        count = mine.size
+        check.same_size(buffer.flat, count * self.size, "output", what,
+                        f"group size {self.size} x the input's {count}")
+        return self._all_gather(what, mine, [buffer], _blocks(buffer.flat, count, self.size),
+                                timeout, algorithm, (
+                                    repeat_key(what, (buffer.flat, mine)),
+                                    functools.partial(_output_cut, count, self.size)))
+
+    def _all_gather(self, what: str, mine: np.ndarray, buffers: list[Any],
+                    flats: list[np.ndarray], timeout: Timeout, algorithm: str | None,
+                    repeat: Any = None) -> Plan:
+        """Member i's ``mine`` into ``flats[i]`` on every member (``buffers`` hold them)."""
+        me = self.rank
+        check.same_dtype([mine, *flats], ["tensor"] + [f"output {i}" for i in range(len(flats))],
+                         what)
+        check.same_size(flats[me], mine.size, f"output block {me}", what,
+                        "the size of this rank's input")
+        sizes = tuple(f.size for f in flats)
+        signature = Signature("all_gather", Kind.ALL_GATHER, mine.dtype, sum(sizes),
+                              sizes=sizes)
+        # The largest block, which every member agrees on (not its own input's size).
+        nbytes = max(sizes) * mine.dtype.itemsize
+        return self.plan(what, signature, (flats, mine), nbytes, timeout, algorithm,
+                         write_back(buffers), repeat)
+
+    def all_to_all(self, output_list: Sequence[Any], input_list: Sequence[Any],
+                   timeout: Timeout = None) -> Plan:
+        """Copy member i's ``input_list[j]`` into member j's ``output_list[i]``."""
+        what = "all_to_all"
+        self.check_member(what)
+        buffers = check.outputs(check.tensor_list(output_list, self.size, "output_list", what),
+                                "output_list", what)
+        inputs = check.sources(check.tensor_list(input_list, self.size, "input_list", what),
+                               "input_list", what)
+        return self._all_to_all(what, buffers, [b.flat for b in buffers], inputs, timeout)
+
+    def all_to_all_single(self, output: Any, input: Any,
+                          output_split_sizes: Sequence[int] | None = None,
+                          input_split_sizes: Sequence[int] | None = None,
+                          timeout: Timeout = None) -> Plan:
+        """Split ``input`` along its first dimension, send part j to member j, and
+        gather the parts received into ``output`` in member order.
+
+        Split sizes count rows (first-dimension entries); None splits evenly.
+        """
+        what = "all_to_all_single"
+        self.check_member(what)
+        buffer = as_buffer(output, what)
+        flat_in = as_source(input, what)
+        out_rows, out_width = check.rows_of(output, buffer.flat)
+        in_rows, in_width = check.rows_of(input, flat_in)
+        out_splits = check.split_sizes(output_split_sizes, out_rows, self.size,
+                                       "output_split_sizes", what)
+        in_splits = check.split_sizes(input_split_sizes, in_rows, self.size,
+                                      "input_split_sizes", what)
+        if in_rows and out_rows and in_width != out_width:
+            raise ConfigurationError(f"{what}: input rows have {in_width} elements but output "
+                                     f"rows have {out_width}; they must match")
+        return self._all_to_all(what, [buffer], _cut(buffer.flat, out_splits, out_width),
+                                _cut(flat_in, in_splits, in_width), timeout)
+
+    def _all_to_all(self, what: str, buffers: list[Any], outputs: list[np.ndarray],
+                    inputs: list[np.ndarray], timeout: Timeout) -> Plan:
+        check.same_dtype([*outputs, *inputs], [f"output {i}" for i in range(len(outputs))] + [
+            f"input {i}" for i in range(len(inputs))], what)
+        me = self.rank
+        check.same_size(outputs[me], inputs[me].size, f"output block {me}", what,
+                        "the size of the input block this rank sends itself")
+        if any(np.may_share_memory(o, i) for o in outputs for i in inputs if o.size and i.size):
+            inputs = [i.copy() for i in inputs]  # in place: keep the sent values intact
+        return self.plan_on_transport(
+            what, Signature(what, Kind.ALL_TO_ALL, outputs[0].dtype), spread(direct_all_to_all),
+            (inputs, outputs), seconds(timeout, self.timeout), write_back(buffers))
+
+    # -- barriers ------------------------------------------------------------------------
+
+    def barrier(self, timeout: Timeout = None, algorithm: str | None = None) -> Plan:
+        """Wait until every member has called barrier, after this rank's earlier operations.
+
+        It runs on the data plane, in line with the group's other operations:
+        through the group's arena or links where it has them, else as a
+        recursive-doubling all-reduce of one byte (``algorithm`` forces
+        "arena", "links" or "recursive_doubling").
+
+        Raises:
+            ConfigurationError: this process is not a member.
+            CollectiveError: a member failed, or the deadline passed.
+        """
+        what = "barrier"
+        self.check_member(what)
+        return self.plan(what, Signature(what, Kind.BARRIER), _token(None), 0, timeout,
+                         algorithm, repeat=(repeat_key(what, None), _token))
+
+    def monitored_barrier(self, timeout: Timeout = None) -> Plan:
+        """A barrier through the coordinator, whose timeout names every rank that is missing.
+
+        Raises:
+            ConfigurationError: this process is not a member.
+            CollectiveError: a member left, or the deadline passed.
+        """
+        what = "monitored_barrier"
+        self.check_member(what)
+        limit = seconds(timeout, self.timeout)
+        # The coordinator's deadline is the one that can name who did not arrive,
+        # and the request's own (one grace later) comes next: this one is the last.
+        return self.plan_on_transport(what, Signature(what, Kind.BARRIER),
+                                      spread(_through_coordinator),
+                                      (self._session, self.group_id, limit),
+                                      limit + 2 * COORDINATOR_GRACE_S)
+
+    def monitored_barrier_by_first(self, timeout: float | timedelta,
+                                   wait_all_ranks: bool = False) -> Plan:
+        """torch's monitored barrier as gloo runs it, over the group's own connections.
+
+        Member 0 hears from every member in turn within ``timeout`` and names
+        the first that did not arrive (every one, with ``wait_all_ranks``),
+        in gloo's words (asyncoll._algorithms.monitored): any group, and no
+        coordinator. ``timeout`` may be 0 (member 0 then fails at once, as on gloo).
+
+        Raises:
+            ConfigurationError: not a member, or a negative timeout.
+            MonitoredBarrierError: a member did not arrive in time.
+        """
+        what = "monitored_barrier"
+        self.check_member(what)
+        limit = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not (
+                0 <= limit < float("inf")):
+            raise ConfigurationError(f"{what}: timeout must be 0 or more seconds, got "
+                                     f"{timeout!r}")
+        # The operation's own deadline comes after the barrier's, which names who is late.
+        return self.plan_on_transport(what, Signature(what, Kind.BARRIER, root=0),
+                                      spread(monitored.monitored_barrier),
+                                      (limit, wait_all_ranks), limit + COORDINATOR_GRACE_S)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _reduce_op(self, op: Any, what: str) -> ReduceOp:
+        reduce_op = coerce_op(op)
+        self.check_member(what)
+        return reduce_op
+
+    def _root_list(self, items: Sequence[Any] | None, root: int, name: str,
+                   what: str) -> list[Any] | None:
+        if self.rank == root:
+            return check.outputs(check.tensor_list(items, self.size, name, what), name, what)
+        if items is not None:
+            raise ConfigurationError(f"{what}: {name} must be None on rank {self.global_rank}, "
+                                     f"which is not dst {self.ranks[root]}")
+        return None
+
+
+async def _through_coordinator(team: Team, session: Any, group_id: int, limit: float) -> None:
+    await session.barrier(group_id, limit)
+
+
+def _token(arrays: object) -> np.ndarray:
+    """What a barrier reduces: one zero byte, made anew each call (barriers move no data)."""
+    return np.zeros(1, dtype=np.uint8)
+
+
+def _input_cut(block: int, count: int, arrays: tuple[np.ndarray, np.ndarray]
+               ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """A repeated reduce_scatter_tensor's (output, input): the input cut into blocks."""
+    return arrays[0], _blocks(arrays[1], block, count)
+
+
+def _output_cut(block: int, count: int, arrays: tuple[np.ndarray, np.ndarray]
+                ) -> tuple[list[np.ndarray], np.ndarray]:
+    """A repeated all_gather_into_tensor's (output, input): the output cut into blocks."""
+    return _blocks(arrays[0], block, count), arrays[1]
+
+
+def _cut(flat: np.ndarray, rows: list[int], width: int) -> list[np.ndarray]:
+    """Consecutive blocks of ``rows[i] * width`` elements of ``flat``."""
+    bounds = np.concatenate(([0], np.cumsum(rows))) * width
+    return [flat[int(bounds[i]):int(bounds[i + 1])] for i in range(len(rows))]
+
+
+def _blocks(flat: np.ndarray, block: int, count: int) -> list[np.ndarray]:
+    """``flat`` cut into ``count`` consecutive blocks of ``block`` elements."""
+    return [flat[i * block:(i + 1) * block] for i in range(count)]

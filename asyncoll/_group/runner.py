@@ -1,0 +1,256 @@
+"""Runner: the lifecycle of a group's operations, in whichever thread runs them.
+
+Every operation is numbered in call order (the frames' seq), refused on a
+closed session or a broken group, announced to the data plane by its
+fingerprint, run under its deadline, and completed; its first failure
+breaks the group on every member (the mesh sends ABORT frames), so later
+calls raise GroupBrokenError from it, as gloo's pairs do. Two forms share
+these steps: :meth:`Runner.here` runs an operation on the group's fast path
+in the calling thread, and :meth:`Runner.in_turn` runs one as a coroutine
+on the loop, behind the group's earlier operations (on the fast path in
+the group's own thread, or over the transport).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from asyncoll._algorithms.team import Team
+from asyncoll._compat import timeout as timeout_after
+from asyncoll._group.context import Membership
+from asyncoll._group.fast_path import FastPath
+from asyncoll._group.plan import Kernel, Plan
+from asyncoll._wire.frames import Fingerprint
+from asyncoll.errors import (
+    AsyncollError,
+    ClosedError,
+    CollectiveError,
+    CollectiveTimeoutError,
+    ConfigurationError,
+    GroupBrokenError,
+    timed_out_words,
+)
+
+
+class Runner:
+    """Runs one group's operations in call order, each under its deadline.
+
+    Args:
+        session: this process's membership in the job.
+        group_id: the group.
+        ranks: its members' global ranks, in group-rank order.
+        fast: the group's way of running operations in the calling thread.
+    """
+
+    def __init__(self, session: Membership, group_id: int, ranks: tuple[int, ...],
+                 fast: FastPath) -> None:
+        self._session = session
+        self._group_id = group_id
+        self._ranks = ranks
+        self._fast = fast
+        #: How its errors name the group.
+        self._named = f"group {group_id} (ranks {list(ranks)})"
+        self._seq = 0
+        self._tail: asyncio.Future[None] | None = None
+        # Operations handed to the loop, and those of them finished: written
+        # by one thread each (the caller's, the loop's), so no lock is needed.
+        self.handed = 0
+        self.finished = 0
+
+    def __repr__(self) -> str:
+        return self._named
+
+    def to_loop(self, plan: Plan) -> Plan:
+        """Count ``plan`` as on its way to the loop (in the caller's thread, before handing it).
+
+        Until it finishes there, later operations of the group do not run here.
+        """
+        plan.handed = True
+        self.handed += 1
+        return plan
+
+    # -- the lifecycle's steps, shared by both forms ------------------------------------
+
+    def _number(self) -> int:
+        self._seq += 1
+        self._session.ops += 1
+        return self._seq
+
+    def _admit(self, what: str, seq: int) -> None:
+        """Refuse operation ``seq`` on a closed session or a broken group."""
+        self._session.check_open(f"{what} on group {self._group_id}")
+        refused = self._session.faults.refusal(self._group_id, seq, self._named)
+        if refused is not None:
+            raise refused
+
+    def _failed(self, exc: BaseException, what: str, seq: int, from_loop: bool) -> None:
+        """Break the group on every member for operation ``seq``'s failure ``exc``.
+
+        Not for the group's sticky error or a closed session, which break
+        nothing new, nor for bad arguments, which nothing was sent for. Any
+        other exception (a cancellation, an interrupt) gives up the operation:
+        peers may be waiting for this rank's part of it. A coroutine closed
+        unfinished (GeneratorExit) is the garbage collector's, not a failure.
+        """
+        if isinstance(exc, (GroupBrokenError, ClosedError, ConfigurationError, GeneratorExit)):
+            return
+        error = exc if isinstance(exc, AsyncollError) else CollectiveError(
+            f"{what} #{seq} on group {self._group_id} was cancelled on rank "
+            f"{self._session.rank}")
+        faults = self._session.faults
+        if from_loop:
+            faults.abort(self._group_id, seq, error, self._ranks)
+        else:
+            self._session.call_soon(faults.abort, self._group_id, seq, error, self._ranks)
+
+    # -- in the calling thread -----------------------------------------------------------
+
+    def here(self, what: str, fingerprint: Fingerprint, limit: float, kernel: Kernel,
+             arrays: Any) -> bool:
+        """Run ``kernel(step, arrays)`` on the fast path in the calling thread.
+
+        Returns False, having done nothing, where it must go to the loop
+        instead: the path is not set up, or an operation of the group is
+        still there (it comes first).
+        """
+        if not self._fast.ready or self.handed != self.finished:
+            return False
+        session, group_id = self._session, self._group_id
+        seq = self._number()
+        self._admit(what, seq)
+        # Taking note is safe from this thread; checking frames kept early is the loop's.
+        faults = session.faults
+        faults.begin(group_id, seq, fingerprint, scan=False)
+        mesh = session.mesh
+        if mesh.has_early:
+            session.call_soon(faults.scan, group_id)
+        try:
+            self.on_fast_path(what, seq, limit, kernel, arrays, fingerprint)
+        except BaseException as exc:
+            self._failed(exc, what, seq, from_loop=False)
+            raise
+        faults.complete(group_id, seq, scan=False)
+        if mesh.has_early:
+            session.call_soon(faults.scan, group_id)
+        return True
+
+    def on_fast_path(self, what: str, seq: int, limit: float, kernel: Kernel, arrays: Any,
+                     fingerprint: Fingerprint, step: list[Any] | None = None) -> None:
+        """Run ``kernel(step, arrays)`` on the fast path in this thread (the caller's or the
+        group's own), translating what the path raises into the group's errors.
+
+        ``step`` receives the path's step as soon as it exists, for a canceller.
+        """
+        fast = self._fast
+        # An untimed try first: a timed acquire costs several times as much.
+        if not fast.lock.acquire(False) and not fast.lock.acquire(timeout=limit):
+            raise CollectiveTimeoutError(
+                f"{what} #{seq} on group {self._group_id} waited {limit:g} s for another "
+                f"thread of this process to finish its operation on the group. "
+                f"{timed_out_words(limit)}")
+        try:
+            current = fast.step(fingerprint, limit)
+            if step is not None:
+                step.append(current)
+            try:
+                kernel(current, arrays)
+            except (GroupBrokenError, ClosedError, ConfigurationError):
+                raise
+            except BaseException as exc:
+                behind = fast.expired(exc)
+                error: BaseException | None = fast.failure(exc)
+                if behind is not None:
+                    error = self._timed_out(what, seq, limit,
+                                            [self._ranks[i] for i in behind])
+                fast.abandon(current, error or exc)
+                cause = error.__cause__ if error is not None else None
+                if isinstance(error, GroupBrokenError) and isinstance(cause, AsyncollError):
+                    # The path learned of an earlier failure the group layer has not
+                    # heard of: make it the group's sticky error, on every member.
+                    self._session.call_soon(self._session.faults.abort, self._group_id, seq,
+                                            cause, self._ranks)
+                if error is not None:
+                    raise error from cause
+                raise
+        finally:
+            fast.lock.release()
+
+    # -- on the loop -----------------------------------------------------------------------
+
+    async def in_turn(self, plan: Plan) -> None:
+        """Run ``plan`` behind the group's earlier operations (a Plan's coroutine)."""
+        what, limit, fingerprint = plan.what, plan.limit, plan.fingerprint
+        # The sequence number and the place in line are taken before the first
+        # await, so operations run in the order they were called.
+        seq = self._number()
+        previous, done = self._tail, asyncio.get_running_loop().create_future()
+        self._tail = done
+        faults, group_id = self._session.faults, self._group_id
+        try:
+            if previous is not None:
+                await previous  # always resolved with None, in a finally
+            self._admit(what, seq)
+            team = Team(self._session.mesh, self._ranks, group_id, seq,
+                        fingerprint=fingerprint)
+            faults.begin(group_id, seq, fingerprint)
+            fast, kernel = self._fast, plan.kernel
+            if kernel is not None and fast.undecided:
+                await self._under_deadline(what, seq, limit, team, fast.set_up)
+                team = team.phase(2)  # the two phases before were the set-up's
+            # An operation the path has no room for (an arena's slot smaller than
+            # the one it was chosen by) runs the transport's algorithm, on every member.
+            if kernel is not None and fast.ready and plan.need <= fast.room:
+                await self._in_own_thread(what, seq, limit, kernel, plan.arrays, fingerprint)
+            else:
+                await self._under_deadline(what, seq, limit, team,
+                                           lambda t: plan.transport(t, plan.arrays))
+            if plan.finish is not None:
+                plan.finish(team.me)
+            faults.complete(group_id, seq)
+        except BaseException as exc:
+            self._failed(exc, what, seq, from_loop=True)
+            raise
+        finally:
+            if plan.handed:
+                self.finished += 1
+            done.set_result(None)
+
+    async def _in_own_thread(self, what: str, seq: int, limit: float, kernel: Kernel,
+                             arrays: Any, fingerprint: Fingerprint) -> None:
+        """Run a kernel on the fast path in the group's thread, the loop going on meanwhile."""
+        step: list[Any] = []
+        try:
+            await self._session.run_blocking(lambda: self.on_fast_path(
+                what, seq, limit, kernel, arrays, fingerprint, step), self._group_id)
+        except asyncio.CancelledError:
+            if step:
+                step[0].cancelled = True
+            raise
+
+    async def _under_deadline(self, what: str, seq: int, limit: float, team: Team,
+                              body: Callable[[Team], Awaitable[None]]) -> None:
+        """Run ``body(team)`` and the neighbour check within ``limit`` seconds."""
+        try:
+            async with timeout_after(limit) as deadline:
+                await body(team)
+                pending = team.check_neighbours()
+                if pending is not None:
+                    await pending
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # another deadline's error (the coordinator's), not this one's
+            raise self._timed_out(what, seq, limit, team.waiting_for()) from None
+
+    def _timed_out(self, what: str, seq: int, limit: float,
+                   silent: list[int]) -> CollectiveTimeoutError:
+        return CollectiveTimeoutError(
+            f"{what} #{seq} on {self._named} did not complete within {limit:g} s; still "
+            f"waiting for {_ranks_phrase(silent)}. {timed_out_words(limit)}")
+
+
+def _ranks_phrase(ranks: list[int]) -> str:
+    if not ranks:
+        return "no rank's data (the time went in this rank's own work)"
+    return "data from rank" + ("s " if len(ranks) > 1 else " ") + ", ".join(map(str, ranks))

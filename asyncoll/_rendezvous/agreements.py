@@ -1,0 +1,121 @@
+"""Agreements among a running job's members: new_group calls and barriers.
+
+Each is a :class:`asyncoll._rendezvous.records.Gathering` that completes when
+every expected rank has arrived, and fails when an expected rank has left.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from asyncoll._rendezvous.base import StateBase, log
+from asyncoll._rendezvous.records import Gathering, Job, Reply, error, ranks_text
+from asyncoll._wire.compact import runs_count, unpack_runs
+from asyncoll._wire.messages import Barrier, GroupCreated, NewGroup, Ok
+from asyncoll.errors import ProtocolError
+
+
+class Agreements(StateBase):
+    """new_group and barrier requests."""
+
+    def _new_group(self, job: Job, rank: int, conn: int, request_id: int, msg: NewGroup,
+                   now: float) -> list[Reply]:
+        refusal = _group_refusal(msg.runs, job.world_size)
+        if refusal is not None:
+            return [error(conn, request_id, "configuration", refusal)]
+        call = job.new_group_calls.get(rank, 0)
+        job.new_group_calls[rank] = call + 1
+        key = ("new_group", call)
+        gathering = job.gatherings.get(key)
+        if gathering is None:
+            gathering = Gathering(f"new_group call #{call + 1}",
+                                   frozenset(range(job.world_size)), now + msg.timeout, now,
+                                   "rendezvous_timeout")
+            job.gatherings[key] = gathering
+        gathering.arrivals[rank] = (conn, request_id, msg.runs)
+        if not gathering.complete():
+            return self._fail_if_departed(job, key, gathering)
+        del job.gatherings[key]
+        proposals: dict[tuple[int, ...], list[int]] = {}
+        for r, (_, _, runs) in sorted(gathering.arrivals.items()):
+            proposals.setdefault(runs, []).append(r)  # type: ignore[arg-type]
+        if len(proposals) > 1:
+            detail = "; ".join(f"ranks {ranks_text(who)} passed {_ranks_words(runs)}"
+                               for runs, who in proposals.items())
+            text = (f"new_group call #{call + 1} in job {job.name!r}: ranks disagree on the "
+                    f"members ({detail}); every rank must call new_group with the same ranks "
+                    "in the same order")
+            log.warning("%s", text)
+            return [error(c, r, "mismatch", text) for c, r, _ in gathering.arrivals.values()]
+        (runs,) = proposals
+        group_id = call + 1
+        job.groups[group_id] = unpack_runs(runs)
+        log.info("job %r: group %d created with ranks %s", job.name, group_id,
+                 _ranks_words(runs))
+        created = GroupCreated(group_id=group_id, runs=runs)
+        return [Reply(c, r, created) for c, r, _ in gathering.arrivals.values()]
+
+    def _barrier(self, job: Job, rank: int, conn: int, request_id: int, msg: Barrier,
+                 now: float) -> list[Reply]:
+        key = ("barrier", msg.group_id, msg.seq)
+        gathering = job.gatherings.get(key)
+        # The gathering's set answers "a member?" in O(1); the group's tuple
+        # is read once per barrier, by its first arrival.
+        members = gathering.expected if gathering is not None else frozenset(
+            job.groups.get(msg.group_id, ()))
+        if rank not in members:
+            return [error(conn, request_id, "configuration",
+                           f"rank {rank} called barrier on group {msg.group_id}, which "
+                           "does not exist or does not contain it")]
+        if gathering is None:
+            gathering = Gathering(f"barrier #{msg.seq} of group {msg.group_id}",
+                                   members, now + msg.timeout, now, "timeout")
+            job.gatherings[key] = gathering
+        gathering.arrivals[rank] = (conn, request_id, None)
+        if not gathering.complete():
+            return self._fail_if_departed(job, key, gathering)
+        del job.gatherings[key]
+        ok = Ok()
+        return [Reply(c, r, ok) for c, r, _ in gathering.arrivals.values()]
+
+    def _fail_if_departed(self, job: Job, key: tuple[object, ...],
+                          gathering: Gathering) -> list[Reply]:
+        # A gathering that expects a rank which has already gone can never complete.
+        gone = sorted(gathering.expected & job.departed)
+        if not gone:
+            return []
+        del job.gatherings[key]
+        who = ", ".join(f"rank {r} on {job.members[r].info.hostname}" for r in gone)
+        text = f"{gathering.what} in job {job.name!r} cannot complete: {who} already left the job"
+
+        return [error(c, r, "peer_lost", text) for c, r, _ in gathering.arrivals.values()]
+
+def _ranks_words(runs: tuple[int, ...]) -> str:
+    """A group's ranks in words, short however large the group."""
+    count = runs_count(runs)
+    return str(list(unpack_runs(runs))) if count <= 16 else (
+        f"a list of {count} ranks in {len(runs) // 3} runs, from rank {runs[0]}")
+
+
+@lru_cache(maxsize=64)
+def _group_refusal(runs: tuple[int, ...], world_size: int) -> str | None:
+    """Why new_group cannot have the ranks ``runs`` stands for, or None.
+
+    Cached: every member of a job sends the same runs, and checking them
+    expands the whole list.
+    """
+    what = "the empty list"
+    try:
+        count = runs_count(runs)
+        if count <= world_size:
+            ranks = unpack_runs(runs)
+            what = str(list(ranks)) if count <= 16 else f"a list of {count} ranks"
+            if ranks and len(set(ranks)) == count and min(ranks) >= 0 and max(
+                    ranks) < world_size:
+                return None
+        else:
+            what = f"a list of {count} ranks"
+    except ProtocolError as exc:
+        what = f"malformed runs ({exc})"
+    return (f"new_group ranks {what} must be distinct ranks between 0 and "
+            f"{world_size - 1}, at least one")

@@ -1,0 +1,63 @@
+"""The bookkeeping that every part of the coordinator's state machine shares.
+
+:class:`StateBase` holds the jobs and which connection belongs to which; the
+parts of :class:`asyncoll._rendezvous.state.RendezvousState` (joins,
+agreements, elastic membership, departures) build on it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from asyncoll._rendezvous.records import MEMBER_LINES_UP_TO, Job, Member, Reply
+from asyncoll._wire.compact import pack_directory
+from asyncoll._wire.messages import Ok
+
+log = logging.getLogger("asyncoll.coordinator")
+
+
+class StateBase:
+    """The coordinator's jobs and connections, and the bookkeeping every handler needs."""
+
+    def __init__(self) -> None:
+        # The newest generation of each job id: the one that takes joins.
+        self._jobs: dict[str, Job] = {}
+        # Running jobs whose members began leaving while a new generation of
+        # the same id formed (destroy_process_group, then init_process_group).
+        self._retired: list[Job] = []
+        self._conn_job: dict[int, Job] = {}
+        # Connections of members an elastic job went on without: why, for their next request.
+        self._excluded: dict[int, str] = {}
+        self._joins = 0
+
+    @staticmethod
+    def _answer_leaves(job: Job) -> list[Reply]:
+        ok = Ok()
+        replies = [Reply(conn, leave, ok) for _, conn, leave, _ in job.unannounced]
+        job.unannounced.clear()
+        return replies
+
+    def _live(self) -> list[Job]:
+        return [*self._jobs.values(), *self._retired]
+
+    def _forget(self, job: Job) -> None:
+        if self._jobs.get(job.name) is job:
+            del self._jobs[job.name]
+        elif job in self._retired:
+            self._retired.remove(job)
+
+    @staticmethod
+    def _member_rank(job: Job | None, conn: int) -> int | None:
+        if job is None or not job.running:
+            return None
+        return job.conn_rank.get(conn)
+
+
+def member_level(job: Job) -> int:
+    """The level of a line about one member: debug in a job too large to log each."""
+    return logging.INFO if job.world_size <= MEMBER_LINES_UP_TO else logging.DEBUG
+
+
+def packed_directory(members: list[Member]) -> bytes:
+    """The packed directory of ``members``, in rank order: once per membership."""
+    return pack_directory([(m.info.host, m.info.port, m.info.hostname) for m in members])

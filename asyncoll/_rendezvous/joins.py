@@ -1,0 +1,175 @@
+"""A job's rendezvous: its joins, until every rank has joined and is welcomed.
+
+A join is refused, waits for the rendezvous, or (to a running elastic job)
+becomes pending; a rendezvous that is not complete by its deadline fails.
+"""
+
+from __future__ import annotations
+
+from asyncoll._rendezvous.base import log, member_level, packed_directory
+from asyncoll._rendezvous.elastic import ElasticMembership
+from asyncoll._rendezvous.records import (
+    Job,
+    Member,
+    Reply,
+    Waiter,
+    error,
+    members_text,
+    ranks_text,
+)
+from asyncoll._rendezvous.waiting import missing_text
+from asyncoll._settings import PROTOCOL_VERSION
+from asyncoll._wire.messages import Join, PeerInfo, Welcome
+
+#: How stale the line on who is missing from a rendezvous may be, in seconds.
+MISSING_LINE_EVERY_S = 1.0
+
+
+# On ElasticMembership: a join to a running elastic job makes the peer pending.
+class Joins(ElasticMembership):
+    """Joins, and the rendezvous they make up."""
+
+    def _join(self, conn: int, request_id: int, join: Join, now: float) -> list[Reply]:
+        refusal = self._refuse_join(conn, join)
+        if refusal is not None:
+            log.warning("job %r: refused a peer from %s (pid %d): %s", join.job, join.hostname,
+                        join.pid, refusal[1])
+            return [error(conn, request_id, *refusal)]
+        job = self._jobs.get(join.job)
+        if job is not None and job.running and job.elastic:
+            return self._join_pending(job, conn, request_id, join, now)
+        if job is not None and job.running:
+            # Its members have begun to leave (or _refuse_join would have said
+            # no): this join starts the job's next generation.
+            self._retired.append(job)
+            job = None
+        if job is None:
+            job = Job(join.job, join.world_size, now + join.timeout, now,
+                      join.heartbeat_timeout, elastic=bool(join.elastic),
+                      min_size=join.min_size, max_size=join.max_size)
+            self._jobs[join.job] = job
+        self._joins += 1
+        job.waiting[conn] = waiter = Waiter(conn, request_id, join, self._joins)
+        if join.rank >= 0:
+            job.requested[join.rank] = waiter
+        self._conn_job[conn] = job
+        wanted = "any rank" if join.rank < 0 else f"rank {join.rank}"
+        log.log(member_level(job), "job %r: peer from %s (pid %d) joined asking for %s; "
+                "%d of %d present", job.name, join.hostname, join.pid, wanted,
+                len(job.waiting), job.world_size)
+        if len(job.waiting) < job.world_size:
+            return []
+        return self._complete(job, now)
+
+    def _refuse_join(self, conn: int, join: Join) -> tuple[str, str] | None:
+        if join.version != PROTOCOL_VERSION:
+            return ("protocol", f"the peer speaks protocol version {join.version} and the "
+                                f"coordinator {PROTOCOL_VERSION}: run the same asyncoll "
+                                "version everywhere")
+        if conn in self._conn_job:
+            return ("protocol", "this connection has already joined a job")
+        if join.world_size < 1:
+            return ("configuration", f"world size must be at least 1, got {join.world_size}")
+        if join.rank >= join.world_size or join.rank < -1:
+            return ("configuration", f"requested rank {join.rank} is out of range for world "
+                                     f"size {join.world_size}: use 0 to {join.world_size - 1}")
+        if not join.job:
+            return ("configuration", "the job id must not be empty")
+        if join.elastic and (min(join.min_size, join.max_size) < 0 or join.min_size >
+                             join.world_size or 0 < join.max_size < join.world_size):
+            return ("configuration", f"an elastic job needs 0 <= min_size <= world_size <= "
+                                     f"max_size (0: no bound), got min_size {join.min_size}, "
+                                     f"world_size {join.world_size}, max_size {join.max_size}")
+        job = self._jobs.get(join.job)
+        if job is None:
+            return None
+        if job.running and job.elastic:
+            if not join.elastic:
+                return ("rendezvous", f"job {join.job!r} is elastic and running: join it with "
+                                      "init_process_group(elastic=True) (or ASYNCOLL_ELASTIC=1) "
+                                      "to be admitted at its next reconfigure")
+            if job.max_size and len(job.live()) + len(job.pending) >= job.max_size:
+                return ("rendezvous", f"job {join.job!r} already has its max_size of "
+                                      f"{job.max_size} ({len(job.live())} running, "
+                                      f"{len(job.pending)} pending); this process cannot join "
+                                      "unless a member leaves")
+            return None
+        if job.running and not job.departed:
+            return ("rendezvous", f"job {join.job!r} is already running with all "
+                                  f"{job.world_size} ranks; wait for it to finish or use "
+                                  "another job id (ASYNCOLL_JOB_ID)")
+        if job.running:
+            return None  # the next generation of a job whose members are leaving
+        if join.world_size != job.world_size:
+            return ("configuration", f"world size {join.world_size} disagrees with the world "
+                                     f"size {job.world_size} of the peers already in job "
+                                     f"{join.job!r}; every process must use the same "
+                                     "WORLD_SIZE")
+        other = job.requested.get(join.rank) if join.rank >= 0 else None
+        if other is not None:
+            return ("configuration",
+                    f"rank {join.rank} is already taken in job {join.job!r} by pid "
+                    f"{other.join.pid} on host {other.join.hostname}; each process "
+                    "needs a distinct RANK")
+        return None
+
+    def _complete(self, job: Job, now: float) -> list[Reply]:
+        taken = {w.join.rank for w in job.waiting.values() if w.join.rank >= 0}
+        free = iter(sorted(set(range(job.world_size)) - taken))
+        unassigned = sorted((w for w in job.waiting.values() if w.join.rank < 0),
+                            key=lambda w: (w.join.hostname, w.order))
+        ranks = {w.conn: w.join.rank for w in job.waiting.values() if w.join.rank >= 0}
+        ranks.update({w.conn: next(free) for w in unassigned})
+        for waiter in job.waiting.values():
+            rank = ranks[waiter.conn]
+            j = waiter.join
+            job.members[rank] = Member(waiter.conn, PeerInfo(rank, j.host, j.port, j.hostname),
+                                        j.pid)
+            job.conn_rank[waiter.conn] = rank
+        everyone = [job.members[r] for r in range(job.world_size)]
+        directory = packed_directory(everyone)
+        replies = [Reply(w.conn, w.request_id, Welcome(rank=ranks[w.conn],
+                                                       world_size=job.world_size,
+                                                       directory=directory))
+                   for w in job.waiting.values()]
+        job.waiting.clear()
+        job.requested.clear()
+        job.running = True
+        job.running_since = job.heartbeats_due = now
+        job.groups[0] = tuple(range(job.world_size))
+        log.info("job %r: rendezvous complete with %d ranks: %s", job.name, job.world_size,
+                 members_text(everyone))
+        return replies
+
+    def _missing(self, name: str, now: float) -> str:
+        """Who job ``name`` waits for, in a line; made anew at most once a second."""
+        job = self._jobs.get(name)
+        if job is None or job.running:
+            return ""
+        made_of, made_at, line = job.missing
+        # (joins so far, peers waiting) changes whenever the waiting peers do.
+        now_of = (self._joins, len(job.waiting))
+        if made_of != now_of and (now - made_at >= MISSING_LINE_EVERY_S or not line):
+            requested = {w.join.rank for w in job.waiting.values() if w.join.rank >= 0}
+            unranked = sum(1 for w in job.waiting.values() if w.join.rank < 0)
+            line = missing_text(job.name, job.world_size, requested, unranked)
+            job.missing = (now_of, now, line)
+        return line
+
+    def _expire_rendezvous(self, job: Job, now: float) -> list[Reply]:
+        requested = sorted(w.join.rank for w in job.waiting.values() if w.join.rank >= 0)
+        unranked = sum(1 for w in job.waiting.values() if w.join.rank < 0)
+        missing = job.world_size - len(job.waiting)
+        present = f"ranks {ranks_text(requested)} present"
+        if unranked:
+            present += f" and {unranked} peer(s) without a requested rank"
+        text = (f"rendezvous of job {job.name!r} timed out after {now - job.started:.1f} s: "
+                f"{len(job.waiting)} of {job.world_size} peers joined ({present}); "
+                f"{missing} missing")
+        log.warning("%s", text)
+        replies = [error(w.conn, w.request_id, "rendezvous_timeout", text)
+                   for w in job.waiting.values()]
+        for conn in job.waiting:
+            self._conn_job.pop(conn, None)
+        self._forget(job)
+        return replies

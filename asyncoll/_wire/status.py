@@ -1,0 +1,86 @@
+"""Control-plane messages that anyone may send the coordinator without joining.
+
+A job's status (for operators, and the peers waiting in its rendezvous) and
+who is missing from a rendezvous. They are encoded like every other message:
+:mod:`asyncoll._wire.messages` lists them and names them too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """Anyone -> coordinator: describe job ``job`` ("" for every job); no join needed."""
+
+    TYPE: ClassVar[str] = "status"
+    job: str
+
+
+@dataclass(frozen=True, slots=True)
+class WhoIsMissing:
+    """Peer -> coordinator: who has not joined job ``job`` yet? (a waiting peer asks)."""
+
+    TYPE: ClassVar[str] = "who_is_missing"
+    job: str
+
+
+@dataclass(frozen=True, slots=True)
+class MissingReply:
+    """Coordinator -> peer: one line naming who is missing ("" once the job runs)."""
+
+    TYPE: ClassVar[str] = "missing_reply"
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberStatus:
+    """One peer of a job, as the coordinator sees it."""
+
+    rank: int
+    host: str
+    port: int
+    hostname: str
+    pid: int
+    #: "waiting" (in rendezvous; rank -1 if not requested), "pending" (asking to
+    #: join a running elastic job; rank -1), "running" or "left".
+    state: str
+    #: Operations the peer reported in its last heartbeat (-1: none yet).
+    ops: int
+    #: Seconds since its last heartbeat (-1: none yet).
+    heartbeat_age_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """One group of a job."""
+
+    group_id: int
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """One job: its rendezvous or running state, members and groups."""
+
+    job: str
+    state: str
+    world_size: int
+    age_s: float
+    members: tuple[MemberStatus, ...]
+    groups: tuple[GroupStatus, ...]
+    #: The membership's generation (see Welcome); an elastic job's size bounds (0: none).
+    generation: int = 0
+    elastic: int = 0
+    min_size: int = 0
+    max_size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReply:
+    """Coordinator -> anyone: the jobs asked about."""
+
+    TYPE: ClassVar[str] = "status_reply"
+    jobs: tuple[JobStatus, ...]
