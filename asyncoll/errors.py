@@ -44,8 +44,10 @@ __all__ = [
     "ProtocolError",
     "RendezvousError",
     "RendezvousTimeoutError",
+    "code_of_number",
     "error_code",
     "error_from_code",
+    "error_number",
 ]
 
 
@@ -147,6 +149,10 @@ _CODES: dict[str, type[AsyncollError]] = {
     "excluded": ExcludedError,
 }
 _CLASS_TO_CODE = {cls: code for code, cls in _CODES.items()}
+#: Each code's number (1 ...), for records that carry an int (an arena's control
+#: line, a direct link's ABORT record): its place in the table above.
+_NUMBERS = {code: number for number, code in enumerate(_CODES, 1)}
+_BY_NUMBER = {number: code for code, number in _NUMBERS.items()}
 
 
 def timed_out_words(seconds: float) -> str:
@@ -182,6 +188,16 @@ def error_code(exc_type: type[AsyncollError]) -> str:
         if cls in _CLASS_TO_CODE:
             return _CLASS_TO_CODE[cls]
     return "rendezvous"
+
+
+def error_number(exc_type: type[AsyncollError]) -> int:
+    """The number of an exception class's code (see :func:`error_code`), for binary records."""
+    return _NUMBERS[error_code(exc_type)]
+
+
+def code_of_number(number: int) -> str:
+    """The code a number stands for (:func:`error_number`); "collective" for an unknown one."""
+    return _BY_NUMBER.get(number, "collective")
 
 
 def error_from_code(code: str, message: str) -> AsyncollError:

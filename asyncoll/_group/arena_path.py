@@ -53,7 +53,7 @@ from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
 from asyncoll._algorithms.team import Team
 from asyncoll._algorithms.tree import tree_broadcast
 from asyncoll._group.context import Membership
-from asyncoll._group.giving_up import kind_code, kind_of, processors
+from asyncoll._group.processors import processors
 from asyncoll._group.plan import Kernel, Signature, Transport
 from asyncoll._transport.shm import segment
 from asyncoll._transport.shm.arena import (
@@ -70,6 +70,8 @@ from asyncoll.errors import (
     AsyncollError,
     CollectiveError,
     PeerLostError,
+    code_of_number,
+    error_number,
 )
 from asyncoll.types import ReduceOp
 
@@ -266,18 +268,10 @@ class GroupArena:
                                     f"(pid {pid}) is gone", rank=rank, host=host)
         gave_up = arena.abandoned()
         if gave_up is not None and gave_up[0] != arena.me:
-            member, operation, code, named = gave_up
-            rank = self._ranks[member]
-            kind = kind_of(code)
-            error = kind(f"rank {rank} abandoned operation #{operation} of group "
-                         f"{self._group_id} (its shared-memory arena)")
-            if isinstance(error, PeerLostError):
-                error.rank = named if named >= 0 else rank
-                error.host = self._session.mesh.hostname(error.rank)
-                error.args = (f"rank {error.rank} on host {error.host} was lost (rank {rank} "
-                              f"gave up on operation #{operation} of group {self._group_id} "
-                              "for it)",)
-            raise error
+            member, operation, number, named = gave_up
+            raise self._session.faults.gave_up(
+                self._group_id, operation, self._ranks[member], code_of_number(number), named,
+                where=" (its shared-memory arena)")
 
     def expired(self, exc: BaseException) -> list[int] | None:
         """The member indices a deadline's expiry (``exc``) waited for; None for other errors."""
@@ -289,9 +283,10 @@ class GroupArena:
 
     def abandon(self, step: ArenaStep, error: BaseException) -> None:
         """Tell the other members, through the arena, that this member gave up on ``step``."""
-        code = kind_code(error)
+        number = error_number(type(error)) if isinstance(error, AsyncollError) else \
+            error_number(CollectiveError)
         named = error.rank if isinstance(error, PeerLostError) else -1
-        step.arena.abandon(step.operation, code, named)
+        step.arena.abandon(step.operation, number, named)
 
     def close(self) -> None:
         """Unmap the arena (the session closes)."""

@@ -1,8 +1,9 @@
 """GroupFaults: which groups are broken on this rank, why, and telling their members.
 
 The group layer's half of failure handling; the transport's half is one
-``fail`` per peer or tag group. This object listens to the mesh
-(:class:`asyncoll._transport.base.Listener`) and decides:
+``fail`` per peer or channel (a tag's first field: here a group's id). This
+object listens to the mesh (:class:`asyncoll._transport.base.Listener`) and
+decides:
 
 - a lost peer breaks every group it belongs to;
 - an ABORT frame from a member breaks its group here too, and is passed on
@@ -10,7 +11,10 @@ The group layer's half of failure handling; the transport's half is one
   operation connected, not just the neighbours of the rank that failed first;
 - a frame kept early for the operation running now, with another
   fingerprint, or for an operation this rank already completed, means the
-  ranks are out of step: the group is broken with MismatchError.
+  ranks are out of step: the group is broken with MismatchError;
+- and how a frame that does not fit its receive, or waiting for a member
+  that left, is worded (asyncoll._group.mismatch): the mesh fails the
+  receive with the error this object gives it.
 
 Breaking a group is sticky, as gloo's pair errors are: every pending and
 later send and receive of it fails with the first error (the mesh does
@@ -23,8 +27,8 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 
+from asyncoll._group.mismatch import desync, left_error, size_mismatch, stale
 from asyncoll._transport.base import MeshControl, Tag
-from asyncoll._transport.inbox import desync, left_error, stale
 from asyncoll._wire.frames import Fingerprint, decode_abort, encode_abort
 from asyncoll.errors import (
     AsyncollError,
@@ -173,18 +177,49 @@ class GroupFaults:
         elif tag[1] <= self._completed.get(tag[0], 0):
             self._stale(peer, tag, fingerprint)
 
+    def frame_mismatched(self, peer: int, tag: Tag, mine: Fingerprint,
+                         theirs: Fingerprint) -> AsyncollError:
+        """A frame of another operation than its receive's: the ranks are out of step."""
+        return desync(self._mesh.rank, peer, tag, mine, theirs)
+
+    def frame_wrong_size(self, peer: int, tag: Tag, sent: int,
+                         expected: int) -> AsyncollError:
+        """A frame of another size than its receive's: the collectives' sizes differ."""
+        return size_mismatch(peer, tag, sent, expected)
+
+    def peer_departed(self, peer: int, hostname: str) -> AsyncollError:
+        """A member left the job while this rank still waited for its data."""
+        return left_error(peer, hostname)
+
     def control_received(self, peer: int, tag: Tag, payload: bytes) -> None:
         """Rank ``peer`` gave up on operation ``tag[1]`` of a group: break it here too."""
         group_id, seq = tag[0], tag[1]
         code, lost, message = decode_abort(payload)
-        prefix = f"rank {peer} abandoned operation #{seq} of group {group_id}: "
-        error = error_from_code(code, message if message.startswith("rank ") and
-                                "abandoned operation" in message else prefix + message)
+        error = self.gave_up(group_id, seq, peer, code, lost, message)
+        if self._break(group_id, error, seq):
+            self._send_aborts(group_id, seq, error, None, skip=peer)
+
+    def gave_up(self, group_id: int, operation: int, peer: int, code: str, lost: int,
+                said: str = "", where: str = "") -> AsyncollError:
+        """The error rank ``peer`` gave up on ``operation`` of ``group_id`` with, here.
+
+        ``code`` is its error's (asyncoll.errors.error_code), ``lost`` the rank
+        a PeerLostError names (-1: none), ``said`` its message, ``where`` the
+        path it gave up on, for the words (an arena or direct links number
+        operations their own way). Every path's "rank X gave up" is worded here.
+        """
+        if said.startswith("rank ") and "abandoned operation" in said:
+            text = said  # relayed: it names the member that gave up first
+        else:
+            text = f"rank {peer} abandoned operation #{operation} of group {group_id}{where}" + (
+                f": {said}" if said else "")
+        error = error_from_code(code, text)
         if isinstance(error, PeerLostError):
             error.rank = lost if lost >= 0 else peer
             error.host = self._mesh.hostname(error.rank)
-        if self._break(group_id, error, seq):
-            self._send_aborts(group_id, seq, error, None, skip=peer)
+            error.args = (f"rank {error.rank} on host {error.host} was lost (rank {peer} gave "
+                          f"up on operation #{operation} of group {group_id}{where} for it)",)
+        return error
 
     # -- internals ----------------------------------------------------------------------
 
@@ -194,7 +229,7 @@ class GroupFaults:
         self._broken[group_id] = error
         if seq:
             self._broken_in[group_id] = seq
-        self._mesh.fail_group(group_id, error)
+        self._mesh.fail_channel(group_id, error)
         return True
 
     def _send_aborts(self, group_id: int, seq: int, error: AsyncollError,

@@ -41,7 +41,8 @@ from asyncoll._algorithms.link_team import LinkTeam, run_here
 from asyncoll._algorithms.ring import ring_all_gather
 from asyncoll._algorithms.team import Team
 from asyncoll._group.context import Membership
-from asyncoll._group.giving_up import kind_code, kind_of, processors
+from asyncoll._group.mismatch import stale as stale_frame
+from asyncoll._group.processors import processors
 from asyncoll._group.plan import Kernel, Signature, Transport
 from asyncoll._group.transports import Scratch
 from asyncoll._transport import link_opening
@@ -53,7 +54,6 @@ from asyncoll._transport.links import (
     LinkMismatch,
     LinksExpired,
 )
-from asyncoll._transport.inbox import stale as stale_frame
 from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import (
     AsyncollError,
@@ -62,6 +62,8 @@ from asyncoll.errors import (
     MismatchError,
     PeerLostError,
     broken_by,
+    code_of_number,
+    error_number,
 )
 from asyncoll.types import ReduceOp
 
@@ -269,18 +271,9 @@ class GroupLinks:
             return PeerLostError(f"rank {rank} on host {host} was lost: {exc}", rank=rank,
                                  host=host)
         if isinstance(exc, LinkAborted):
-            rank = self._ranks[exc.index]
-            kind = kind_of(exc.kind)
-            said = exc.message
-            error = kind(said if said.startswith("rank ") and "abandoned operation" in said
-                         else f"rank {rank} abandoned operation #{exc.operation} of group "
-                         f"{self._group_id} (over its direct links): {said}")
-            if isinstance(error, PeerLostError):
-                error.rank = exc.rank if exc.rank >= 0 else rank
-                error.host = self._session.mesh.hostname(error.rank)
-                error.args = (f"rank {error.rank} on host {error.host} was lost (rank {rank} "
-                              f"gave up on operation #{exc.operation} of group "
-                              f"{self._group_id} for it)",)
+            error = self._session.faults.gave_up(
+                self._group_id, exc.operation, self._ranks[exc.index],
+                code_of_number(exc.kind), exc.rank, exc.message, " (over its direct links)")
             step = self._step
             if step is not None and exc.operation < step.operation:
                 # The group failed in an operation this rank had completed already:
@@ -320,9 +313,10 @@ class GroupLinks:
             # The group broke in an operation before this one: say so, and why, so
             # that the others meet it broken by the same kind of error as here.
             operation, error = operation - 1, cause
-        kind = kind_code(error)
+        number = error_number(type(error)) if isinstance(error, AsyncollError) else \
+            error_number(CollectiveError)
         named = error.rank if isinstance(error, PeerLostError) else -1
-        step.links.abort(operation, kind, named, str(error))
+        step.links.abort(operation, number, named, str(error))
 
     def close(self) -> None:
         """Close the links (the session closes)."""

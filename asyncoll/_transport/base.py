@@ -9,7 +9,8 @@ from typing import Protocol
 from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import AsyncollError
 
-#: (group id, sequence number, step): what a frame belongs to.
+#: (channel, sequence number, step): what a frame belongs to. The channel is a
+#: number the layer above chooses (a group's id, say); the transport only compares it.
 Tag = tuple[int, int, int]
 #: Takes a received payload part by part: (byte offset in the payload, bytes).
 Consumer = Callable[[int, memoryview], None]
@@ -71,8 +72,9 @@ class Mesh(Protocol):
 class Listener(Protocol):
     """What a transport tells the layer above about its peers (the group layer listens).
 
-    The transport knows peers and tags; what a tag's group or operation is,
-    and what a lost peer breaks, is decided above it.
+    The transport knows peers and tags; what a tag's channel or operation
+    stands for, what a lost peer breaks, and how a frame that does not fit
+    its receive is explained to the user, is decided above it.
     """
 
     def early_frame(self, peer: int, tag: Tag, fingerprint: Fingerprint) -> None:
@@ -84,12 +86,26 @@ class Listener(Protocol):
     def peer_lost(self, peer: int, error: AsyncollError) -> None:
         """``peer``'s connection broke without a goodbye; its receives already failed."""
 
+    def frame_mismatched(self, peer: int, tag: Tag, mine: Fingerprint,
+                         theirs: Fingerprint) -> AsyncollError:
+        """``peer`` sent frame ``tag`` with fingerprint ``theirs`` to a receive posted
+        with ``mine``: the error that receive fails with."""
+
+    def frame_wrong_size(self, peer: int, tag: Tag, sent: int,
+                         expected: int) -> AsyncollError:
+        """``peer`` sent ``sent`` bytes as frame ``tag`` to a receive of ``expected``
+        bytes: the error that receive fails with."""
+
+    def peer_departed(self, peer: int, hostname: str) -> AsyncollError:
+        """``peer`` (on ``hostname``) left the job: the error its receives still
+        waiting fail with."""
+
 
 class MeshControl(Mesh, Protocol):
     """What the group layer needs of a transport beyond the seam: failures and ABORTs.
 
-    Every tag's first field names a *tag group*; the transport fails a tag
-    group's sends and receives on request without knowing what it stands for.
+    Every tag's first field names a *channel*; the transport fails a
+    channel's sends and receives on request without knowing what it stands for.
     """
 
     listener: Listener | None
@@ -98,8 +114,8 @@ class MeshControl(Mesh, Protocol):
     def has_early(self) -> bool:
         """Whether any frame is kept early, waiting for its receive."""
 
-    def early(self, group: int) -> list[tuple[int, Tag, Fingerprint]]:
-        """(peer, tag, fingerprint) of every frame of tag group ``group`` kept early."""
+    def early(self, channel: int) -> list[tuple[int, Tag, Fingerprint]]:
+        """(peer, tag, fingerprint) of every frame of channel ``channel`` kept early."""
 
     def send_control(self, peer: int, tag: Tag, payload: memoryview) -> None:
         """Send an ABORT frame about ``tag`` to ``peer`` if connected; best effort."""
@@ -109,8 +125,8 @@ class MeshControl(Mesh, Protocol):
         nothing: it resolves with the frame's arrival stamp (larger for later
         arrivals), and a receive posted afterwards gets the frame."""
 
-    def fail_group(self, group: int, error: AsyncollError) -> None:
-        """Fail every send and receive of tag group ``group``, pending and later (sticky)."""
+    def fail_channel(self, channel: int, error: AsyncollError) -> None:
+        """Fail every send and receive of channel ``channel``, pending and later (sticky)."""
 
     def fail_peer(self, peer: int, error: AsyncollError) -> None:
         """Fail every send and receive with ``peer``, pending and later (sticky)."""

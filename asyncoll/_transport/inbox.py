@@ -16,7 +16,12 @@ carries from:
   with arrival order across every inbox of the process), and cancelling it
   changes nothing. A receive from any of several peers (the group layer's
   ``recv`` without ``src``) watches each and then posts for the first;
-- ``fail`` fails every receive and watch, pending and later, of one tag group or all.
+- ``fail`` fails every receive and watch, pending and later, of one channel or all.
+
+A frame that does not fit its receive (another fingerprint, another size)
+fails that receive with the error the mesh's listener gives for it, as does
+waiting for a peer that left the job: the layer above knows what the tag
+stands for and words the error; without a listener the inbox words a plain one.
 
 Early frames are bounded while this rank waits for nothing from the peer:
 once they hold more than ``limit`` bytes and no receive is posted, the inbox
@@ -38,7 +43,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from asyncoll._transport.base import Consumer, Tag, consume_into
+from asyncoll._transport.base import Consumer, Listener, Tag, consume_into
 from asyncoll._transport.settings import EARLY_LIMIT_BYTES
 from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import AsyncollError, MismatchError, ProtocolError
@@ -100,11 +105,12 @@ class EarlyCount:
 class Inbox:
     """The receives posted for one peer, its early frames, and their matching."""
 
-    def __init__(self, peer: int, local_rank: Callable[[], int],
+    def __init__(self, peer: int, listener: Callable[[], Listener | None],
                  limit: int = EARLY_LIMIT_BYTES, count: EarlyCount | None = None) -> None:
         self.peer = peer
         self._count = count if count is not None else EarlyCount()
-        self._local_rank = local_rank
+        #: The mesh's listener of the moment (None: none yet), which words the errors.
+        self._listener = listener
         self.limit = limit
         self._posted: dict[Tag, Receive] = {}
         #: Matched receives whose payload is arriving.
@@ -117,7 +123,7 @@ class Inbox:
         self._full = False
         #: The peer failed: every receive, pending and later, fails with this.
         self.error: AsyncollError | None = None
-        self._failed_groups: dict[int, AsyncollError] = {}
+        self._failed_channels: dict[int, AsyncollError] = {}
         #: Told of every frame kept early, so the layer above can check it.
         self.on_early: Callable[[int, Tag, Fingerprint], None] | None = None
         #: Told to stop (True) or resume (False) reading from the peer.
@@ -140,7 +146,7 @@ class Inbox:
                     0, memoryview(payload)):
                 receive.finish()
             return future
-        error = self.error or self._failed_groups.get(tag[0])
+        error = self.error or self._failed_channels.get(tag[0])
         if error is not None:
             future.set_exception(error)
             return future
@@ -163,7 +169,7 @@ class Inbox:
         if kept is not None:
             future.set_result(kept[2])
             return future
-        error = self.error or self._failed_groups.get(tag[0])
+        error = self.error or self._failed_channels.get(tag[0])
         if error is not None:
             future.set_exception(error)
             return future
@@ -197,7 +203,7 @@ class Inbox:
             if receive.put(0, memoryview(payload)):
                 receive.finish()
             return
-        if self.error is not None or tag[0] in self._failed_groups:
+        if self.error is not None or tag[0] in self._failed_channels:
             return  # nobody will ever want it
         if tag in self._early:
             raise ProtocolError(f"rank {self.peer} sent frame {tag} twice")
@@ -213,11 +219,11 @@ class Inbox:
         if self.on_early is not None:
             self.on_early(self.peer, tag, fingerprint)
 
-    def early(self, group: int) -> list[tuple[Tag, Fingerprint]]:
-        """The tags (and fingerprints) of the early frames of tag group ``group``."""
+    def early(self, channel: int) -> list[tuple[Tag, Fingerprint]]:
+        """The tags (and fingerprints) of the early frames of channel ``channel``."""
         if not self._early:
             return []
-        return [(tag, fp) for tag, (_, fp, _) in self._early.items() if tag[0] == group]
+        return [(tag, fp) for tag, (_, fp, _) in self._early.items() if tag[0] == channel]
 
     @property
     def has_early(self) -> bool:
@@ -226,48 +232,73 @@ class Inbox:
 
     # -- failure --------------------------------------------------------------------------
 
-    def fail(self, error: AsyncollError, group: int | None = None) -> None:
-        """Fail every receive and watch of tag group ``group`` (None: of the peer), pending
+    def fail(self, error: AsyncollError, channel: int | None = None) -> None:
+        """Fail every receive and watch of channel ``channel`` (None: of the peer), pending
         and later.
 
-        The first error is sticky: later receives fail with it. A group's early
+        The first error is sticky: later receives fail with it. A channel's early
         frames are dropped (never wanted now); the peer's are kept, since a
         receive may still be posted for a frame that came before its failure.
         """
-        if group is None:
+        if channel is None:
             self.error = self.error or error
             error = self.error
         else:
-            error = self._failed_groups.setdefault(group, error)
+            error = self._failed_channels.setdefault(channel, error)
         for receives in (self._posted, self._filling):
             for tag, receive in list(receives.items()):
-                if group is None or tag[0] == group:
+                if channel is None or tag[0] == channel:
                     del receives[tag]
                     if not receive.future.done():
                         receive.future.set_exception(error)
         for tag, watches in list(self._watches.items()):
-            if group is None or tag[0] == group:
+            if channel is None or tag[0] == channel:
                 del self._watches[tag]
                 for watch in watches:
                     if not watch.done():
                         watch.set_exception(error)
-        if group is not None:
-            for tag in [t for t in self._early if t[0] == group]:
+        if channel is not None:
+            for tag in [t for t in self._early if t[0] == channel]:
                 self._count.frames -= 1
                 self._release(len(self._early.pop(tag)[0]))
+
+    def departed(self, hostname: str) -> AsyncollError:
+        """The error of waiting for this peer, on ``hostname``, once it left the job."""
+        listener = self._listener()
+        if listener is not None:
+            return listener.peer_departed(self.peer, hostname)
+        return MismatchError(f"rank {self.peer} on {hostname} left the job while this rank "
+                             "still expected data from it")
 
     # -- internals --------------------------------------------------------------------------
 
     def _fits(self, receive: Receive, nbytes: int, fingerprint: Fingerprint) -> bool:
         if fingerprint != receive.fingerprint:
-            receive.future.set_exception(desync(self._local_rank(), self.peer, receive.tag,
-                                                receive.fingerprint, fingerprint))
+            receive.future.set_exception(self._mismatched(receive, fingerprint))
             return False
         if nbytes != receive.out.nbytes:
-            receive.future.set_exception(size_mismatch(self.peer, receive.tag, nbytes,
-                                                       receive.out.nbytes))
+            receive.future.set_exception(self._wrong_size(receive, nbytes))
             return False
         return True
+
+    def _mismatched(self, receive: Receive, theirs: Fingerprint) -> AsyncollError:
+        listener = self._listener()
+        if listener is not None:
+            return listener.frame_mismatched(self.peer, receive.tag, receive.fingerprint,
+                                             theirs)
+        mine, sent = receive.fingerprint.fields(), theirs.fields()
+        differences = "; ".join(f"{field}: {value} here, {sent[field]} on rank {self.peer}"
+                                for field, value in mine.items() if value != sent[field])
+        return MismatchError(f"rank {self.peer} sent frame {receive.tag} with another "
+                             f"fingerprint than this receive's ({differences})")
+
+    def _wrong_size(self, receive: Receive, nbytes: int) -> AsyncollError:
+        listener = self._listener()
+        if listener is not None:
+            return listener.frame_wrong_size(self.peer, receive.tag, nbytes,
+                                             receive.out.nbytes)
+        return MismatchError(f"rank {self.peer} sent {nbytes} bytes as frame {receive.tag}; "
+                             f"this receive expected {receive.out.nbytes}")
 
     def _release(self, nbytes: int) -> None:
         self.kept_bytes -= nbytes
@@ -305,41 +336,3 @@ class Inbox:
                 del self._watches[tag]
         if self.kept_bytes > self.limit:
             self._update_flow()
-
-
-def desync(rank: int, peer: int, tag: Tag, mine: Fingerprint,
-           theirs: Fingerprint) -> MismatchError:
-    """The error for a frame of another operation than the one this rank runs."""
-    return MismatchError(f"ranks {rank} and {peer} called operation #{tag[1]} of group "
-                         f"{tag[0]} differently ({'; '.join(mine.differences(theirs, rank, peer))}"
-                         "): every rank must call the same collectives in the same order, with "
-                         "the same arguments")
-
-
-def stale(rank: int, peer: int, tag: Tag, mine: Fingerprint | None,
-          theirs: Fingerprint) -> MismatchError:
-    """The error for a frame of an operation this rank completed without it.
-
-    ``mine`` is what this rank ran as that operation, where it still knows:
-    the error then names the arguments that differ.
-    """
-    if mine is not None and mine != theirs:
-        return desync(rank, peer, tag, mine, theirs)
-    described = ", ".join(f"{k} {v}" for k, v in theirs.fields().items())
-    return MismatchError(f"rank {peer} sent data for operation #{tag[1]} of group {tag[0]} "
-                         f"({described}), which this rank completed without expecting it: "
-                         "the ranks called different collectives, or passed different roots")
-
-
-def size_mismatch(peer: int, tag: Tag, sent: int, expected: int) -> MismatchError:
-    """The error for a frame whose size differs from its receive's."""
-    return MismatchError(f"rank {peer} sent {sent} bytes for step {tag[2]} of operation "
-                         f"#{tag[1]} on group {tag[0]}; this rank expected {expected}: the "
-                         "ranks called collectives of different sizes")
-
-
-def left_error(peer: int, hostname: str) -> MismatchError:
-    """The error of waiting for ``peer`` after it left the job."""
-    return MismatchError(f"rank {peer} on {hostname} left the job (destroy_process_group) "
-                         "while this rank still expected data from it: the ranks called "
-                         "different numbers of collectives")

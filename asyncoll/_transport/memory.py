@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Awaitable
 
 from asyncoll._transport.base import Consumer, Listener, Tag
-from asyncoll._transport.inbox import EarlyCount, Inbox, left_error
+from asyncoll._transport.inbox import EarlyCount, Inbox
 from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint
 from asyncoll.errors import AsyncollError, PeerLostError
 
@@ -28,11 +28,11 @@ class MemoryMesh:
         #: Every rank's mesh, shared by all of them (see :func:`memory_meshes`).
         self.ranks: list[MemoryMesh] = []
         self._early_count = EarlyCount()
-        self._inboxes = {peer: Inbox(peer, lambda: rank, count=self._early_count)
+        self._inboxes = {peer: Inbox(peer, lambda: self.listener, count=self._early_count)
                          for peer in range(size)}
         for inbox in self._inboxes.values():
             inbox.on_early = self._early_frame
-        self._failed_groups: dict[int, AsyncollError] = {}
+        self._failed_channels: dict[int, AsyncollError] = {}
         self._lost: dict[int, AsyncollError] = {}
 
     @property
@@ -48,7 +48,7 @@ class MemoryMesh:
     def send(self, peer: int, tag: Tag, payload: memoryview,
              fingerprint: Fingerprint = NO_FINGERPRINT) -> Awaitable[None]:
         """Hand ``payload`` to ``peer``'s inbox for this rank; done at once."""
-        error = self._failed_groups.get(tag[0]) or self._lost.get(peer)
+        error = self._failed_channels.get(tag[0]) or self._lost.get(peer)
         if error is not None:
             return _failed(error)
         inbox = self.ranks[peer]._inboxes[self._rank]
@@ -63,14 +63,14 @@ class MemoryMesh:
                   fingerprint: Fingerprint = NO_FINGERPRINT, consume: Consumer | None = None
                   ) -> Awaitable[None]:
         """Receive frame ``tag`` from ``peer`` into ``out`` (or to ``consume``)."""
-        error = self._failed_groups.get(tag[0])
+        error = self._failed_channels.get(tag[0])
         if error is not None:
             return _failed(error)
         return self._inboxes[peer].post(tag, out, fingerprint, consume)
 
     def watch(self, peer: int, tag: Tag) -> asyncio.Future[int]:
         """A future for frame ``tag`` from ``peer`` having arrived, taking nothing."""
-        error = self._failed_groups.get(tag[0])
+        error = self._failed_channels.get(tag[0])
         if error is not None:
             future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             future.set_exception(error)
@@ -82,10 +82,10 @@ class MemoryMesh:
         """Whether any frame is kept early."""
         return self._early_count.frames > 0
 
-    def early(self, group: int) -> list[tuple[int, Tag, Fingerprint]]:
-        """(peer, tag, fingerprint) of every early frame of tag group ``group``."""
+    def early(self, channel: int) -> list[tuple[int, Tag, Fingerprint]]:
+        """(peer, tag, fingerprint) of every early frame of channel ``channel``."""
         return [(peer, tag, fp) for peer, inbox in self._inboxes.items()
-                for tag, fp in inbox.early(group)]
+                for tag, fp in inbox.early(channel)]
 
     def send_control(self, peer: int, tag: Tag, payload: memoryview) -> None:
         """Deliver an ABORT frame to ``peer``'s listener, soon (as a connection would)."""
@@ -94,11 +94,11 @@ class MemoryMesh:
             asyncio.get_running_loop().call_soon(target.listener.control_received,
                                                  self._rank, tag, bytes(payload))
 
-    def fail_group(self, group: int, error: AsyncollError) -> None:
-        """Fail every send and receive of tag group ``group``, pending and later."""
-        self._failed_groups.setdefault(group, error)
+    def fail_channel(self, channel: int, error: AsyncollError) -> None:
+        """Fail every send and receive of channel ``channel``, pending and later."""
+        self._failed_channels.setdefault(channel, error)
         for inbox in self._inboxes.values():
-            inbox.fail(error, group)
+            inbox.fail(error, channel)
 
     def fail_peer(self, peer: int, error: AsyncollError) -> None:
         """Fail every send and receive with ``peer``, pending and later."""
@@ -107,7 +107,7 @@ class MemoryMesh:
 
     def peer_left(self, peer: int, hostname: str) -> None:
         """``peer`` left: every frame it sent is here already, so fail what waits for it."""
-        self.fail_peer(peer, left_error(peer, hostname))
+        self.fail_peer(peer, self._inboxes[peer].departed(hostname))
 
     def peer_address(self, peer: int) -> tuple[str, int] | None:
         """No rank has a network address here."""

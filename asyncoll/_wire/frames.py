@@ -2,7 +2,7 @@
 
 A data frame is this header followed by ``nbytes`` of raw payload, which the
 receiver writes straight into the destination array. Frames are matched to
-receives by (group, seq, step) plus the connection they arrive on, so no
+receives by (channel, seq, step) plus the connection they arrive on, so no
 negotiation is needed and several operations can be in flight at once.
 """
 
@@ -19,7 +19,7 @@ from asyncoll.errors import ConfigurationError, ProtocolError
 from asyncoll.types import ReduceOp
 
 MAGIC = b"AC"
-# magic, version, kind, flags, group, step, seq, nbytes, then the operation's
+# magic, version, kind, flags, channel, step, seq, nbytes, then the operation's
 # fingerprint (operation, dtype, reduce op, algorithm, root, elements): 48 bytes,
 # little endian.
 _HEADER = struct.Struct("<2sBBIIIQQBBBBiQ")
@@ -38,7 +38,7 @@ class FrameKind(enum.IntEnum):
     HELLO = 2
     #: Acceptor -> dialer: the connection is accepted; no payload.
     HELLO_ACK = 3
-    #: The sender gave up on operation ``seq`` of ``group``; payload is
+    #: The sender gave up on operation ``seq`` of ``channel``; payload is
     #: ``b"<error code>:<lost rank>:<message>"`` (UTF-8). The receiver fails the group.
     ABORT = 4
     #: The sender is leaving the job (destroy_process_group); the connection
@@ -54,7 +54,7 @@ class FrameKind(enum.IntEnum):
     #: unlinked), else the reason it could not be, and the sender keeps to TCP.
     SHM_OPENED = 8
     #: A piece of a DATA payload lies in the sender's ring; payload is a
-    #: SHM_PIECE descriptor; group, seq, step and fingerprint are the payload's.
+    #: SHM_PIECE descriptor; channel, seq, step and fingerprint are the payload's.
     SHM_DATA = 9
     #: Receiver -> sender: the ring is free up to the position in the payload.
     SHM_FREE = 10
@@ -156,7 +156,8 @@ class FrameHeader:
     """One decoded data-frame header."""
 
     kind: FrameKind
-    group: int
+    #: The tag's first field: the stream of operations the frame belongs to.
+    channel: int
     seq: int
     step: int
     nbytes: int
@@ -166,16 +167,16 @@ class FrameHeader:
     def pack(self) -> bytes:
         """Encode the header as HEADER_SIZE bytes."""
         return _HEADER.pack(MAGIC, PROTOCOL_VERSION, self.kind, self.flags,
-                            self.group, self.step, self.seq, self.nbytes, *self.fingerprint)
+                            self.channel, self.step, self.seq, self.nbytes, *self.fingerprint)
 
 
 _KINDS = {kind.value: kind for kind in FrameKind}
 
 
-def pack_header(kind: FrameKind, group: int, seq: int, step: int, nbytes: int,
+def pack_header(kind: FrameKind, channel: int, seq: int, step: int, nbytes: int,
                 fingerprint: Fingerprint = NO_FINGERPRINT) -> bytes:
     """Encode a header without building a FrameHeader (the send hot path)."""
-    return _HEADER.pack(MAGIC, PROTOCOL_VERSION, kind, 0, group, step, seq, nbytes,
+    return _HEADER.pack(MAGIC, PROTOCOL_VERSION, kind, 0, channel, step, seq, nbytes,
                         *fingerprint)
 
 
@@ -189,7 +190,7 @@ def unpack_header(data: bytes | bytearray | memoryview) -> FrameHeader:
     if len(data) != HEADER_SIZE:
         raise ProtocolError(f"a frame header is {HEADER_SIZE} bytes, got {len(data)}")
     fields = _HEADER.unpack(data)
-    magic, version, kind, flags, group, step, seq, nbytes = fields[:8]
+    magic, version, kind, flags, channel, step, seq, nbytes = fields[:8]
     if magic != MAGIC:
         raise ProtocolError(f"data frame starts with {bytes(magic)!r}, not {MAGIC!r}: "
                             "the peer is not an asyncoll peer")
@@ -204,4 +205,4 @@ def unpack_header(data: bytes | bytearray | memoryview) -> FrameHeader:
                             f"{MAX_FRAME_BYTES}")
     # tuple.__new__ skips NamedTuple's argument parsing: this runs for every frame.
     fingerprint: Fingerprint = tuple.__new__(Fingerprint, fields[8:])
-    return FrameHeader(frame_kind, group, seq, step, nbytes, flags, fingerprint)
+    return FrameHeader(frame_kind, channel, seq, step, nbytes, flags, fingerprint)

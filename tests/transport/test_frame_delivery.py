@@ -161,14 +161,14 @@ async def test_receive_whose_payload_is_arriving_fails_when_the_connection_drops
         await asyncio.wait_for(received, 1)
 
 
-async def test_receive_whose_payload_is_arriving_fails_when_its_group_breaks(setup):
+async def test_receive_whose_payload_is_arriving_fails_when_its_channel_fails(setup):
     mesh, connection = setup
     out = np.zeros(100_000, dtype=np.uint8)
     received = mesh.recv_into(0, TAG, as_bytes(out))
     data = frame(TAG, np.ones(100_000, dtype=np.uint8))
     feed(connection, data[:50_000])
 
-    mesh.fail_group(TAG[0], MismatchError("broken elsewhere"))
+    mesh.fail_channel(TAG[0], MismatchError("broken elsewhere"))
     feed(connection, data[50_000:])  # the rest is thrown away
 
     with pytest.raises(MismatchError, match="broken elsewhere"):
@@ -267,8 +267,8 @@ async def test_the_mesh_knows_whether_any_frame_waits_for_its_receive(setup):
     feed(connection, frame((5, 1, 0), np.arange(2, dtype=np.int32)))
     assert mesh.has_early and mesh.early(5) == [(0, (5, 1, 0), NO_FINGERPRINT)]
     await asyncio.wait_for(mesh.recv_into(0, TAG, as_bytes(np.zeros(3, np.int32))), 1)
-    assert mesh.has_early  # group 5's frame is still kept
-    mesh.fail_group(5, MismatchError("broken elsewhere"))
+    assert mesh.has_early  # channel 5's frame is still kept
+    mesh.fail_channel(5, MismatchError("broken elsewhere"))
     assert not mesh.has_early and mesh.inbox(0).kept_bytes == 0
 
 

@@ -101,3 +101,49 @@ async def test_a_lost_peer_fails_the_survivors_waiting_for_it_naming_it():
             await asyncio.wait_for(received, 1)
         assert info.value.rank == 2 and info.value.host == "memory"
     assert isinstance(faults[1].error(0), PeerLostError)  # through rank 0's ABORT
+
+
+async def test_a_frame_that_does_not_fit_fails_its_receive_as_the_listener_words_it():
+    # The group layer (GroupFaults, the listener) names the group and operation.
+    meshes = memory_meshes(2)
+    faults = [GroupFaults(mesh) for mesh in meshes]
+    other = Fingerprint(Operation.BROADCAST, 1, root=0)
+    mismatched = meshes[1].recv_into(0, (7, 1, 0), memoryview(bytearray(4)), SUM)
+    wrong_size = meshes[1].recv_into(0, (7, 2, 0), memoryview(bytearray(4)), SUM)
+    await meshes[0].send(1, (7, 1, 0), memoryview(bytearray(4)), other)
+    await meshes[0].send(1, (7, 2, 0), memoryview(bytearray(8)), SUM)
+    meshes[1].peer_left(0, "h0")
+    departed = meshes[1].recv_into(0, (7, 3, 0), memoryview(bytearray(4)), SUM)
+
+    with pytest.raises(MismatchError, match="ranks 1 and 0 called operation #1 of group 7 "
+                       "differently .*all_reduce on rank 1, broadcast on rank 0"):
+        await mismatched
+    with pytest.raises(MismatchError, match="rank 0 sent 8 bytes for step 0 of operation #2 "
+                       "on group 7; this rank expected 4"):
+        await wrong_size
+    with pytest.raises(MismatchError, match=r"rank 0 on h0 left the job \(destroy_process_grou"):
+        await departed
+    assert faults[1].error(7) is None  # the transport only failed the receives
+
+
+async def test_without_a_listener_the_transport_words_a_plain_error_naming_no_group():
+    # A mesh alone (no group layer above it) still fails what does not fit.
+    meshes = memory_meshes(2)
+    other = Fingerprint(Operation.BROADCAST, 1, root=0)
+    mismatched = meshes[1].recv_into(0, (7, 1, 0), memoryview(bytearray(4)), SUM)
+    wrong_size = meshes[1].recv_into(0, (7, 2, 0), memoryview(bytearray(4)), SUM)
+    await meshes[0].send(1, (7, 1, 0), memoryview(bytearray(4)), other)
+    await meshes[0].send(1, (7, 2, 0), memoryview(bytearray(8)), SUM)
+    meshes[1].peer_left(0, "h0")
+    departed = meshes[1].recv_into(0, (7, 3, 0), memoryview(bytearray(4)), SUM)
+
+    errors = []
+    for received in (mismatched, wrong_size, departed):
+        with pytest.raises(MismatchError) as info:
+            await received
+        errors.append(str(info.value))
+    assert errors == [
+        "rank 0 sent frame (7, 1, 0) with another fingerprint than this receive's (operation: "
+        "all_reduce here, broadcast on rank 0; root: -1 here, 0 on rank 0)",
+        "rank 0 sent 8 bytes as frame (7, 2, 0); this receive expected 4",
+        "rank 0 on h0 left the job while this rank still expected data from it"]

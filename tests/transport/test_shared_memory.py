@@ -31,8 +31,8 @@ def _segments() -> set[str]:
 
 
 def _rings_in_use(world) -> int:
-    channels = world.session.mesh._channels.values()
-    return sum(1 for c in channels if c.connection is not None and c.connection.shm._outbox)
+    peers = world.session.mesh._peers.values()
+    return sum(1 for p in peers if p.connection is not None and p.connection.shm._outbox)
 
 
 @pytest.fixture
@@ -74,16 +74,16 @@ def test_ring_space_never_hands_out_bytes_the_receiver_still_reads(steps):
         live.append((offset, size, end))
 
 
-async def test_breaking_a_group_fails_its_sends_waiting_for_ring_space_only():
-    # A receiver that has left frees nothing more: a sender of a broken group
-    # must not wait for the connection to close.
+async def test_failing_a_channel_fails_its_sends_waiting_for_ring_space_only():
+    # A receiver that has left frees nothing more: a sender of a failed channel
+    # (a broken group) must not wait for the connection to close.
     outbox = shm.Outbox("test", mmap.mmap(-1, 4096))
-    await outbox.reserve(4096, group=1)  # the ring is full
-    first = asyncio.ensure_future(outbox.reserve(64, group=5))
-    other = asyncio.ensure_future(outbox.reserve(64, group=6))
+    await outbox.reserve(4096, channel=1)  # the ring is full
+    first = asyncio.ensure_future(outbox.reserve(64, channel=5))
+    other = asyncio.ensure_future(outbox.reserve(64, channel=6))
     await asyncio.sleep(0)
-    outbox.fail(MismatchError("group 5 broke"), group=5)
-    with pytest.raises(MismatchError, match="group 5 broke"):
+    outbox.fail(MismatchError("channel 5 failed"), channel=5)
+    with pytest.raises(MismatchError, match="channel 5 failed"):
         await first
     assert not other.done()
     outbox.freed(4096)

@@ -35,14 +35,14 @@ KIND_OFFSET = 3
 
 
 def _header_bytes(**changes: int) -> bytearray:
-    data = bytearray(pack_header(FrameKind.DATA, group=1, seq=2, step=3, nbytes=4))
+    data = bytearray(pack_header(FrameKind.DATA, channel=1, seq=2, step=3, nbytes=4))
     for offset, value in changes.items():
         data[{"version": VERSION_OFFSET, "kind": KIND_OFFSET}[offset]] = value
     return data
 
 
 def test_header_is_48_bytes_and_starts_with_magic() -> None:
-    data = pack_header(FrameKind.DATA, group=0, seq=0, step=0, nbytes=0)
+    data = pack_header(FrameKind.DATA, channel=0, seq=0, step=0, nbytes=0)
 
     assert HEADER_SIZE == 48
     assert len(data) == HEADER_SIZE
@@ -55,12 +55,12 @@ FINGERPRINTS = st.builds(Fingerprint, st.sampled_from(list(Operation)),
                          st.integers(-1, 2**31 - 1), U64)
 
 
-@given(kind=KINDS, group=U32, seq=U64, step=U32, nbytes=NBYTES,
+@given(kind=KINDS, channel=U32, seq=U64, step=U32, nbytes=NBYTES,
        flags=st.integers(min_value=0, max_value=255), fingerprint=FINGERPRINTS)
-def test_frame_header_round_trips_over_every_field_range(kind: FrameKind, group: int, seq: int,
+def test_frame_header_round_trips_over_every_field_range(kind: FrameKind, channel: int, seq: int,
                                                           step: int, nbytes: int, flags: int,
                                                           fingerprint: Fingerprint) -> None:
-    header = FrameHeader(kind, group=group, seq=seq, step=step, nbytes=nbytes, flags=flags,
+    header = FrameHeader(kind, channel=channel, seq=seq, step=step, nbytes=nbytes, flags=flags,
                          fingerprint=fingerprint)
 
     data = header.pack()
@@ -71,19 +71,19 @@ def test_frame_header_round_trips_over_every_field_range(kind: FrameKind, group:
     assert isinstance(decoded.kind, FrameKind)
 
 
-@given(kind=KINDS, group=U32, seq=U64, step=U32, nbytes=NBYTES)
-def test_pack_header_matches_frame_header_pack_with_no_flags(kind: FrameKind, group: int,
+@given(kind=KINDS, channel=U32, seq=U64, step=U32, nbytes=NBYTES)
+def test_pack_header_matches_frame_header_pack_with_no_flags(kind: FrameKind, channel: int,
                                                              seq: int, step: int,
                                                              nbytes: int) -> None:
-    fast = pack_header(kind, group, seq, step, nbytes)
+    fast = pack_header(kind, channel, seq, step, nbytes)
 
-    assert fast == FrameHeader(kind, group, seq, step, nbytes).pack()
-    assert unpack_header(fast) == FrameHeader(kind, group, seq, step, nbytes, flags=0)
+    assert fast == FrameHeader(kind, channel, seq, step, nbytes).pack()
+    assert unpack_header(fast) == FrameHeader(kind, channel, seq, step, nbytes, flags=0)
 
 
 @pytest.mark.parametrize("wrap", [bytes, bytearray, memoryview])
 def test_unpack_header_accepts_bytes_bytearray_and_memoryview(wrap: type) -> None:
-    data = pack_header(FrameKind.HELLO, group=7, seq=8, step=9, nbytes=10)
+    data = pack_header(FrameKind.HELLO, channel=7, seq=8, step=9, nbytes=10)
 
     assert unpack_header(wrap(data)) == FrameHeader(FrameKind.HELLO, 7, 8, 9, 10)
 

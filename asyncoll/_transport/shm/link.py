@@ -144,7 +144,7 @@ class ShmLink:
         if ring is None or len(descriptor) != SHM_PIECE.size:
             raise ProtocolError("unexpected SHM_DATA frame")
         total, offset, place, nbytes, end = SHM_PIECE.unpack(descriptor)
-        tag = (header.group, header.seq, header.step)
+        tag = (header.channel, header.seq, header.step)
         partial = self._partials.get(tag)
         if (total > MAX_FRAME_BYTES or not 0 < nbytes <= total - offset
                 or place + nbytes > ring.nbytes
@@ -180,20 +180,20 @@ class ShmLink:
 
     # -- failure ------------------------------------------------------------------
 
-    def fail(self, error: AsyncollError, group: int | None = None) -> None:
-        """Fail the sends waiting for ring space (of ``group``; all: the peer is gone).
+    def fail(self, error: AsyncollError, channel: int | None = None) -> None:
+        """Fail the sends waiting for ring space (of ``channel``; all: the peer is gone).
 
         Receives are the inbox's to fail; a partial payload whose receive has
-        failed only frees its remaining pieces. Without a group the connection
+        failed only frees its remaining pieces. Without a channel the connection
         is gone: senders waiting for the peer to map the ring fail too, and an
         offered ring it never mapped is unlinked.
         """
-        if group is None:
+        if channel is None:
             for partial in self._partials.values():
                 partial.kept = None  # nobody will want it: free its pieces only
         if self._outbox is not None:
-            self._outbox.fail(error, group)
-        if group is not None:
+            self._outbox.fail(error, channel)
+        if channel is not None:
             return
         if self._opening is not None and not self._opening.done():
             shm.unlink(self._offered)

@@ -207,21 +207,21 @@ class Outbox:
         self.name = name
         self.view = memoryview(segment)
         self.space = RingSpace(len(segment))
-        # Senders waiting for space, oldest first, with the group of each.
+        # Senders waiting for space, oldest first, with the channel of each.
         self._waiters: deque[tuple[asyncio.Future[None], int]] = deque()
 
-    async def reserve(self, nbytes: int, group: int) -> tuple[int, int]:
-        """Reserve ``nbytes`` of the ring for a frame of ``group``, waiting for space.
+    async def reserve(self, nbytes: int, channel: int) -> tuple[int, int]:
+        """Reserve ``nbytes`` of the ring for a frame of ``channel``, waiting for space.
 
         The wait has no deadline of its own: the operation's deadline cancels
-        it, and losing the peer or breaking the group fails it (:meth:`fail`).
+        it, and losing the peer or failing the channel fails it (:meth:`fail`).
         """
         while True:
             place = self.space.reserve(nbytes) if not self._waiters else None
             if place is not None:
                 return place
             waiter = asyncio.get_running_loop().create_future()
-            entry = (waiter, group)
+            entry = (waiter, channel)
             self._waiters.append(entry)
             try:
                 await waiter
@@ -238,14 +238,14 @@ class Outbox:
         self.space.free(position)
         self._wake_next()
 
-    def fail(self, error: BaseException, group: int | None = None) -> None:
-        """Fail the senders waiting for space (of ``group``; all when the peer is gone).
+    def fail(self, error: BaseException, channel: int | None = None) -> None:
+        """Fail the senders waiting for space (of ``channel``; all when the peer is gone).
 
-        A receiver that has left frees nothing more, so a sender of a broken
-        group would otherwise wait until the connection closes.
+        A receiver that has left frees nothing more, so a sender of a failed
+        channel would otherwise wait until the connection closes.
         """
         for waiter, of in list(self._waiters):
-            if (group is None or of == group) and not waiter.done():
+            if (channel is None or of == channel) and not waiter.done():
                 waiter.set_exception(error)
 
     def _wake_next(self) -> None:

@@ -136,8 +136,8 @@ class PeerConnection(asyncio.BufferedProtocol):
         transport = self.transport
         if transport is None or not self.writable:
             return self._failed(self._owner.error_for(self.peer))
-        group, seq, step = tag
-        header = pack_header(kind, group, seq, step, payload.nbytes, fingerprint)
+        channel, seq, step = tag
+        header = pack_header(kind, channel, seq, step, payload.nbytes, fingerprint)
         if payload.nbytes <= _GATHER_LIMIT:
             # One call for both, so a small frame leaves in one segment. (uvloop
             # gathers the buffers with writev; asyncio's own loop may join them,
@@ -168,15 +168,15 @@ class PeerConnection(asyncio.BufferedProtocol):
             if not waiter.done():
                 waiter.set_result(None)
 
-    def fail_sends(self, error: AsyncollError, group: int | None = None) -> None:
-        """Fail the sends waiting on this connection (of ``group``; all: the peer is gone).
+    def fail_sends(self, error: AsyncollError, channel: int | None = None) -> None:
+        """Fail the sends waiting on this connection (of ``channel``; all: the peer is gone).
 
-        Without a group they are the sends waiting for the transport to take
+        Without a channel they are the sends waiting for the transport to take
         their bytes: a peer cut off without a reset never acknowledges them,
         and they would wait for the operation's deadline.
         """
-        self.shm.fail(error, group)
-        if group is not None:
+        self.shm.fail(error, channel)
+        if channel is not None:
             return
         waiters, self._drain_waiters = self._drain_waiters, []
         for waiter in waiters:
@@ -227,7 +227,7 @@ class PeerConnection(asyncio.BufferedProtocol):
     def _drop_if_failed(self) -> None:
         receive = self._receive
         if receive is not None and receive.failed:
-            # The receive failed or was cancelled (its group broke, its operation
+            # The receive failed or was cancelled (its channel failed, its operation
             # timed out): stop writing into the caller's array, discard the rest.
             self._receive = None
             self._discard()
@@ -313,7 +313,7 @@ class PeerConnection(asyncio.BufferedProtocol):
             self._finish_frame()
 
     def _start_data(self, header: FrameHeader) -> None:
-        receive = self.inbox.match((header.group, header.seq, header.step), header.nbytes,
+        receive = self.inbox.match((header.channel, header.seq, header.step), header.nbytes,
                                    header.fingerprint)
         if receive is None:
             self._keep(header.nbytes)
@@ -330,7 +330,7 @@ class PeerConnection(asyncio.BufferedProtocol):
             if self._receive is not None:
                 self._receive.complete_in_place()
             elif kept is not None:
-                self.inbox.arrived((header.group, header.seq, header.step), kept,
+                self.inbox.arrived((header.channel, header.seq, header.step), kept,
                                    header.fingerprint)
         elif kind in _SHM_SIZES:
             assert kept is not None
@@ -375,7 +375,7 @@ class PeerConnection(asyncio.BufferedProtocol):
                                                            f"rank's data connection: {message}"))
         else:
             assert self.peer is not None
-            owner.control_received(self.peer, (header.group, header.seq, header.step),
+            owner.control_received(self.peer, (header.channel, header.seq, header.step),
                                    payload)
 
     def _shm_frame(self, header: FrameHeader, payload: bytes) -> None:

@@ -7,10 +7,11 @@ for the lower one to dial. Each peer's frames meet their receives in its
 :class:`~asyncoll._transport.inbox.Inbox`; large payloads to same-host
 peers go through shared memory (shm/link.py).
 
-The mesh knows peers and tags, never groups or operations: a failure is
-fanned out by one ``fail`` per peer (every receive and send with it, or
-those of one tag group), and what a lost peer or an ABORT frame means for a
-group is decided by the :class:`~asyncoll._transport.base.Listener` above.
+The mesh knows peers and tags, never what a tag's channel stands for: a
+failure is fanned out by one ``fail`` per peer (every receive and send with
+it, or those of one channel), and what a lost peer or an ABORT frame breaks,
+and how a frame that does not fit its receive is worded, is decided by the
+:class:`~asyncoll._transport.base.Listener` above.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from asyncoll._compat import timeout as timeout_after
 from asyncoll._settings import HANDSHAKE_TIMEOUT_S, LINGER_S
 from asyncoll._transport.base import Consumer, Listener, Tag
 from asyncoll._transport.tcp.connection import PeerConnection
-from asyncoll._transport.inbox import EarlyCount, Inbox, left_error
+from asyncoll._transport.inbox import EarlyCount, Inbox
 from asyncoll._transport.settings import TransportSettings
 from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint, FrameKind
 from asyncoll.errors import (
@@ -45,7 +46,7 @@ def _retrieve(future: asyncio.Future[None]) -> None:
 
 
 @dataclass(slots=True)
-class _Channel:
+class _Peer:
     """Everything this process knows about one peer."""
 
     inbox: Inbox
@@ -57,7 +58,7 @@ class _Channel:
     leaving: bool = False
     #: The peer runs on this host: large payloads may go through shared memory.
     same_host: bool = False
-    #: Set once the connection is usable, or once the channel has failed.
+    #: Set once the connection is usable, or once the peer has failed.
     settled: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -65,18 +66,18 @@ class _Channel:
         """The peer's failure (sticky), or None."""
         return self.inbox.error
 
-    def fail(self, error: AsyncollError, group: int | None = None) -> None:
-        """Fail every receive and send with this peer (of tag group ``group``), now and later.
+    def fail(self, error: AsyncollError, channel: int | None = None) -> None:
+        """Fail every receive and send with this peer (of channel ``channel``), now and later.
 
         The one fan-out of a failure: the inbox's receives (posted, arriving,
         later), the sends waiting on the connection or for ring space, and a
         handshake not done yet.
         """
-        self.inbox.fail(error, group)
+        self.inbox.fail(error, channel)
         connection = self.connection
         if connection is not None:
-            connection.fail_sends(self.inbox.error or error, group)
-        if group is not None:
+            connection.fail_sends(self.inbox.error or error, channel)
+        if channel is not None:
             return
         self.settled.set()
         if connection is not None and not connection.ready.done():
@@ -94,15 +95,16 @@ class TcpMesh:
         self.loop = asyncio.get_running_loop()
         self.job = job
         self.settings = settings
-        #: Told about early frames, ABORT frames and lost peers (the group layer).
+        #: Told about early frames, ABORT frames and lost peers; words mismatches (the
+        #: layer above).
         self.listener: Listener | None = None
         self._rank = -1
         self._size = 0
-        self._channels: dict[int, _Channel] = {}
+        self._peers: dict[int, _Peer] = {}
         self._server: asyncio.Server | None = None
         self._accepted: set[PeerConnection] = set()
-        #: Tag groups failed here: their sends and receives fail at once.
-        self._failed_groups: dict[int, AsyncollError] = {}
+        #: Channels failed here: their sends and receives fail at once.
+        self._failed_channels: dict[int, AsyncollError] = {}
         self._early_count = EarlyCount()
         self._closed = False
 
@@ -123,13 +125,13 @@ class TcpMesh:
 
     def peer_address(self, peer: int) -> tuple[str, int] | None:
         """The (host, port) rank ``peer`` advertised, once the directory is known."""
-        channel = self._channels.get(peer)
-        return channel.address if channel is not None else None
+        state = self._peers.get(peer)
+        return state.address if state is not None else None
 
     def hostname(self, peer: int) -> str:
         """The host name rank ``peer`` reported ("" when unknown)."""
-        channel = self._channels.get(peer)
-        return channel.hostname if channel is not None and channel.hostname != "?" else ""
+        state = self._peers.get(peer)
+        return state.hostname if state is not None and state.hostname != "?" else ""
 
     async def listen(self, host: str, ports: Iterable[int] = (0,)) -> int:
         """Start accepting peers on ``host`` at the first of ``ports`` free; return the port.
@@ -155,30 +157,30 @@ class TcpMesh:
         self._size = len(peers)
         own_hostname = peers[rank][2] if rank in peers else None
         for peer, (host, port, hostname) in peers.items():
-            channel = self._channel(peer)
-            channel.address = (host, port)
-            channel.hostname = hostname
-            channel.same_host = hostname == own_hostname and peer != rank
-        for peer, channel in self._channels.items():
-            if (peer >= rank or peer not in peers) and channel.connection is not None:
-                channel.fail(ProtocolError(
+            state = self._peer(peer)
+            state.address = (host, port)
+            state.hostname = hostname
+            state.same_host = hostname == own_hostname and peer != rank
+        for peer, state in self._peers.items():
+            if (peer >= rank or peer not in peers) and state.connection is not None:
+                state.fail(ProtocolError(
                     f"rank {peer} dialed rank {rank}, but only lower ranks dial"))
-                if channel.connection.transport is not None:
-                    channel.connection.transport.abort()
+                if state.connection.transport is not None:
+                    state.connection.transport.abort()
 
     # -- the seam ---------------------------------------------------------------
 
     def send(self, peer: int, tag: Tag, payload: memoryview,
              fingerprint: Fingerprint = NO_FINGERPRINT) -> Awaitable[None]:
         """Send ``payload`` to ``peer`` as frame ``tag``; done when it may be reused."""
-        if self._failed_groups and tag[0] in self._failed_groups:
-            return self._failed_future(self._failed_groups[tag[0]])
-        channel = self._connected_channel(peer)
-        if channel.error is not None:
-            return self._failed_future(channel.error)
-        connection = channel.connection
+        if self._failed_channels and tag[0] in self._failed_channels:
+            return self._failed_future(self._failed_channels[tag[0]])
+        state = self._connected_peer(peer)
+        if state.error is not None:
+            return self._failed_future(state.error)
+        connection = state.connection
         if connection is not None and connection.ready.done():
-            if self._through_shm(channel, payload):
+            if self._through_shm(state, payload):
                 sending = self.loop.create_task(connection.shm.send(tag, payload, fingerprint))
                 sending.add_done_callback(_retrieve)
                 return sending
@@ -191,51 +193,51 @@ class TcpMesh:
                   fingerprint: Fingerprint = NO_FINGERPRINT, consume: Consumer | None = None
                   ) -> Awaitable[None]:
         """Receive frame ``tag`` from ``peer`` into ``out`` (or to ``consume``)."""
-        if self._failed_groups and tag[0] in self._failed_groups:
-            return self._failed_future(self._failed_groups[tag[0]])
-        return self._connected_channel(peer).inbox.post(tag, out, fingerprint, consume)
+        if self._failed_channels and tag[0] in self._failed_channels:
+            return self._failed_future(self._failed_channels[tag[0]])
+        return self._connected_peer(peer).inbox.post(tag, out, fingerprint, consume)
 
     def watch(self, peer: int, tag: Tag) -> asyncio.Future[int]:
         """A future for frame ``tag`` from ``peer`` having arrived, taking nothing."""
-        if self._failed_groups and tag[0] in self._failed_groups:
+        if self._failed_channels and tag[0] in self._failed_channels:
             future: asyncio.Future[int] = self.loop.create_future()
-            future.set_exception(self._failed_groups[tag[0]])
+            future.set_exception(self._failed_channels[tag[0]])
             return future
-        return self._connected_channel(peer).inbox.watch(tag)
+        return self._connected_peer(peer).inbox.watch(tag)
 
     # -- for the layer above: control frames, early frames, failures ---------------
 
     def send_control(self, peer: int, tag: Tag, payload: memoryview) -> None:
         """Send an ABORT frame about ``tag`` to ``peer`` if connected; best effort."""
-        channel = self._channels.get(peer)
-        connection = channel.connection if channel is not None else None
+        state = self._peers.get(peer)
+        connection = state.connection if state is not None else None
         if (peer != self._rank and connection is not None and connection.ready.done()
                 and connection.writable):
             sent = connection.send_frame(FrameKind.ABORT, tag, payload)
             # Nobody waits for it, and its failure must not be logged as unretrieved.
             asyncio.ensure_future(sent).add_done_callback(_retrieve)
 
-    def early(self, group: int) -> list[tuple[int, Tag, Fingerprint]]:
-        """(peer, tag, fingerprint) of every frame of tag group ``group`` kept early."""
-        return [(peer, tag, fp) for peer, channel in self._channels.items()
-                if channel.inbox.has_early for tag, fp in channel.inbox.early(group)]
+    def early(self, channel: int) -> list[tuple[int, Tag, Fingerprint]]:
+        """(peer, tag, fingerprint) of every frame of channel ``channel`` kept early."""
+        return [(peer, tag, fp) for peer, state in self._peers.items()
+                if state.inbox.has_early for tag, fp in state.inbox.early(channel)]
 
     @property
     def has_early(self) -> bool:
         """Whether any peer's inbox keeps an early frame."""
         return self._early_count.frames > 0
 
-    def fail_group(self, group: int, error: AsyncollError) -> None:
-        """Fail every send and receive of tag group ``group``, pending and later (sticky)."""
-        if group in self._failed_groups:
+    def fail_channel(self, channel: int, error: AsyncollError) -> None:
+        """Fail every send and receive of channel ``channel``, pending and later (sticky)."""
+        if channel in self._failed_channels:
             return
-        self._failed_groups[group] = error
-        for channel in self._channels.values():
-            channel.fail(error, group)
+        self._failed_channels[channel] = error
+        for state in self._peers.values():
+            state.fail(error, channel)
 
     def fail_peer(self, peer: int, error: AsyncollError) -> None:
         """Fail every send and receive with ``peer``, pending and later (sticky)."""
-        self._channel(peer).fail(error)
+        self._peer(peer).fail(error)
 
     def peer_left(self, peer: int, hostname: str) -> None:
         """``peer`` left the job (the coordinator says so).
@@ -243,14 +245,15 @@ class TcpMesh:
         With a connection to it, its GOODBYE frame says the same after its last
         data; without one, nothing more can come from it.
         """
-        if self._channel(peer).connection is None:
-            self.fail_peer(peer, left_error(peer, hostname))
+        state = self._peer(peer)
+        if state.connection is None:
+            state.fail(state.inbox.departed(hostname))
 
     # -- the connections' owner (ConnectionOwner) -----------------------------------
 
     def inbox(self, peer: int) -> Inbox:
         """The inbox of ``peer``'s frames."""
-        return self._channel(peer).inbox
+        return self._peer(peer).inbox
 
     def accept_hello(self, connection: PeerConnection, peer: int) -> None:
         """Attach an accepted connection, whose HELLO proved the job, to ``peer``.
@@ -258,14 +261,14 @@ class TcpMesh:
         Raises:
             ProtocolError: a rank that should not dial here, or a second connection.
         """
-        channel = self._channel(peer)
+        state = self._peer(peer)
         # Before the directory is known (a peer may read the rendezvous reply
         # and dial before this one does) the rank check waits for set_directory.
-        if (0 <= self._rank <= peer) or channel.connection is not None:
+        if (0 <= self._rank <= peer) or state.connection is not None:
             raise ProtocolError(f"unexpected connection from rank {peer} (this is rank "
                                 f"{self._rank}; only lower ranks dial, once)")
-        self._attach(channel, connection)
-        channel.settled.set()
+        self._attach(state, connection)
+        state.settled.set()
 
     def control_received(self, peer: int, tag: Tag, payload: bytes) -> None:
         """``peer`` sent an ABORT frame: the listener decides what it breaks."""
@@ -274,7 +277,7 @@ class TcpMesh:
 
     def goodbye_received(self, peer: int) -> None:
         """``peer`` is leaving the job; whatever it still owes this rank will never come."""
-        self._channel(peer).leaving = True
+        self._peer(peer).leaving = True
 
     def connection_lost(self, connection: PeerConnection, exc: Exception | None) -> None:
         """A connection closed: fail everything that waits on its peer."""
@@ -282,19 +285,19 @@ class TcpMesh:
         peer = connection.peer
         if peer is None or self._closed:
             return
-        channel = self._channel(peer)
-        if channel.connection is not connection:
+        state = self._peer(peer)
+        if state.connection is not connection:
             return
-        if channel.leaving:
-            channel.fail(left_error(peer, channel.hostname))
+        if state.leaving:
+            state.fail(state.inbox.departed(state.hostname))
             return
         how = f"broke: {exc}" if exc else "was closed without a goodbye"
-        address = "{}:{}".format(*channel.address) if channel.address else "?"
-        error = PeerLostError(f"rank {peer} on host {channel.hostname} ({address}) was lost: "
-                              f"its data connection {how}", rank=peer, host=channel.hostname)
+        address = "{}:{}".format(*state.address) if state.address else "?"
+        error = PeerLostError(f"rank {peer} on host {state.hostname} ({address}) was lost: "
+                              f"its data connection {how}", rank=peer, host=state.hostname)
         if exc is not None:
             error.__cause__ = exc
-        channel.fail(error)
+        state.fail(error)
         if self.listener is not None:
             self.listener.peer_lost(peer, error)
 
@@ -302,16 +305,16 @@ class TcpMesh:
         """A connection received something malformed: fail its peer's operations."""
         log.warning("data connection from rank %s failed: %s", connection.peer, exc)
         if connection.peer is not None:
-            self._channel(connection.peer).fail(exc)
+            self._peer(connection.peer).fail(exc)
 
     def error_for(self, peer: int | None) -> AsyncollError:
         """The error to give operations on ``peer`` once it has failed."""
-        channel = self._channels.get(peer) if peer is not None else None
-        if channel is not None and channel.error is not None:
-            return channel.error
+        state = self._peers.get(peer) if peer is not None else None
+        if state is not None and state.error is not None:
+            return state.error
         if peer is None:
             return PeerLostError("a data connection closed before its peer was known")
-        host = channel.hostname if channel is not None else "?"
+        host = state.hostname if state is not None else "?"
         # Its connection is closing, and why is not known yet (the close is being
         # processed): a peer whose connection ends without a goodbye is lost.
         return PeerLostError(f"rank {peer} on host {host} was lost: its data connection is "
@@ -325,21 +328,21 @@ class TcpMesh:
                             "operation ran")
         # A peer declared lost may only be frozen: waiting for it to close its
         # end would only delay the survivors (an elastic job's reconfigure).
-        lost = {id(c) for c in self._channels.values() if isinstance(c.inbox.error,
-                                                                     PeerLostError)}
-        for channel in self._channels.values():
-            channel.fail(error)
+        lost = {id(p) for p in self._peers.values() if isinstance(p.inbox.error,
+                                                                  PeerLostError)}
+        for state in self._peers.values():
+            state.fail(error)
         self._closed = True
         lingering = []
-        for channel in self._channels.values():
-            if channel.dialing is not None:
-                channel.dialing.cancel()
-            connection = channel.connection
+        for state in self._peers.values():
+            if state.dialing is not None:
+                state.dialing.cancel()
+            connection = state.connection
             transport = connection.transport if connection is not None else None
             if connection is None or transport is None or transport.is_closing():
                 continue
             if (connection.ready.done() and transport.can_write_eof()
-                    and id(channel) not in lost):
+                    and id(state) not in lost):
                 # GOODBYE after this rank's last frames, so the peer can tell
                 # leaving from dying; then half-close and keep reading (and
                 # discarding) until the peer closes too. Closing with unread
@@ -355,7 +358,7 @@ class TcpMesh:
                 transport.close()
         if lingering:
             await asyncio.wait(lingering, timeout=LINGER_S)
-        for connection in [*(c.connection for c in self._channels.values()), *self._accepted]:
+        for connection in [*(c.connection for c in self._peers.values()), *self._accepted]:
             if connection is not None and connection.transport is not None:
                 connection.transport.close()
         if self._server is not None:
@@ -380,77 +383,77 @@ class TcpMesh:
                         HANDSHAKE_TIMEOUT_S)
             connection.transport.abort()
 
-    def _channel(self, peer: int) -> _Channel:
-        channel = self._channels.get(peer)
-        if channel is None:
-            inbox = Inbox(peer, lambda: self._rank, self.settings.early_limit_bytes,
+    def _peer(self, peer: int) -> _Peer:
+        state = self._peers.get(peer)
+        if state is None:
+            inbox = Inbox(peer, lambda: self.listener, self.settings.early_limit_bytes,
                           self._early_count)
             inbox.on_early = self._early_frame
-            channel = self._channels[peer] = _Channel(inbox)
-        return channel
+            state = self._peers[peer] = _Peer(inbox)
+        return state
 
-    def _attach(self, channel: _Channel, connection: PeerConnection) -> None:
-        channel.connection = connection
-        channel.inbox.on_full = lambda full: connection.read_from_peer(not full)
+    def _attach(self, state: _Peer, connection: PeerConnection) -> None:
+        state.connection = connection
+        state.inbox.on_full = lambda full: connection.read_from_peer(not full)
 
     def _early_frame(self, peer: int, tag: Tag, fingerprint: Fingerprint) -> None:
         if self.listener is not None and not self._closed:
             self.listener.early_frame(peer, tag, fingerprint)
 
-    def _connected_channel(self, peer: int) -> _Channel:
-        channel = self._channel(peer)
-        if (channel.connection is None and channel.dialing is None and channel.error is None
+    def _connected_peer(self, peer: int) -> _Peer:
+        state = self._peer(peer)
+        if (state.connection is None and state.dialing is None and state.error is None
                 and peer > self._rank and not self._closed):
-            channel.dialing = self.loop.create_task(self._dial(peer))
-        return channel
+            state.dialing = self.loop.create_task(self._dial(peer))
+        return state
 
     async def _dial(self, peer: int) -> None:
-        channel = self._channel(peer)
-        if channel.address is None:
-            channel.fail(PeerLostError(f"rank {peer} is not in this job's directory",
-                                       rank=peer))
+        state = self._peer(peer)
+        if state.address is None:
+            state.fail(PeerLostError(f"rank {peer} is not in this job's directory",
+                                     rank=peer))
             return
-        host, port = channel.address
+        host, port = state.address
         connection: PeerConnection | None = None
         try:
             async with timeout_after(HANDSHAKE_TIMEOUT_S):
                 _, connection = await self.loop.create_connection(
                     lambda: PeerConnection(self, peer), host, port)
-                self._attach(channel, connection)
+                self._attach(state, connection)
                 await connection.ready
-            channel.settled.set()
+            state.settled.set()
         except AsyncollError as exc:  # refused by the peer during the handshake
             log.warning("rank %d refused this rank's data connection: %s", peer, exc)
-            channel.fail(exc)
+            state.fail(exc)
             if connection is not None and connection.transport is not None:
                 connection.transport.abort()
         except (OSError, TimeoutError) as exc:
             error = PeerLostError(
                 f"could not connect to rank {peer} at {host}:{port}, the address it "
-                f"advertised from host {channel.hostname}: {str(exc) or 'timed out'}; if that "
+                f"advertised from host {state.hostname}: {str(exc) or 'timed out'}; if that "
                 "address is not reachable from here, set ASYNCOLL_ADVERTISE_ADDR or "
-                "ASYNCOLL_SOCKET_IFNAME for that rank", rank=peer, host=channel.hostname)
+                "ASYNCOLL_SOCKET_IFNAME for that rank", rank=peer, host=state.hostname)
             error.__cause__ = exc
-            channel.fail(error)
+            state.fail(error)
             if connection is not None and connection.transport is not None:
                 connection.transport.abort()
 
     async def _send_when_ready(self, peer: int, tag: Tag, payload: memoryview,
                                fingerprint: Fingerprint) -> None:
-        channel = self._channel(peer)
-        await channel.settled.wait()
-        if channel.error is not None:
-            raise channel.error
-        connection = channel.connection
+        state = self._peer(peer)
+        await state.settled.wait()
+        if state.error is not None:
+            raise state.error
+        connection = state.connection
         assert connection is not None  # settled without error: connected
-        if self._through_shm(channel, payload):
+        if self._through_shm(state, payload):
             await connection.shm.send(tag, payload, fingerprint)
         else:
             await connection.send_frame(FrameKind.DATA, tag, payload, fingerprint)
 
-    def _through_shm(self, channel: _Channel, payload: memoryview) -> bool:
+    def _through_shm(self, state: _Peer, payload: memoryview) -> bool:
         threshold = self.settings.shm_min_bytes
-        return bool(threshold) and channel.same_host and payload.nbytes >= threshold
+        return bool(threshold) and state.same_host and payload.nbytes >= threshold
 
     def _failed_future(self, error: AsyncollError) -> asyncio.Future[None]:
         future: asyncio.Future[None] = self.loop.create_future()
