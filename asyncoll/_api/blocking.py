@@ -281,9 +281,11 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: list[int] | N
 
 def barrier(group: Group = None, async_op: bool = False, device_ids: Any = None) -> Work | None:
     """Block until every member of ``group`` has called barrier."""
-    resolved = world.initialized(group)
-    if not async_op and resolved is not None and resolved.again("barrier", None):
-        return None
+    if not async_op:
+        # Resolved here, not by world.resolve: this runs on every blocking barrier.
+        resolved = world.current if group is None or group is WORLD else group
+        if isinstance(resolved, AsyncProcessGroup) and resolved.again("barrier", None):
+            return None
     return world.collective("barrier", group, async_op, lambda g: g.barrier())
 
 
@@ -428,9 +430,9 @@ def _ran_again_on_two(group: Group, output: Any, input: Any, what: str,
                       op: Any = None) -> bool:
     """As :func:`_ran_again`, for a call that writes ``output`` and reads ``input``."""
     out, source = _flat(output, writing=True), _flat(input, writing=False)
-    resolved = world.initialized(group)
-    return out is not None and source is not None and resolved is not None and \
-        resolved.again(what, (out, source), op)
+    resolved = world.current if group is None or group is WORLD else group
+    return out is not None and source is not None and isinstance(
+        resolved, AsyncProcessGroup) and resolved.again(what, (out, source), op)
 
 
 def _flat(tensor: Any, writing: bool) -> np.ndarray | None:

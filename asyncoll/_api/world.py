@@ -90,13 +90,6 @@ def root(group: AsyncProcessGroup, rank: int | None, group_rank: int | None,
     return default if rank is None else rank
 
 
-def initialized(group: Group) -> AsyncProcessGroup | None:
-    """``group`` as a group, or None when it is not one or asyncoll is not initialized
-    (the full path then says what is wrong)."""
-    resolved = current if group is None or group is WORLD else group
-    return resolved if isinstance(resolved, AsyncProcessGroup) else None
-
-
 def collective(what: str, group: Group, async_op: bool,
                make: Callable[[AsyncProcessGroup], Awaitable[Any]]) -> Work | None:
     """Check ``make(group)`` and have the group run it; wait for it unless ``async_op``."""

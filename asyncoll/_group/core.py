@@ -70,6 +70,8 @@ class GroupCore:
         #: The group's way of running operations in the calling thread.
         self._fast: FastPath = fast_path_of(session, group_id, self.ranks, self._scratch)
         self._runner = Runner(session, group_id, self.ranks, self._fast)
+        # Bound once: a repeat's every call goes through it, and each lookup shows.
+        self._here = self._runner.here
         # Fast-path calls to run again without being made anew (see again).
         self._repeats: dict[Hashable, Repeat] = {}
         # Choices already made, by (collective, bytes, algorithm asked, path's capacity):
@@ -228,7 +230,7 @@ class GroupCore:
     def _ran_here(self, plan: Plan) -> bool:
         """Whether ``plan`` ran in this thread (False: it must go to the loop; nothing ran)."""
         kernel = plan.kernel
-        if kernel is None or plan.need > self._fast.room or not self._runner.here(
+        if kernel is None or plan.need > self._fast.room or not self._here(
                 plan.what, plan.fingerprint, plan.limit, kernel, plan.arrays):
             return False
         if plan.finish is not None:
@@ -247,8 +249,8 @@ class GroupCore:
         if repeat is None or repeat.need > self._fast.room:
             return False
         form = repeat.form
-        return self._runner.here(repeat.what, repeat.fingerprint, self.timeout, repeat.kernel,
-                                 arrays if form is None else form(arrays))
+        return self._here(repeat.what, repeat.fingerprint, self.timeout, repeat.kernel,
+                          arrays if form is None else form(arrays))
 
 
 def failed(error: AsyncollError) -> concurrent.futures.Future[None]:

@@ -341,8 +341,8 @@ class AsyncProcessGroup(ObjectCollectives, PointToPoint):
         """
         what = "barrier"
         self.check_member(what)
-        return self.plan(what, Signature(what, Kind.BARRIER), _token(None), 0, timeout,
-                         algorithm, repeat=(repeat_key(what, None), _token))
+        return self.plan(what, Signature(what, Kind.BARRIER), None, 0, timeout, algorithm,
+                         repeat=(repeat_key(what, None), None))
 
     def monitored_barrier(self, timeout: Timeout = None) -> Plan:
         """A barrier through the coordinator, whose timeout names every rank that is missing.
@@ -405,11 +405,6 @@ class AsyncProcessGroup(ObjectCollectives, PointToPoint):
 
 async def _through_coordinator(team: Team, session: Any, group_id: int, limit: float) -> None:
     await session.barrier(group_id, limit)
-
-
-def _token(arrays: object) -> np.ndarray:
-    """What a barrier reduces: one zero byte, made anew each call (barriers move no data)."""
-    return np.zeros(1, dtype=np.uint8)
 
 
 def _input_cut(block: int, count: int, arrays: tuple[np.ndarray, np.ndarray]

@@ -208,13 +208,16 @@ class GroupLinks:
         plain calls instead, made ready once, where a coroutine's layers cost
         more than the exchange (small all-reduces and the barrier).
         """
-        if signature.collective == "barrier" or (
-                signature.collective == "all_reduce" and algorithm == "recursive_doubling"):
-            dtype, count, op = signature.dtype, signature.elements, signature.op
-            if signature.collective == "barrier":
-                dtype, count, op = np.dtype(np.uint8), 1, ReduceOp.MAX
+        size = len(self._ranks)
+        if signature.collective == "barrier":
+            # A barrier moves no data: the kernel all-reduces a zero byte of its own.
+            doubling = DoublingOnLinks(self._me, size, np.dtype(np.uint8), 1, ReduceOp.MAX,
+                                       self._scratch)
+            return functools.partial(_barrier, doubling, np.zeros(1, dtype=np.uint8))
+        if signature.collective == "all_reduce" and algorithm == "recursive_doubling":
+            dtype, op = signature.dtype, signature.op
             assert dtype is not None and op is not None
-            return DoublingOnLinks(self._me, len(self._ranks), dtype, count, op,
+            return DoublingOnLinks(self._me, size, dtype, signature.elements, op,
                                    self._scratch).run
         return functools.partial(self._over_links, transport)
 
@@ -327,3 +330,8 @@ class GroupLinks:
                 links.close()
             finally:
                 self.lock.release()
+
+
+def _barrier(doubling: DoublingOnLinks, token: np.ndarray, step: LinksStep,
+             nothing: None) -> None:
+    doubling.run(step, token)

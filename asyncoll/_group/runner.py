@@ -80,7 +80,7 @@ class Runner:
 
     def _admit(self, what: str, seq: int) -> None:
         """Refuse operation ``seq`` on a closed session or a broken group."""
-        self._session.check_open(f"{what} on group {self._group_id}")
+        self._session.check_open(what)  # no formatting here: every call passes this way
         refused = self._session.faults.refusal(self._group_id, seq, self._named)
         if refused is not None:
             raise refused

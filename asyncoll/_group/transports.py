@@ -125,8 +125,9 @@ async def _all_gather(signature: Signature, algorithm: str, scratch: Scratch, te
 
 
 async def _barrier(signature: Signature, algorithm: str, scratch: Scratch, team: Team,
-                   token: np.ndarray) -> None:
-    """A recursive-doubling all-reduce (MAX) of a one-byte ``token``."""
+                   nothing: None) -> None:
+    """A recursive-doubling all-reduce (MAX) of one zero byte (a barrier moves no data)."""
+    token = np.zeros(1, dtype=np.uint8)
     await recursive_doubling_all_reduce(team, token, ReduceOp.MAX, scratch(token.dtype, 1))
 
 
