@@ -21,7 +21,7 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "broadcast": ("chain", "tree", "arena", "links"),
     "reduce": ("chain", "tree", "arena", "links"),
     "all_gather": ("ring", "arena", "links"),
-    "reduce_scatter": ("ring", "arena"),
+    "reduce_scatter": ("ring", "arena", "links"),
     "barrier": ("recursive_doubling", "arena", "links"),
 }
 
@@ -39,7 +39,7 @@ UP_TO_BYTES: dict[str, dict[str, int]] = {
     ARENA: {"all_reduce": 8 << 20, "broadcast": 8 << 20, "reduce": 8 << 20,
             "all_gather": 8 << 20, "reduce_scatter": 1 << 20, "barrier": 0},
     LINKS: {"all_reduce": 8 << 20, "broadcast": 1 << 20, "reduce": 1 << 20,
-            "all_gather": 1 << 20, "barrier": 0},
+            "all_gather": 1 << 20, "reduce_scatter": 1 << 20, "barrier": 0},
 }
 #: The arena's all-reduce splits the reduction among the members from this size.
 ARENA_SPLIT_FROM_BYTES = 32 << 10

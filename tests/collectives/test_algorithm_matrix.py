@@ -1,4 +1,5 @@
-"""Every algorithm, forced, against the numpy oracle: all_reduce, broadcast and reduce.
+"""Every algorithm, forced, against the numpy oracle: all_reduce, broadcast, reduce and
+reduce_scatter.
 
 The matrix is the all_reduce one (every dtype, every op the dtype allows,
 counts 0, 1, world_size - 1, 1000 and 10_007) at world sizes 1 to 7, for each
@@ -144,13 +145,38 @@ async def test_broadcast_algorithm_copies_the_root_everywhere(world_size, algori
                 f"{dtype} n={count} root={root} rank={rank}")
 
 
+@with_runs("ring", "arena", "links")
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
+async def test_reduce_scatter_algorithm_matches_numpy_bitwise_on_every_rank(world_size,
+                                                                            algorithm):
+    cases = [(dtype, op, count) for dtype, op, count in _cases(world_size) if count < 10_000]
+
+    async def body(world):
+        results = []
+        for dtype, op, count in cases:
+            x = rank_input(dtype, op, count * world_size, world.rank)
+            out = np.empty(count, dtype=dtype)
+            await world.reduce_scatter_tensor(out, x, op=op, algorithm=algorithm)
+            results.append(out)
+        return results
+
+    per_rank = await run_ranks(world_size, body)
+    for index, (dtype, op, count) in enumerate(cases):
+        whole = oracle([rank_input(dtype, op, count * world_size, r)
+                        for r in range(world_size)], op)
+        for rank in range(world_size):
+            np.testing.assert_array_equal(per_rank[rank][index],
+                                          whole[rank * count:(rank + 1) * count],
+                                          err_msg=f"{dtype} {op} n={count} rank={rank}")
+
+
 def test_forced_algorithm_spec_names_collectives_or_applies_everywhere():
     assert selection.parse_forced("all_reduce=recursive_doubling, chain") == {
         "all_reduce": "recursive_doubling", "broadcast": "chain", "reduce": "chain"}
     assert selection.parse_forced("ring") == {"all_reduce": "ring", "all_gather": "ring",
                                               "reduce_scatter": "ring"}
     assert set(selection.parse_forced("arena")) == set(selection.ALGORITHMS)
-    assert "reduce_scatter" not in selection.parse_forced("links")
+    assert selection.parse_forced("links")["reduce_scatter"] == "links"
     with pytest.raises(ConfigurationError, match="'broadcast' has no algorithm 'ring'"):
         selection.parse_forced("broadcast=ring")
     with pytest.raises(ConfigurationError, match="'fastest', which is no algorithm"):
@@ -198,7 +224,9 @@ def test_selector_picks_the_latency_algorithm_for_small_arrays_and_the_ring_for_
     assert selection.choose("all_reduce", 4 << 20, 3) == "ring"
     assert selection.choose("barrier", 0, 3, path="arena", capacity=1) == "arena"
     assert selection.choose("all_reduce", 4, 2, path="links", capacity=1 << 20) == "links"
-    assert selection.choose("reduce_scatter", 4, 2, path="links", capacity=1 << 20) == "ring"
+    assert selection.choose("reduce_scatter", 4, 2, path="links", capacity=1 << 20) == "links"
+    assert selection.choose("reduce_scatter", 2 << 20, 2, path="links",
+                            capacity=8 << 20) == "ring"
     with pytest.raises(ConfigurationError, match="this group has none"):
         selection.choose("all_reduce", 4, 2, forced="arena")
     with pytest.raises(ConfigurationError, match="this group has none"):

@@ -72,10 +72,8 @@ def test_repeated_calls_run_again_without_being_made_anew_with_the_right_results
         # loop), 4 broadcasts (2 roots, each after its first), 2 barriers after the
         # first, 4 reduces (2 roots), 2 all_gathers and 2 reduce_scatters after
         # their first; the MAX all_reduce and the float64 one are new signatures.
-        # reduce_scatter has no direct-links algorithm: its 3 go through the loop.
-        expected = {"repeated": "19", "here": "28"} if shm == "1" else {
-            "repeated": "17", "here": "25"}
-        assert counts == {**expected, "loop": "1"}, (rank, text)
+        # Direct links take the same calls as the arena.
+        assert counts == {"repeated": "19", "here": "28", "loop": "1"}, (rank, text)
 
 
 @pytest.mark.parametrize("shm", ["1", "0"], ids=["arena", "direct_links"])
@@ -90,10 +88,9 @@ def test_with_shared_memory_off_small_collectives_run_over_direct_links():
     for rank, text in run("paths", ASYNCOLL_SHM="0").items():
         assert "async_done_at_return=True" in text, text
         counts = dict(re.findall(r"(here|loop|here_before_async)=(\d+)", text))
-        # As over the arena, but reduce_scatter has no direct-links algorithm: it
-        # goes over the mesh's connections, through the loop, and is not counted.
-        assert int(counts["here_before_async"]) == 4, (rank, text)
-        assert int(counts["loop"]) == 2 and int(counts["here"]) == 6, (rank, text)
+        # As over the arena.
+        assert int(counts["here_before_async"]) == 5, (rank, text)
+        assert int(counts["loop"]) == 2 and int(counts["here"]) == 7, (rank, text)
 
 
 def test_with_both_fast_paths_off_nothing_runs_in_the_calling_thread():
