@@ -26,7 +26,7 @@ from asyncoll._runtime.init_method import resolve
 from asyncoll._runtime.runtime import runtime
 from asyncoll._runtime.settings import Settings
 from asyncoll._runtime.session import Session
-from asyncoll._settings import DEFAULT_TIMEOUT_S
+from asyncoll._defaults import DEFAULT_TIMEOUT_S
 from asyncoll.errors import CollectiveError, ConfigurationError
 from asyncoll.group import AsyncProcessGroup, seconds
 from asyncoll.types import ReduceOp

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from asyncoll import _auth
 from asyncoll._compat import loop_factory
 from asyncoll._rendezvous.client import CoordinatorClient
-from asyncoll._settings import DEFAULT_PORT
+from asyncoll._defaults import DEFAULT_PORT
 from asyncoll._wire.messages import JobStatus, Status, StatusReply
 from asyncoll.errors import AsyncollError
 

@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from asyncoll import _auth
 from asyncoll._runtime import hosting
 from asyncoll._runtime.runtime import runtime
-from asyncoll._settings import DEFAULT_JOB_ID, DEFAULT_PORT, EMBEDDED_DRAIN_TIMEOUT_S
+from asyncoll._defaults import DEFAULT_JOB_ID, DEFAULT_PORT, EMBEDDED_DRAIN_TIMEOUT_S
 from asyncoll._transport.shm import segment as shm
 from asyncoll.coordinator import Coordinator
 from asyncoll.errors import ConfigurationError

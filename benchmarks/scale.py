@@ -33,7 +33,7 @@ from pathlib import Path
 
 from asyncoll._compat import loop_factory
 from asyncoll._rendezvous.client import CoordinatorClient
-from asyncoll._settings import PROTOCOL_VERSION
+from asyncoll._defaults import PROTOCOL_VERSION
 from asyncoll._wire.messages import (
     Barrier,
     GroupCreated,

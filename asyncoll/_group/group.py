@@ -28,7 +28,7 @@ from asyncoll._group.plan import Plan, Signature, repeat_key, seconds
 from asyncoll._group.point_to_point import PointToPoint
 from asyncoll._group.tensors import as_buffer, as_source, write_back
 from asyncoll._group.transports import spread
-from asyncoll._settings import COORDINATOR_GRACE_S
+from asyncoll._defaults import COORDINATOR_GRACE_S
 from asyncoll._wire.frames import Operation as Kind
 from asyncoll.errors import ConfigurationError
 from asyncoll.types import ReduceOp

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from asyncoll import _auth
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._rendezvous.control import read_message, write_message
-from asyncoll._settings import (
+from asyncoll._defaults import (
     CONNECT_RETRY_INTERVAL_S,
     HANDSHAKE_TIMEOUT_S,
     MAX_COORDINATOR_REPLY_BYTES,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from asyncoll._settings import MAX_CONTROL_MESSAGE_BYTES
+from asyncoll._defaults import MAX_CONTROL_MESSAGE_BYTES
 from asyncoll._wire.messages import LENGTH, Message, decode_body, encode
 from asyncoll.errors import ProtocolError
 

@@ -18,7 +18,7 @@ from asyncoll._rendezvous.records import (
     ranks_text,
 )
 from asyncoll._rendezvous.waiting import missing_text
-from asyncoll._settings import PROTOCOL_VERSION
+from asyncoll._defaults import PROTOCOL_VERSION
 from asyncoll._wire.messages import Join, PeerInfo, Welcome
 
 #: How stale the line on who is missing from a rendezvous may be, in seconds.

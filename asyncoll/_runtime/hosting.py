@@ -16,7 +16,7 @@ import errno
 import logging
 
 from asyncoll._compat import timeout as timeout_after
-from asyncoll._settings import HANDSHAKE_TIMEOUT_S
+from asyncoll._defaults import HANDSHAKE_TIMEOUT_S
 from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import RendezvousError
 

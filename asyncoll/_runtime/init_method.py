@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from asyncoll._runtime.session import Rendezvous
-from asyncoll._settings import DEFAULT_JOB_ID
+from asyncoll._defaults import DEFAULT_JOB_ID
 from asyncoll.errors import ConfigurationError
 
 #: Where launchers put the rank and the world size, in order of precedence:

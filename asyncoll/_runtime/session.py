@@ -17,7 +17,7 @@ from asyncoll._runtime.addresses import ListenPlan, listen_plan
 from asyncoll._group.faults import GroupFaults
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._runtime.settings import Settings
-from asyncoll._settings import (
+from asyncoll._defaults import (
     COORDINATOR_GRACE_S,
     EMBEDDED_DRAIN_TIMEOUT_S,
     HEARTBEAT_INTERVAL_S,

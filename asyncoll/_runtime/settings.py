@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 from asyncoll import _auth
 from asyncoll._algorithms import selection
-from asyncoll._settings import HEARTBEAT_TIMEOUT_S
+from asyncoll._defaults import HEARTBEAT_TIMEOUT_S
 from asyncoll._transport.shm import arena
 from asyncoll._transport.shm import segment as shm
 from asyncoll._transport.settings import (

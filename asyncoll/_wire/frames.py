@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from asyncoll._settings import PROTOCOL_VERSION
+from asyncoll._defaults import PROTOCOL_VERSION
 from asyncoll._wire.dtypes import dtype_from_code
 from asyncoll.errors import ConfigurationError, ProtocolError
 from asyncoll.types import ReduceOp

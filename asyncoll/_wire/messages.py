@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Union
 
 import msgpack  # type: ignore[import-untyped]
 
-from asyncoll._settings import HEARTBEAT_TIMEOUT_S
+from asyncoll._defaults import HEARTBEAT_TIMEOUT_S
 from asyncoll._wire.compact import pack_directory, pack_runs, unpack_directory, unpack_runs
 # Re-exported ("X as X"): every message is importable from this module.
 from asyncoll._wire.status import GroupStatus as GroupStatus

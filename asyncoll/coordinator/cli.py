@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from asyncoll import _auth
 from asyncoll._compat import loop_factory
-from asyncoll._settings import DEFAULT_PORT
+from asyncoll._defaults import DEFAULT_PORT
 from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import ConfigurationError
 

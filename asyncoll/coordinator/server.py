@@ -11,7 +11,7 @@ from asyncoll import _auth
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._rendezvous.control import read_message, write_message
 from asyncoll._rendezvous.state import Reply, RendezvousState
-from asyncoll._settings import COORDINATOR_TICK_S, DEFAULT_PORT, HANDSHAKE_TIMEOUT_S
+from asyncoll._defaults import COORDINATOR_TICK_S, DEFAULT_PORT, HANDSHAKE_TIMEOUT_S
 from asyncoll._wire.messages import Challenge, Error, Proof, encode_head, frame
 from asyncoll.errors import AuthenticationError, ProtocolError
 

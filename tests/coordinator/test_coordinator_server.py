@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from asyncoll._rendezvous.client import CoordinatorClient
-from asyncoll._settings import PROTOCOL_VERSION
+from asyncoll._defaults import PROTOCOL_VERSION
 from asyncoll._wire.messages import Join
 from asyncoll.coordinator import Coordinator
 from asyncoll.errors import RendezvousError

@@ -15,7 +15,7 @@ import pytest
 
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._rendezvous.state import RendezvousState
-from asyncoll._settings import PROTOCOL_VERSION
+from asyncoll._defaults import PROTOCOL_VERSION
 from asyncoll._wire.messages import (
     Barrier,
     CheckMembership,

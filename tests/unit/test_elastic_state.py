@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from asyncoll._settings import PROTOCOL_VERSION
+from asyncoll._defaults import PROTOCOL_VERSION
 from asyncoll.cli import table
 from asyncoll._wire.messages import (
     Barrier,

@@ -199,7 +199,7 @@ def test_coordinator_reaches_algorithms_through_no_chain_of_imports() -> None:
 # control-message framing (not the peer-side client), errors, settings, the asyncio
 # compatibility shims, and the shared secret's challenge-response (_auth).
 COORDINATOR_MAY_IMPORT = ("asyncoll._wire", "asyncoll._rendezvous", "asyncoll.errors",
-                          "asyncoll._settings", "asyncoll._compat", "asyncoll._auth",
+                          "asyncoll._defaults", "asyncoll._compat", "asyncoll._auth",
                           "asyncoll.coordinator")
 COORDINATOR_MAY_NOT_IMPORT = ("asyncoll._rendezvous.client",)
 
@@ -262,7 +262,7 @@ def test_the_coordinator_import_rule_refuses_the_data_plane(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["asyncoll", "asyncoll._wire.messages.Challenge",
                                   "asyncoll._rendezvous.state", "asyncoll.errors",
-                                  "asyncoll._settings.DEFAULT_PORT", "asyncoll._compat",
+                                  "asyncoll._defaults.DEFAULT_PORT", "asyncoll._compat",
                                   "asyncoll._auth", "asyncoll.coordinator.server"])
 def test_the_coordinator_import_rule_allows_the_control_plane(name: str) -> None:
     assert _coordinator_may_import(name)
@@ -343,7 +343,7 @@ def test_unknown_attribute_raises_attribute_error_naming_it() -> None:
 #: wire < transport < algorithms < group < runtime < api < tools.
 LAYERS: dict[str, int] = {
     "asyncoll._wire": 0, "asyncoll.errors": 0, "asyncoll.types": 0,
-    "asyncoll._settings": 0, "asyncoll._compat": 0, "asyncoll._auth": 0,
+    "asyncoll._defaults": 0, "asyncoll._compat": 0, "asyncoll._auth": 0,
     "asyncoll._transport": 1,
     "asyncoll._algorithms": 2,
     "asyncoll._group": 3, "asyncoll.group": 3,

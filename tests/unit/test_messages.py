@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asyncoll._settings import MAX_CONTROL_MESSAGE_BYTES
+from asyncoll._defaults import MAX_CONTROL_MESSAGE_BYTES
 from asyncoll._wire.messages import (
     Barrier,
     Challenge,

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from asyncoll._rendezvous.state import RendezvousState, Reply
-from asyncoll._settings import PROTOCOL_VERSION
+from asyncoll._defaults import PROTOCOL_VERSION
 from asyncoll._wire.messages import (
     Barrier,
     Error,

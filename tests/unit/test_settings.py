@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from asyncoll._runtime.settings import Settings
-from asyncoll._settings import HEARTBEAT_TIMEOUT_S
+from asyncoll._defaults import HEARTBEAT_TIMEOUT_S
 from asyncoll._transport.shm import segment as shm
 from asyncoll._transport.settings import (
     EARLY_LIMIT_BYTES,

@@ -6,7 +6,7 @@ import pytest
 
 from asyncoll._rendezvous.state import RendezvousState
 from asyncoll._rendezvous.waiting import missing_text
-from asyncoll._settings import PROTOCOL_VERSION
+from asyncoll._defaults import PROTOCOL_VERSION
 from asyncoll._wire.messages import (
     GroupStatus,
     Heartbeat,

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 
 from asyncoll._compat import timeout as timeout_after
-from asyncoll._settings import HANDSHAKE_TIMEOUT_S, LINGER_S
+from asyncoll._defaults import HANDSHAKE_TIMEOUT_S, LINGER_S
 from asyncoll._transport.base import Consumer, Listener, Tag
 from asyncoll._transport.tcp.connection import PeerConnection
 from asyncoll._transport.inbox import EarlyCount, Inbox

@@ -1,4 +1,8 @@
-"""Default deadlines and limits, defined once. Every wait in asyncoll uses one of these."""
+"""Defaults: deadlines and limits, defined once. Every wait in asyncoll uses one of these.
+
+What is read from the environment lives in asyncoll._runtime.settings, and what the
+transport is told in asyncoll._transport.settings.
+"""
 
 from __future__ import annotations
 
