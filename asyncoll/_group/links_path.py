@@ -62,8 +62,7 @@ from asyncoll.errors import (
     MismatchError,
     PeerLostError,
     broken_by,
-    code_of_number,
-    error_number,
+    error_code,
 )
 from asyncoll.types import ReduceOp
 
@@ -276,7 +275,7 @@ class GroupLinks:
         if isinstance(exc, LinkAborted):
             error = self._session.faults.gave_up(
                 self._group_id, exc.operation, self._ranks[exc.index],
-                code_of_number(exc.kind), exc.rank, exc.message, " (over its direct links)")
+                exc.code, exc.rank, exc.message, " (over its direct links)")
             step = self._step
             if step is not None and exc.operation < step.operation:
                 # The group failed in an operation this rank had completed already:
@@ -316,10 +315,9 @@ class GroupLinks:
             # The group broke in an operation before this one: say so, and why, so
             # that the others meet it broken by the same kind of error as here.
             operation, error = operation - 1, cause
-        number = error_number(type(error)) if isinstance(error, AsyncollError) else \
-            error_number(CollectiveError)
+        code = error_code(type(error) if isinstance(error, AsyncollError) else CollectiveError)
         named = error.rank if isinstance(error, PeerLostError) else -1
-        step.links.abort(operation, number, named, str(error))
+        step.links.abort(operation, code, named, str(error))
 
     def close(self) -> None:
         """Close the links (the session closes)."""

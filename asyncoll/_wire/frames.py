@@ -9,6 +9,7 @@ negotiation is needed and several operations can be in flight at once.
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -24,6 +25,12 @@ MAGIC = b"AC"
 # little endian.
 _HEADER = struct.Struct("<2sBBIIIQQBBBBiQ")
 HEADER_SIZE = _HEADER.size
+#: The header's struct, for a reader that cuts frames from its own buffer
+#: (a group's direct links): fields as _HEADER's, checked with :func:`check_fields`.
+HEADER_FIELDS = _HEADER
+#: Packs a header from (kind, flags, channel, step, seq, nbytes, *fingerprint), the
+#: magic and version bound: pack_header without a Python call's cost, for hot paths.
+pack_fields = functools.partial(_HEADER.pack, MAGIC, PROTOCOL_VERSION)
 MAX_FRAME_BYTES = 1 << 40
 #: Largest payload of a HELLO or ABORT frame.
 MAX_CONTROL_PAYLOAD = 4096
@@ -173,11 +180,25 @@ class FrameHeader:
 _KINDS = {kind.value: kind for kind in FrameKind}
 
 
-def pack_header(kind: FrameKind, channel: int, seq: int, step: int, nbytes: int,
+def pack_header(kind: int, channel: int, seq: int, step: int, nbytes: int,
                 fingerprint: Fingerprint = NO_FINGERPRINT) -> bytes:
     """Encode a header without building a FrameHeader (the send hot path)."""
     return _HEADER.pack(MAGIC, PROTOCOL_VERSION, kind, 0, channel, step, seq, nbytes,
                         *fingerprint)
+
+
+def check_fields(fields: tuple[object, ...]) -> None:
+    """Refuse a header unpacked with HEADER_FIELDS that is not this protocol's.
+
+    Raises:
+        ProtocolError: bad magic or another protocol version.
+    """
+    if fields[0] != MAGIC:
+        raise ProtocolError(f"a frame starts with {fields[0]!r}, not {MAGIC!r}: the peer is "
+                            "not an asyncoll peer")
+    if fields[1] != PROTOCOL_VERSION:
+        raise ProtocolError(f"a frame has protocol version {fields[1]}, this peer speaks "
+                            f"{PROTOCOL_VERSION}: run the same asyncoll version everywhere")
 
 
 def unpack_header(data: bytes | bytearray | memoryview) -> FrameHeader:

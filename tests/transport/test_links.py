@@ -128,11 +128,11 @@ def test_closed_connection_abort_record_deadline_and_check_end_a_wait():
     a, b = pair()
     stamp(b, 1)
     b.post(0, 0, as_bytes(np.zeros(4, np.uint8)))
-    a.abort(1, 2, 7)
+    a.abort(1, "timeout", 7)
     with pytest.raises(LinkAborted) as aborted:
         b.wait_received(0, 0)
-    assert (aborted.value.index, aborted.value.operation, aborted.value.kind,
-            aborted.value.rank) == (0, 1, 2, 7)
+    assert (aborted.value.index, aborted.value.operation, aborted.value.code,
+            aborted.value.rank) == (0, 1, "timeout", 7)
 
     a, b = pair()
     stamp(b, 1, seconds=0.2)
