@@ -210,10 +210,12 @@ class GroupCore:
             try:
                 if not self._ran_here(plan):
                     break
-            except AsyncollError as exc:
+            except BaseException as exc:
                 for later in steps[1:]:
                     later.close()  # type: ignore[attr-defined]
-                return failed(exc)
+                if isinstance(exc, AsyncollError):
+                    return failed(exc)
+                raise
             steps.pop(0)
             finish = finishes.pop(0)
             if finish is not None:

@@ -23,6 +23,7 @@ from asyncoll._algorithms.pairwise import direct_all_to_all, direct_gather, dire
 from asyncoll._algorithms.ops import check_op, coerce_op
 from asyncoll._algorithms.team import Team
 from asyncoll._group import arguments as check
+from asyncoll._group.context import Membership
 from asyncoll._group.objects import ObjectCollectives
 from asyncoll._group.plan import Plan, Signature, repeat_key, seconds
 from asyncoll._group.point_to_point import PointToPoint
@@ -403,7 +404,9 @@ class AsyncProcessGroup(ObjectCollectives, PointToPoint):
         return None
 
 
-async def _through_coordinator(team: Team, session: Any, group_id: int, limit: float) -> None:
+async def _through_coordinator(team: Team, session: Membership, group_id: int,
+                               limit: float) -> None:
+    """A barrier the coordinator keeps (monitored_barrier): it names who did not arrive."""
     await session.barrier(group_id, limit)
 
 

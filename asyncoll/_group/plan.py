@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections.abc
 import functools
 import math
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Hashable
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -84,7 +84,7 @@ class Plan(collections.abc.Coroutine):  # type: ignore[type-arg]
     def __init__(self, runner: Runner, what: str, fingerprint: Fingerprint, limit: float,
                  transport: Transport, arrays: Any,
                  finish: Callable[[int], None] | None = None, kernel: Kernel | None = None,
-                 need: int = 0, repeat: tuple[Hashable, Form | None] | None = None) -> None:
+                 need: int = 0) -> None:
         self.what = what
         self.fingerprint = fingerprint
         self.limit = limit
@@ -98,8 +98,6 @@ class Plan(collections.abc.Coroutine):  # type: ignore[type-arg]
         #: The bytes it was chosen for the fast path by: it runs there only where
         #: the path has room for them (FastPath.room), else over the transport.
         self.need = need
-        #: The key to remember it under and the form of a repeat's arrays, if it may repeat.
-        self.repeat = repeat
         #: Whether it was counted as on its way to the loop (Runner.handed).
         self.handed = False
         self._runner = runner
