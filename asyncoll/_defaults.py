@@ -16,6 +16,9 @@ HANDSHAKE_TIMEOUT_S = 10.0
 LEAVE_TIMEOUT_S = 5.0
 #: How long a leaving rank keeps reading from a peer that has not closed its end yet.
 LINGER_S = 1.0
+#: Seconds a member that saw another give up (in an arena's control line, which
+#: says only the error's kind) waits for the loop to bring that error's words.
+ABANDON_WORDS_S = 0.5
 #: How long a process hosting an embedded coordinator waits, on destroy, for
 #: the other members to leave before it shuts the coordinator down.
 EMBEDDED_DRAIN_TIMEOUT_S = 30.0

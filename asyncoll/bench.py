@@ -13,7 +13,9 @@ Columns: system, ranks, size (bytes of the largest buffer: all_gather's
 output, reduce_scatter's input), count (elements per rank's input), type,
 redop, root, time (us), algbw = size / time and busbw = algbw x the
 collective's bus factor (GB/s, 1e9 bytes), and #wrong (ranks whose check
-failed; each size is checked once before it is timed).
+failed; each size is checked once before it is timed). Each row also carries
+the ranks' open file descriptors once the size's ops are timed (``FD_COLUMNS``,
+in the CSV; Linux only).
 
 Systems: ``asyncoll`` with its default paths (shared memory between ranks
 on one host, unless ASYNCOLL_SHM=0: small and medium collectives in each
@@ -62,6 +64,11 @@ _SYSTEM_ENV = {"asyncoll-loop": {"ASYNCOLL_ARENA_BYTES": "0", "ASYNCOLL_LINKS_BY
                "asyncoll-tcp": {"ASYNCOLL_SHM": "0"}}
 COLUMNS = ("system", "ranks", "collective", "size", "count", "type", "redop", "root",
            "time_us", "algbw_GBps", "busbw_GBps", "wrong")
+#: Open descriptors after a size's timed ops: the most sockets any rank but 0
+#: holds (rank 0 also holds the coordinator's or the store's connection to
+#: every rank), the fewest any rank holds, rank 0's, and the most descriptors
+#: of any kind any rank holds.
+FD_COLUMNS = ("sockets", "sockets_min", "sockets_r0", "fds")
 _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _JOB_TIMEOUT_S = 1800
 
@@ -75,6 +82,23 @@ def parse_size(text: str) -> int:
     except ValueError:
         raise SystemExit(f"asyncoll-bench: size {text!r} is not a number of bytes "
                          "(use 4, 64K, 1M...)") from None
+
+
+def open_descriptors() -> tuple[int, int] | None:
+    """(sockets, all) among this process's open file descriptors; None without /proc."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    sockets = total = 0
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:  # listdir's own descriptor, closed since
+            continue
+        total += 1
+        sockets += target.startswith("socket:")
+    return sockets, total
 
 
 # -- one rank ---------------------------------------------------------------------------
@@ -110,6 +134,18 @@ class _Rank:
         self.dist.all_reduce(self._torch.from_numpy(out) if self._torch is not None else out,
                              op=self.dist.ReduceOp.MAX)
         return out
+
+    def descriptors(self) -> dict[str, int]:
+        """``FD_COLUMNS`` across the ranks (one all_reduce); {} without /proc."""
+        counts = open_descriptors()
+        if counts is None:
+            return {}
+        sockets, total = counts
+        # -1 never wins a MAX: a rank's slot that is not its own.
+        others = sockets if self.rank or self.size == 1 else -1
+        top = self.max_across(np.array([others, -sockets,
+                                        sockets if self.rank == 0 else -1, total]))
+        return dict(zip(FD_COLUMNS, (int(top[0]), -int(top[1]), int(top[2]), int(top[3]))))
 
     def prepare(self, collective: str, count: int) -> tuple[Callable[[], None],
                                                             Callable[[], bool]]:
@@ -230,6 +266,7 @@ def _rank_main(args: argparse.Namespace) -> int:
             run, check = me.prepare(collective, count)
             wrong = int(me.max_across(np.array([0.0 if check() else 1.0]))[0])
             median_us = me.time(run, args.target_s, size)
+            descriptors = me.descriptors()
             nbytes = count * 4 * (n if collective in
                                   ("all_gather", "reduce_scatter", "all_to_all") else 1)
             if me.rank == 0:
@@ -241,7 +278,7 @@ def _rank_main(args: argparse.Namespace) -> int:
                        "root": 0 if collective in ("broadcast", "reduce") else -1,
                        "time_us": round(median_us, 2), "algbw_GBps": round(algbw, 4),
                        "busbw_GBps": round(algbw * BUS_FACTORS[collective](n), 4),
-                       "wrong": wrong}
+                       "wrong": wrong, **descriptors}
                 print(json.dumps(row), flush=True)
     me.dist.barrier()
     me.dist.destroy_process_group()
@@ -390,7 +427,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows += _run(system, world_size, forwarded)
     if args.csv:
         with open(args.csv, "w", newline="") as out:
-            writer = csv.DictWriter(out, fieldnames=COLUMNS)
+            extra = [c for c in FD_COLUMNS if any(c in row for row in rows)]
+            writer = csv.DictWriter(out, fieldnames=[*COLUMNS, *extra])
             writer.writeheader()
             writer.writerows(rows)
     if args.plot:

@@ -16,7 +16,9 @@ the processes are shared.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
+import socket
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -32,10 +34,14 @@ __all__ = ["run_ranks"]
 
 T = TypeVar("T")
 _jobs = itertools.count(1)
+#: The hosts run_ranks' ranks pretend to run on, unless told (a test suite may
+#: set it to run every test across hosts).
+PRETEND_HOSTS = 1
 
 
 async def run_ranks(world_size: int, body: Callable[[World], Awaitable[T]], *,
-                    timeout: float = 60.0, op_timeout: float = 30.0) -> list[T]:
+                    timeout: float = 60.0, op_timeout: float = 30.0,
+                    hosts: int | None = None) -> list[T]:
     """Run ``body(world)`` on ``world_size`` ranks at once; return their results by rank.
 
     Args:
@@ -43,19 +49,24 @@ async def run_ranks(world_size: int, body: Callable[[World], Awaitable[T]], *,
         body: the coroutine function each rank runs with its World.
         timeout: deadline for the whole run, in seconds.
         op_timeout: the ranks' rendezvous and per-operation timeout.
+        hosts: the hosts the ranks pretend to run on, consecutive ranks on each
+            (their hostnames differ, as ASYNCOLL_HOSTNAME makes them): ranks of
+            different hosts share no memory. By default :data:`PRETEND_HOSTS`.
 
     Raises:
         Whatever the first failing rank raised; the others are cancelled.
     """
     # Read once for every rank, as each process of a real job would at its start.
     settings = Settings.from_environment()
+    hosts = min(hosts or PRETEND_HOSTS, world_size)
     coordinator = await hosting.start("127.0.0.1", 0, settings.token)
     job = f"test-{next(_jobs)}"
     try:
         async with timeout_after(timeout):
             joining = [runtime().join(resolve(None, f"tcp://127.0.0.1:{coordinator.port}",
                                               world_size, rank, seconds(op_timeout, 0), job,
-                                              settings.environment), settings)
+                                              settings.environment),
+                                      _on_host(settings, rank * hosts // world_size, hosts))
                        for rank in range(world_size)]
             worlds = [World(session) for session in await asyncio.gather(*joining)]
             try:
@@ -64,3 +75,10 @@ async def run_ranks(world_size: int, body: Callable[[World], Awaitable[T]], *,
                 await asyncio.gather(*(world.destroy() for world in worlds))
     finally:
         await coordinator.stop()
+
+
+def _on_host(settings: Settings, host: int, hosts: int) -> Settings:
+    """``settings`` of a rank on pretend host ``host`` of ``hosts`` (1: the real one)."""
+    if hosts == 1:
+        return settings
+    return dataclasses.replace(settings, hostname=f"{socket.gethostname()}~{host}")

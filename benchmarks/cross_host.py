@@ -1,14 +1,35 @@
-"""asyncoll-bench between network-namespace hosts: one rank per host, side by side with gloo.
+"""asyncoll-bench between network-namespace hosts, one or more ranks per host, beside gloo.
 
 Needs root, iproute2 and unshare (tests/multihost/netns-cluster.sh makes the
-hosts: namespaces on one private bridge, hostnames h0, h1, ...). Each rank
-runs ``python -m asyncoll.bench --worker SYSTEM`` inside its own host, so
-every byte crosses the (virtual) network between hosts; rank 0's host also
+hosts: namespaces on one private bridge, hostnames acb0, acb1, ...). Each
+rank runs ``python -m asyncoll.bench --worker SYSTEM`` inside its host, so
+every byte between hosts crosses the (virtual) network; rank 0's host also
 runs the coordinator (asyncoll) or the TCP store (gloo). Nothing connects to
 a namespace address from the root namespace.
 
     sudo python benchmarks/cross_host.py --sizes 4,1K,64K,1M --compare gloo
     sudo python benchmarks/cross_host.py --sizes 16M,64M --rate 1gbit --compare gloo
+    sudo python benchmarks/cross_host.py --hosts 4 --ranks-per-host 4 \\
+        --sizes 4,64K,1M,16M,64M --compare asyncoll-flat --compare gloo
+
+``--ranks-per-host P`` runs ranks h*P .. h*P+P-1 in host h (WORLD_SIZE is
+hosts x P), each with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+MASTER_ADDR and MASTER_PORT set. That is what torchrun gives the processes it
+starts on each host, and gloo's env:// init reads no more, so starting them
+directly is equivalent; asyncoll tells which ranks share a host from their
+hostnames.
+
+``--compare asyncoll-flat`` runs asyncoll with ASYNCOLL_HIERARCHY=0 (no
+per-host hierarchy: groups that span hosts run flat algorithms over direct
+links); ``--compare asyncoll-loop`` runs it with both calling-thread paths
+off (every operation through the event loop).
+
+Beside asyncoll-bench's columns, each row shows the ranks' open descriptors
+once its size's ops are timed, where the worker reports them: ``sockets``
+is the most sockets any rank but 0 holds (rank 0 also holds the
+coordinator's or the store's connection to every rank: ``sockets_r0``),
+``sockets_min`` the fewest any rank holds, ``fds`` the most descriptors of
+any kind.
 
 ``--rate`` limits every host's egress (tbf), as a real link would; with it,
 ``busbw`` against the rate says how much of the link a system uses.
@@ -44,6 +65,13 @@ SCRIPT = HERE.parent / "tests" / "multihost" / "netns-cluster.sh"
 NET = "10.79.0"
 ENV = dict(os.environ, NC_PREFIX="acb", NC_BRIDGE="acbbr0", NC_NET=NET)
 PORT = 29600
+#: The environment each asyncoll system's ranks get on top of the launch's.
+SYSTEM_ENV = {
+    # No calling-thread path: every operation through the event loop.
+    "asyncoll-loop": {"ASYNCOLL_ARENA_BYTES": "0", "ASYNCOLL_LINKS_BYTES": "0"},
+    # No per-host hierarchy: flat algorithms over direct links across hosts.
+    "asyncoll-flat": {"ASYNCOLL_HIERARCHY": "0"},
+}
 
 
 def cluster(*args: str) -> str:
@@ -55,30 +83,34 @@ def cluster(*args: str) -> str:
     return result.stdout
 
 
-def rank_env(rank: int, hosts: int) -> dict[str, str]:
-    """The environment of rank ``rank`` in host ``rank``: rank 0's host hosts the rendezvous."""
-    return {**ENV, "RANK": str(rank), "WORLD_SIZE": str(hosts), "MASTER_ADDR": f"{NET}.1",
-            "MASTER_PORT": str(PORT), "PYTHONUNBUFFERED": "1"}
+def rank_env(host: int, local: int, per_host: int, hosts: int) -> dict[str, str]:
+    """The environment of the ``local``-th rank in host ``host``, as torchrun would set it.
+
+    Rank 0's host hosts the rendezvous.
+    """
+    return {**ENV, "RANK": str(host * per_host + local), "WORLD_SIZE": str(hosts * per_host),
+            "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(per_host),
+            "MASTER_ADDR": f"{NET}.1", "MASTER_PORT": str(PORT), "PYTHONUNBUFFERED": "1"}
 
 
 def run(system: str, hosts: int, forwarded: list[str], timeout: float,
-        python: str = sys.executable) -> list[dict[str, object]]:
-    """One run of ``system``: rank i in host i; rank 0's rows."""
+        python: str = sys.executable, per_host: int = 1) -> list[dict[str, object]]:
+    """One run of ``system``: ``per_host`` ranks in each host, in rank order; rank 0's rows."""
     procs = []
-    for rank in range(hosts):
-        env = rank_env(rank, hosts)
-        if system == "asyncoll-loop":  # no calling-thread path: through the event loop
-            env.update(ASYNCOLL_ARENA_BYTES="0", ASYNCOLL_LINKS_BYTES="0")
-        worker = "asyncoll" if system.startswith("asyncoll") else system
-        command = [python, "-m", "asyncoll.bench", *forwarded, "--worker", worker]
-        if system == "tcp":
-            command = [python, str(Path(__file__).resolve()), *forwarded, "--tcp-worker"]
-        procs.append(subprocess.Popen(
-            ["bash", str(SCRIPT), "exec", str(rank), *command], env=env, text=True,
-            # Not this checkout's directory: `-m` would import its asyncoll
-            # first, whatever version the interpreter has installed.
-            cwd="/",
-            stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL))
+    for host in range(hosts):
+        for local in range(per_host):
+            env = {**rank_env(host, local, per_host, hosts), **SYSTEM_ENV.get(system, {})}
+            worker = "asyncoll" if system.startswith("asyncoll") else system
+            command = [python, "-m", "asyncoll.bench", *forwarded, "--worker", worker]
+            if system == "tcp":
+                command = [python, str(Path(__file__).resolve()), *forwarded, "--tcp-worker"]
+            first = not procs
+            procs.append(subprocess.Popen(
+                ["bash", str(SCRIPT), "exec", str(host), *command], env=env, text=True,
+                # Not this checkout's directory: `-m` would import its asyncoll
+                # first, whatever version the interpreter has installed.
+                cwd="/",
+                stdout=subprocess.PIPE if first else subprocess.DEVNULL))
     rows = []
     try:
         out, _ = procs[0].communicate(timeout=timeout)
@@ -194,7 +226,9 @@ def tcp_worker(sizes: list[int], target_s: float) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hosts", type=int, default=2, help="hosts, one rank each (default 2)")
+    parser.add_argument("--hosts", type=int, default=2, help="hosts (default 2)")
+    parser.add_argument("--ranks-per-host", type=int, default=1, metavar="P",
+                        help="ranks in each host (default 1)")
     parser.add_argument("--collectives", default="all_reduce")
     parser.add_argument("--sizes", default="4,1K,64K,1M")
     parser.add_argument("--target-s", default="1.0")
@@ -205,14 +239,17 @@ def main() -> int:
     parser.add_argument("--label", default="asyncoll",
                         help="the name of the asyncoll rows (say, which version)")
     parser.add_argument("--compare", action="append", default=[],
-                        choices=["asyncoll-loop", "gloo", "tcp"])
+                        choices=["asyncoll-loop", "asyncoll-flat", "gloo", "tcp"])
     parser.add_argument("--tcp-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tcp_worker:
         tcp_worker([parse_size(size) for size in args.sizes.split(",")], float(args.target_s))
         return 0
-    if "tcp" in args.compare and args.hosts != 2:
-        raise SystemExit("--compare tcp is between two hosts: pass --hosts 2")
+    if args.hosts < 1 or args.ranks_per_host < 1:
+        raise SystemExit("--hosts and --ranks-per-host must be at least 1")
+    if "tcp" in args.compare and (args.hosts, args.ranks_per_host) != (2, 1):
+        raise SystemExit("--compare tcp is between two hosts, one rank each: pass --hosts 2 "
+                         "--ranks-per-host 1")
     if os.geteuid() != 0:
         raise SystemExit("cross_host.py needs root (network namespaces)")
     forwarded = ["--collectives", args.collectives, "--sizes", args.sizes, "--target-s",
@@ -223,14 +260,22 @@ def main() -> int:
         if args.rate:
             for host in range(args.hosts):
                 cluster("rate", str(host), args.rate)
-        print(f"# cross_host.py: {args.hosts} namespace hosts, one rank each"
-              + (f", egress {args.rate} per host" if args.rate else ""))
-        print("# " + " ".join(f"{c:>12}" for c in COLUMNS))
+        print(f"# cross_host.py: {args.hosts} namespace hosts, {args.ranks_per_host} "
+              f"rank(s) each" + (f", egress {args.rate} per host" if args.rate else ""))
+        columns: tuple[str, ...] | None = None
         for system in ("asyncoll", *args.compare):
-            for row in run(system, args.hosts, forwarded, 1800, args.python):
+            rows = run(system, args.hosts, forwarded, 1800, args.python, args.ranks_per_host)
+            if columns is None:
+                # The worker's columns beyond asyncoll-bench's (the descriptor
+                # counts), from its rows: an older asyncoll's, with --python, has none.
+                columns = COLUMNS + tuple(dict.fromkeys(
+                    key for row in rows for key in row if key not in COLUMNS))
+                print("# " + " ".join(f"{c:>12}" for c in columns))
+            for row in rows:
                 if system == "asyncoll":
                     row["system"] = args.label
-                print("  " + " ".join(f"{row[c]!s:>12}" for c in COLUMNS), flush=True)
+                print("  " + " ".join(f"{row.get(c, '-')!s:>12}" for c in columns),
+                      flush=True)
     finally:
         cluster("down")
     return 0

@@ -24,8 +24,9 @@ either may meet the other.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,15 +143,23 @@ class DoublingOnLinks:
         dtype, count: the arrays' dtype and element count.
         op: the reduction.
         scratch: room for ``count`` elements of ``dtype``.
+        members: the links' member index of each of the ``size`` (by default
+            the same: all of the links' members take part).
     """
 
     #: Arrays up to this many bytes get room of their own for the partner's partial.
     OWN_SCRATCH_BYTES = 64 << 10
 
     def __init__(self, me: int, size: int, dtype: np.dtype, count: int, op: ReduceOp,
-                 scratch: Callable[[np.dtype, int], np.ndarray]) -> None:
+                 scratch: Callable[[np.dtype, int], np.ndarray],
+                 members: Sequence[int] | None = None) -> None:
         self.me, self.size, self.op = me, size, op
         self.plan = plan_of(size, me) if size > 1 else None
+        on_links = members if members is not None else range(size)
+        #: The left and right neighbours' indices on the links.
+        self._neighbours = (on_links[(me - 1) % size], on_links[(me + 1) % size])
+        if self.plan is not None and members is not None:
+            self.plan = _on_members(self.plan, members)
         self._dtype, self._count, self._scratch = dtype, count, scratch
         self._incoming: np.ndarray | None = None
         self._room = _EMPTY
@@ -170,10 +179,10 @@ class DoublingOnLinks:
             finish(op, data, size)
             if plan is not None:
                 # Nothing moved: each neighbour pair compares fingerprints on empty records.
-                me = self.me
-                links.send((me - 1) % size, CHECK_STEP, _EMPTY)
-                links.post((me + 1) % size, CHECK_STEP, _EMPTY)
-                links.wait_received((me + 1) % size, CHECK_STEP)
+                left, right = self._neighbours
+                links.send(left, CHECK_STEP, _EMPTY)
+                links.post(right, CHECK_STEP, _EMPTY)
+                links.wait_received(right, CHECK_STEP)
                 links.flush()
             return
         mine = as_bytes(data)
@@ -207,3 +216,14 @@ class DoublingOnLinks:
             links.post(plan.check_right, CHECK_STEP, _EMPTY)
             links.wait_received(plan.check_right, CHECK_STEP)
         links.flush()
+
+
+def _on_members(plan: DoublingPlan, members: Sequence[int]) -> DoublingPlan:
+    """``plan`` with every partner index turned into its index on the links."""
+    def on(index: int) -> int:
+        return members[index] if index >= 0 else index
+
+    return dataclasses.replace(
+        plan, hands_to=on(plan.hands_to), takes_from=on(plan.takes_from),
+        rounds=tuple((step, on(partner), first) for step, partner, first in plan.rounds),
+        check_left=on(plan.check_left), check_right=on(plan.check_right))

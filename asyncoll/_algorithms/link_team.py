@@ -43,12 +43,15 @@ class LinkTeam:
     """One operation's members over direct links (Team's vocabulary, blocking)."""
 
     def __init__(self, links: DirectLinks, ranks: Sequence[int], me: int,
-                 first_step: int = 0) -> None:
+                 first_step: int = 0, members: Sequence[int] | None = None) -> None:
         self.links = links
         self.ranks = tuple(ranks)
         self.size = len(self.ranks)
         self.me = me
         self.first_step = first_step
+        #: Each team member's index on the links (some of the links' members may
+        #: form the team: one per host, say).
+        self.members = tuple(members) if members is not None else tuple(range(self.size))
         self._sent_to: set[int] = set()
         self._received_from: set[int] = set()
 
@@ -61,14 +64,14 @@ class LinkTeam:
     def phase(self, index: int) -> LinkTeam:
         """A team for the ``index``-th algorithm of a composite operation (as Team's)."""
         team = LinkTeam(self.links, self.ranks, self.me,
-                        self.first_step + index * STEPS_PER_PHASE)
+                        self.first_step + index * STEPS_PER_PHASE, self.members)
         team._sent_to, team._received_from = self._sent_to, self._received_from
         return team
 
     def send(self, index: int, step: int, array: np.ndarray) -> None:
         """Start sending ``array`` to member ``index``; flush() waits for it."""
         self._sent_to.add(index)
-        self.links.send(index, self.first_step + step, as_bytes(array))
+        self.links.send(self.members[index], self.first_step + step, as_bytes(array))
 
     def recv(self, index: int, step: int, out: np.ndarray,
              consume: Consumer | None = None) -> _Received:
@@ -78,8 +81,9 @@ class LinkTeam:
         """
         room = as_bytes(out)
         self._received_from.add(index)
-        self.links.post(index, self.first_step + step, room)
-        return _Received(self.links, index, self.first_step + step, room, consume)
+        member = self.members[index]
+        self.links.post(member, self.first_step + step, room)
+        return _Received(self.links, member, self.first_step + step, room, consume)
 
     async def flush(self) -> None:
         """Wait until every send started so far has left this process."""
@@ -97,10 +101,10 @@ class LinkTeam:
             return
         left, right = (self.me - 1) % self.size, (self.me + 1) % self.size
         if left not in self._sent_to:
-            self.links.send(left, CHECK_STEP, _EMPTY)
+            self.links.send(self.members[left], CHECK_STEP, _EMPTY)
         if right not in self._received_from:
-            self.links.post(right, CHECK_STEP, _EMPTY)
-            self.links.wait_received(right, CHECK_STEP)
+            self.links.post(self.members[right], CHECK_STEP, _EMPTY)
+            self.links.wait_received(self.members[right], CHECK_STEP)
         self.links.flush()
 
 

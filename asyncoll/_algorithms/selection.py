@@ -41,6 +41,11 @@ UP_TO_BYTES: dict[str, dict[str, int]] = {
     LINKS: {"all_reduce": 8 << 20, "broadcast": 1 << 20, "reduce": 1 << 20,
             "all_gather": 1 << 20, "reduce_scatter": 1 << 20, "barrier": 0},
 }
+#: A group spanning hosts, several members on some, runs these collectives up to
+#: this many bytes through each host's arena and one member per host
+#: (asyncoll._group.hierarchy), where its links and arenas have room.
+HIERARCHY_UP_TO_BYTES = {"all_reduce": 8 << 20, "broadcast": 1 << 20, "reduce": 1 << 20,
+                         "barrier": 0}
 #: The arena's all-reduce splits the reduction among the members from this size.
 ARENA_SPLIT_FROM_BYTES = 32 << 10
 

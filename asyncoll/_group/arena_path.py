@@ -52,6 +52,7 @@ from asyncoll._algorithms import selection
 from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
 from asyncoll._algorithms.team import Team
 from asyncoll._algorithms.tree import tree_broadcast
+from asyncoll._defaults import ABANDON_WORDS_S
 from asyncoll._group.context import Membership
 from asyncoll._group.processors import processors
 from asyncoll._group.plan import Kernel, Signature, Transport
@@ -129,6 +130,8 @@ class GroupArena:
 
     #: The algorithm name selection gives operations on this path.
     algorithm = "arena"
+    #: The phases (Team.phase) of the set-up's operation it uses.
+    set_up_phases = 2
 
     def __init__(self, session: Membership, group_id: int, ranks: tuple[int, ...]) -> None:
         self._session = session
@@ -249,11 +252,11 @@ class GroupArena:
             raise CollectiveError(f"operation #{step.operation} of group {self._group_id}'s "
                                   "arena was cancelled")
         self._session.check_open(f"an operation of group {self._group_id}")
-        first = self._session.faults.error(self._group_id)
+        first = self._session.faults.stopping(self._group_id)
         if first is not None:
             # The group broke while this operation ran: its error is the operation's
             # (later calls get GroupBrokenError), as for an operation on the loop.
-            raise copy.copy(first)
+            raise first
         arena = step.arena
         me = os.getpid()
         for member in poll.behind():
@@ -268,6 +271,14 @@ class GroupArena:
                                     f"(pid {pid}) is gone", rank=rank, host=host)
         gave_up = arena.abandoned()
         if gave_up is not None and gave_up[0] != arena.me:
+            # The giver-up's own words come over the mesh (its ABORT frames): they say
+            # why (which field of a desync, say), where the control line cannot.
+            until = time.monotonic() + ABANDON_WORDS_S
+            while time.monotonic() < min(until, step.waiter.deadline):
+                first = self._session.faults.stopping(self._group_id)
+                if first is not None:
+                    raise first
+                time.sleep(0.001)
             member, operation, number, named = gave_up
             raise self._session.faults.gave_up(
                 self._group_id, operation, self._ranks[member], code_of_number(number), named,

@@ -60,6 +60,10 @@ class Membership(Protocol):
     def links_bytes(self) -> int:
         """The largest operation a cross-host group runs over direct links (0: none)."""
 
+    @property
+    def hierarchy(self) -> bool:
+        """Whether groups spanning hosts use each host's arena (ASYNCOLL_HIERARCHY)."""
+
     def run_blocking(self, action: Callable[[], T], lane: int) -> Awaitable[T]:
         """Run ``action`` on ``lane``'s own thread, off the loop; await it.
 

@@ -27,6 +27,8 @@ class FastPath(Protocol):
 
     #: The algorithm name selection gives operations on this path ("arena", "links").
     algorithm: str
+    #: The phases (Team.phase) of the set-up's operation it uses.
+    set_up_phases: int
     #: Held by the thread running an operation on the path, for its length.
     lock: threading.Lock
 

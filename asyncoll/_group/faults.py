@@ -67,6 +67,25 @@ class GroupFaults:
         """The failure that broke group ``group_id``, or None while it is intact."""
         return self._broken.get(group_id)
 
+    def stopping(self, group_id: int) -> AsyncollError | None:
+        """What stops the operation running in ``group_id`` (None: the group is intact).
+
+        The group's error where it broke in this operation, or without one (a
+        member was lost); GroupBrokenError, caused by it, where it broke in an
+        earlier operation, which this member had completed already.
+        """
+        first = self._broken.get(group_id)
+        if first is None:
+            return None
+        running = self._running.get(group_id)
+        broke_in = self._broken_in.get(group_id, 0)
+        if running is None or not broke_in or running[0] <= broke_in:
+            return copy.copy(first)
+        error = broken_by(f"group {group_id} (ranks {list(self._groups.get(group_id, ()))})",
+                          first)
+        error.__cause__ = first
+        return error
+
     def refusal(self, group_id: int, seq: int, what: str) -> AsyncollError | None:
         """The error operation ``seq`` of group ``group_id`` (named ``what``) meets as it
         begins, or None while the group is intact.

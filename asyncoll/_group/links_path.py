@@ -2,20 +2,23 @@
 
 The cross-host counterpart of GroupArena (asyncoll._group.arena_path): a
 group whose members are not all on one host gets, the first time one of its
-collectives picks the "links" algorithm, one connection from every member
-to every other (asyncoll._transport.links), and its small operations then
-run the usual algorithms (recursive doubling, the binomial tree, the ring
-all-gather) over them in the calling thread: no hop to the event loop's
-thread and back, and no wake-up of it, on the way.
+collectives picks the "links" algorithm, its own connections
+(asyncoll._transport.links), and its small operations then run the usual
+algorithms (recursive doubling, the binomial tree, the ring all-gather)
+over them in the calling thread: no hop to the event loop's thread and
+back, and no wake-up of it, on the way. A member connects only to the
+members its algorithms exchange records with, the first time they do:
+O(log N) connections for recursive doubling and the tree, not N - 1.
 
 Setting up runs inside that first operation, on the loop: every member
 listens on its advertised address, an all-gather over the transport tells
-everyone each member's port and a random cookie, each member dials the
-members before it (greeting them with their cookie, which only the job's
-members learned), and an all-reduce of "connected" flags tells every member
+everyone each member's port and a random cookie, each member dials its
+right neighbour (greeting it with its cookie, which only the job's members
+learned), and an all-reduce of "connected" flags tells every member
 whether all did. If any could not (a firewall that lets only the data ports
 through, say), every member knows, and the group keeps the transport's
-algorithms: ranks always agree on the path.
+algorithms: ranks always agree on the path. The other links are opened by
+the operations that first need them.
 
 While an operation waits, between polls it checks what the loop has learned
 (a lost peer, an ABORT: the group's sticky error), whether the member it
@@ -40,20 +43,19 @@ from asyncoll._algorithms.doubling import DoublingOnLinks, recursive_doubling_al
 from asyncoll._algorithms.link_team import LinkTeam, run_here
 from asyncoll._algorithms.ring import ring_all_gather
 from asyncoll._algorithms.team import Team
+from asyncoll._algorithms import selection
+from asyncoll._group import hierarchy
 from asyncoll._group.context import Membership
+from asyncoll._group.hierarchy import HostHierarchy
 from asyncoll._group.mismatch import stale as stale_frame
 from asyncoll._group.processors import processors
 from asyncoll._group.plan import Kernel, Signature, Transport
 from asyncoll._group.transports import Scratch
 from asyncoll._transport import link_opening
-from asyncoll._transport.links import (
-    EAGER_POLLS,
-    DirectLinks,
-    LinkAborted,
-    LinkLost,
-    LinkMismatch,
-    LinksExpired,
-)
+from asyncoll._transport.link_opening import Dialling
+from asyncoll._transport.shm.arena import ArenaExpired
+from asyncoll._transport.link_errors import LinkAborted, LinkLost, LinkMismatch, LinksExpired
+from asyncoll._transport.links import EAGER_POLLS, DirectLinks
 from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import (
     AsyncollError,
@@ -99,6 +101,8 @@ class GroupLinks:
 
     #: The algorithm name selection gives operations on this path.
     algorithm = "links"
+    #: The phases (Team.phase) of the set-up's operation it uses.
+    set_up_phases = 5
 
     def __init__(self, session: Membership, group_id: int, ranks: tuple[int, ...],
                  capacity: int, scratch: Scratch) -> None:
@@ -114,6 +118,10 @@ class GroupLinks:
         self.capacity = capacity if member else 0
         self.links: DirectLinks | None = None
         self._step: LinksStep | None = None
+        #: Each host's arena and one member per host, for the small collectives of a
+        #: group spanning hosts with several members on some (None: flat links only).
+        self._hierarchy = HostHierarchy(session, group_id, ranks) \
+            if member and hierarchy.wanted(session, ranks) else None
         #: Held by the thread running an operation over the links, for its length.
         self.lock = threading.Lock()
 
@@ -133,7 +141,8 @@ class GroupLinks:
         return self.capacity > 0 and self.links is None
 
     async def set_up(self, team: Team) -> None:
-        """Open the links with every member (inside the first operation on this path).
+        """Learn every member's address and open the links to the ring neighbours (inside
+        the first operation on this path).
 
         Afterwards either :attr:`ready`, or :attr:`capacity` is 0 on every member.
         """
@@ -147,8 +156,10 @@ class GroupLinks:
         except OSError as exc:
             log.info("group %d: no direct links (cannot listen on %s: %s)", self._group_id,
                      address[0] if address else "?", exc)
-        directory = [np.zeros(2, dtype=np.int64) for _ in range(n)]
-        directory[me][:] = (server.getsockname()[1] if server is not None else 0, cookie)
+        # Each member's port, cookie, and whether it would use the hierarchy.
+        directory = [np.zeros(3, dtype=np.int64) for _ in range(n)]
+        directory[me][:] = (server.getsockname()[1] if server is not None else 0, cookie,
+                            self._hierarchy is not None)
         sockets: dict[int, object] = {}
         try:
             await ring_all_gather(team.phase(0), directory, 1 << 20)
@@ -163,38 +174,52 @@ class GroupLinks:
             flag = np.array([ok], dtype=np.uint8)
             await recursive_doubling_all_reduce(team.phase(1), flag, ReduceOp.MIN,
                                                 np.empty(1, dtype=np.uint8))
+            if not (flag[0] and all(int(entry[2]) for entry in directory)):
+                self._hierarchy = None  # on every member, as each saw the same
+            if self._hierarchy is not None:
+                await self._hierarchy.set_up(team.phase(2))
+                if not self._hierarchy.room:
+                    self._hierarchy = None
         except BaseException:
             for sock in sockets.values():
                 sock.close()  # type: ignore[attr-defined]
-            raise
-        finally:
             if server is not None:
                 server.close()
+            raise
         if flag[0]:
+            assert server is not None
             mesh = self._session.mesh
             here = mesh.hostname(self._session.rank)
             local = sum(1 for rank in self._ranks if mesh.hostname(rank) == here)
+            hosts = [mesh.peer_address(rank) for rank in self._ranks]
+            dialling = Dialling(server, me, cookie, [
+                (host[0] if host else "", int(entry[0]), int(entry[1]))
+                for host, entry in zip(hosts, directory)])
             self.links = DirectLinks(sockets,  # type: ignore[arg-type]
-                                     EAGER_POLLS if local <= processors() else 0)
+                                     EAGER_POLLS if local <= processors() else 0, dialling)
             self._session.on_close(self.close)
         else:
             for sock in sockets.values():
                 sock.close()  # type: ignore[attr-defined]
+            if server is not None:
+                server.close()
             self.capacity = 0
 
     async def _connect(self, me: int, n: int, server: object, cookie: int,
                        directory: list[np.ndarray]) -> dict[int, object]:
-        """Dial the members before this one, accept those after it."""
-        dials = []
-        for index in range(me):
-            address = self._session.mesh.peer_address(self._ranks[index])
-            assert address is not None
-            dials.append(link_opening.dial(address[0], int(directory[index][0]),
-                                     int(directory[index][1]), me))
+        """Dial the right neighbour, accept the left one (the lower member dials).
+
+        The ring's and every neighbour check's links; they also show that
+        the members can reach each other at all.
+        """
+        sockets: dict[int, object] = {}
         accepting = link_opening.accept(server, cookie,  # type: ignore[arg-type]
-                                  set(range(me + 1, n))) if me + 1 < n else None
-        dialled = await asyncio.gather(*dials)
-        sockets: dict[int, object] = dict(enumerate(dialled))
+                                        {me - 1}) if me > 0 else None
+        if me + 1 < n:
+            address = self._session.mesh.peer_address(self._ranks[me + 1])
+            assert address is not None
+            sockets[me + 1] = await link_opening.dial(
+                address[0], int(directory[me + 1][0]), int(directory[me + 1][1]), me)
         if accepting is not None:
             sockets.update(await accepting)
         return sockets
@@ -207,6 +232,21 @@ class GroupLinks:
         plain calls instead, made ready once, where a coroutine's layers cost
         more than the exchange (small all-reduces and the barrier).
         """
+        flat = self._flat_kernel(signature, algorithm, transport)
+        h = self._hierarchy
+        if h is None or signature.collective not in hierarchy.COLLECTIVES:
+            return flat
+        nbytes = signature.elements * signature.dtype.itemsize \
+            if signature.dtype is not None else 0
+        if nbytes > selection.HIERARCHY_UP_TO_BYTES[signature.collective]:
+            return flat
+        # Which of the two runs is known once the links are set up (the first
+        # operation's kernel is made before): the same on every member.
+        return functools.partial(_either, h, nbytes, h.kernel(signature, self._scratch), flat)
+
+    def _flat_kernel(self, signature: Signature, algorithm: str,
+                     transport: Transport) -> Kernel:
+        """The kernel over the links among all members (see :meth:`kernel`)."""
         size = len(self._ranks)
         if signature.collective == "barrier":
             # A barrier moves no data: the kernel all-reduces a zero byte of its own.
@@ -254,12 +294,14 @@ class GroupLinks:
             left = self._session.faults.left(self._ranks[index])
             if left is not None:
                 raise copy.copy(left)
-        first = self._session.faults.error(self._group_id)
+        first = self._session.faults.stopping(self._group_id)
         if first is not None:
-            raise copy.copy(first)
+            raise first
 
     def expired(self, exc: BaseException) -> list[int] | None:
         """The member indices a deadline's expiry (``exc``) waited for; None for other errors."""
+        if isinstance(exc, ArenaExpired) and self._hierarchy is not None:
+            return [self._hierarchy.local[index] for index in exc.behind]
         return exc.waiting_for if isinstance(exc, LinksExpired) else None
 
     def failure(self, exc: BaseException) -> AsyncollError | None:
@@ -318,16 +360,26 @@ class GroupLinks:
         code = error_code(type(error) if isinstance(error, AsyncollError) else CollectiveError)
         named = error.rank if isinstance(error, PeerLostError) else -1
         step.links.abort(operation, code, named, str(error))
+        if self._hierarchy is not None:
+            self._hierarchy.abandon(error)
 
     def close(self) -> None:
-        """Close the links (the session closes)."""
+        """Close the links, and the hierarchy's arena (the session closes)."""
         links, self.links = self.links, None
         self.capacity = 0
+        if self._hierarchy is not None and self._hierarchy.arena is not None:
+            self._hierarchy.arena.close()
         if links is not None and self.lock.acquire(blocking=False):
             try:
                 links.close()
             finally:
                 self.lock.release()
+
+
+def _either(h: HostHierarchy, nbytes: int, hierarchical: Kernel, flat: Kernel,
+            step: LinksStep, arrays: object) -> None:
+    """Run ``hierarchical`` where the group's hierarchy has room for it, else ``flat``."""
+    (hierarchical if h.room >= nbytes else flat)(step, arrays)
 
 
 def _barrier(doubling: DoublingOnLinks, token: np.ndarray, step: LinksStep,

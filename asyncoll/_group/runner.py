@@ -198,7 +198,7 @@ class Runner:
             fast, kernel = self._fast, plan.kernel
             if kernel is not None and fast.undecided:
                 await self._under_deadline(what, seq, limit, team, fast.set_up)
-                team = team.phase(2)  # the two phases before were the set-up's
+                team = team.phase(fast.set_up_phases)  # those before were the set-up's
             # An operation the path has no room for (an arena's slot smaller than
             # the one it was chosen by) runs the transport's algorithm, on every member.
             if kernel is not None and fast.ready and plan.need <= fast.room:

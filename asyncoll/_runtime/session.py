@@ -143,7 +143,8 @@ class Session:
             plan = listen_plan(client.local_host, settings.environment)
             port = await _listen(mesh, plan)
             join = Join(job=where.job, rank=where.rank, world_size=where.world_size,
-                        host=plan.advertise, port=port, hostname=socket.gethostname(),
+                        host=plan.advertise, port=port,
+                        hostname=settings.hostname or socket.gethostname(),
                         pid=os.getpid(), version=PROTOCOL_VERSION, timeout=where.timeout,
                         heartbeat_timeout=settings.heartbeat_timeout,
                         elastic=int(where.elastic), min_size=where.min_size,
@@ -311,6 +312,12 @@ class Session:
     def links_bytes(self) -> int:
         """The largest operation a cross-host group runs over direct links (0: none)."""
         return self.settings.transport.links_bytes
+
+    @property
+    def hierarchy(self) -> bool:
+        """Whether groups spanning hosts use each host's arena (ASYNCOLL_HIERARCHY), read
+        at join."""
+        return self.settings.transport.hierarchy
 
     def run_blocking(self, action: Callable[[], T], lane: int) -> Awaitable[T]:
         """Run ``action`` on ``lane``'s own thread, off the loop; await its result."""

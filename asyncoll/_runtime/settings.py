@@ -52,6 +52,9 @@ class Settings:
     forced_algorithms: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False)
     #: What the data plane is told (ASYNCOLL_SHM, ASYNCOLL_SHM_BYTES, ...).
     transport: TransportSettings = TransportSettings()
+    #: The name ranks tell which of them share a host by (ASYNCOLL_HOSTNAME; "":
+    #: the machine's hostname): ranks of one name share memory.
+    hostname: str = ""
     #: The environment as read, for the launch variables.
     environment: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False,
                                              repr=False)
@@ -68,6 +71,7 @@ class Settings:
                    forced_algorithms=MappingProxyType(
                        selection.parse_forced(environ.get("ASYNCOLL_ALGORITHM", ""))),
                    transport=_transport(environ, token),
+                   hostname=environ.get("ASYNCOLL_HOSTNAME", ""),
                    environment=MappingProxyType(dict(environ)))
 
 
@@ -98,7 +102,8 @@ def _transport(environ: Mapping[str, str], token: bytes | None) -> TransportSett
         early_limit_bytes=_positive(environ, "ASYNCOLL_MAX_EARLY_BYTES", EARLY_LIMIT_BYTES),
         arena_slot_bytes=slot if enabled and arena.supported() else 0,
         arena_sized_to_room="ASYNCOLL_ARENA_BYTES" not in environ,
-        links_bytes=_positive(environ, "ASYNCOLL_LINKS_BYTES", LINKS_BYTES, smallest=0))
+        links_bytes=_positive(environ, "ASYNCOLL_LINKS_BYTES", LINKS_BYTES, smallest=0),
+        hierarchy=environ.get("ASYNCOLL_HIERARCHY", "1") != "0")
 
 
 def _positive(environ: Mapping[str, str], name: str, default: int, smallest: int = 1) -> int:

@@ -1,18 +1,43 @@
 """Opening a group's direct links: listening, dialling with a cookie, accepting.
 
-Runs on the event loop, once per group (asyncoll._group.links_path sets
-the links up inside the group's first operation that takes them); the
-links themselves (asyncoll._transport.links) are then used from one thread.
+The set-up runs on the event loop, once per group (asyncoll._group.links_path
+sets the links up inside the group's first operation that takes them): it
+listens, and opens the links between ring neighbours with :func:`dial` and
+:func:`accept`. Every other link is opened later, in the calling thread,
+the first time an algorithm needs it (asyncoll._transport.links, with
+:class:`Dialling` and :func:`start_dial`), by the lower member of the pair.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 #: Bytes a connecting member sends first: the acceptor's cookie, its own index.
-_GREETING = struct.Struct("<qq")
+GREETING = struct.Struct("<qq")
+#: Connections a member's listening socket holds before it accepts them.
+_BACKLOG = 128
+
+
+@dataclass(frozen=True)
+class Dialling:
+    """What a member needs to open its links lazily, and to accept those opened to it.
+
+    Attributes:
+        server: its listening socket (kept open while the links are).
+        me: its index in the group.
+        cookie: what members dialling it must greet it with.
+        addresses: every member's (host, port, cookie), by index.
+    """
+
+    server: socket.socket
+    me: int
+    cookie: int
+    addresses: Sequence[tuple[str, int, int]]
 
 
 def listen(host: str) -> socket.socket:
@@ -21,7 +46,7 @@ def listen(host: str) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.bind((host, 0))
-        sock.listen(64)
+        sock.listen(_BACKLOG)
         sock.setblocking(False)
     except BaseException:
         sock.close()
@@ -37,7 +62,7 @@ async def dial(host: str, port: int, cookie: int, me: int) -> socket.socket:
     try:
         sock.setblocking(False)
         await loop.sock_connect(sock, (host, port))
-        await loop.sock_sendall(sock, _GREETING.pack(cookie, me))
+        await loop.sock_sendall(sock, GREETING.pack(cookie, me))
     except BaseException:
         sock.close()
         raise
@@ -58,13 +83,13 @@ async def accept(server: socket.socket, cookie: int, expected: set[int]
         try:
             sock.setblocking(False)
             greeting = b""
-            while len(greeting) < _GREETING.size:
-                chunk = await loop.sock_recv(sock, _GREETING.size - len(greeting))
+            while len(greeting) < GREETING.size:
+                chunk = await loop.sock_recv(sock, GREETING.size - len(greeting))
                 if not chunk:
                     break
                 greeting += chunk
-            if len(greeting) == _GREETING.size:
-                theirs, index = _GREETING.unpack(greeting)
+            if len(greeting) == GREETING.size:
+                theirs, index = GREETING.unpack(greeting)
                 if theirs == cookie and index in expected and index not in got:
                     got[index] = sock
                     continue
@@ -72,3 +97,25 @@ async def accept(server: socket.socket, cookie: int, expected: set[int]
             pass
         sock.close()
     return got
+
+
+def start_dial(host: str, port: int, cookie: int, me: int) -> tuple[socket.socket, bytes]:
+    """Begin connecting to a member's listening socket, without waiting.
+
+    Returns the non-blocking socket and the greeting to send first, once
+    connected (sending it before then is refused with EAGAIN).
+
+    Raises:
+        OSError: the connection could not even be started.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        code = sock.connect_ex((host, port))
+        if code not in (0, errno.EINPROGRESS):
+            raise OSError(code, f"cannot connect to {host}:{port}: {errno.errorcode.get(code)}")
+    except BaseException:
+        sock.close()
+        raise
+    return sock, GREETING.pack(cookie, me)

@@ -1,11 +1,19 @@
 """DirectLinks: one process's own TCP connections to a group's members, used from one thread.
 
 For collectives that run to completion in the calling thread across hosts
-(issue 13's fast path where the members do not share a host): each member
-has one connection to every other member of the group, opened once, and
-used only by whichever thread runs the group's operation of the moment (one
-at a time). The event loop never touches them: no hop to its thread and
-back, no wake-up of it, on the way of a small blocking collective.
+(issue 13's fast path where the members do not share a host): a member has
+a connection to each member its algorithms exchange records with, opened
+the first time one does (by the lower member of the pair, as the mesh's),
+and used only by whichever thread runs the group's operation of the moment
+(one at a time). So a member of N holds O(log N) of them for recursive
+doubling and the binomial tree, not N - 1. The event loop never touches
+them: no hop to its thread and back, no wake-up of it, on the way of a
+small blocking collective.
+
+The higher member of a pair queues what it sends until the lower one's
+connection arrives; every wait also accepts connections on the member's
+listening socket, and takes a new one once its greeting carries this
+member's cookie (which only the job's members learned).
 
 A record is a frame of the mesh's wire format (asyncoll._wire.frames): a
 DATA frame whose seq is the operation's number on these links, with the
@@ -26,11 +34,13 @@ from __future__ import annotations
 import select
 import socket
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from asyncoll._defaults import PROTOCOL_VERSION
+from asyncoll._transport.link_connections import READ_BYTES, Connections, Peer
+from asyncoll._transport.link_errors import LinkAborted, LinkLost, LinkMismatch, LinksExpired
+from asyncoll._transport.link_opening import Dialling
 from asyncoll._wire.frames import (
     HEADER_FIELDS,
     MAGIC,
@@ -52,95 +62,24 @@ CHECK_S = 0.01
 #: Polls that do not sleep before a wait sleeps in poll(): a small record
 #: often arrives within microseconds, sooner than a sleeping thread wakes up.
 EAGER_POLLS = 64
-#: Each connection's read buffer: small records arrive whole in one recv.
-READ_BYTES = 64 << 10
 
 
-class LinkLost(Exception):
-    """The connection to member ``index`` closed or broke: the member is lost to this one."""
-
-    def __init__(self, index: int, reason: str) -> None:
-        super().__init__(f"the direct connection to member {index} {reason}")
-        self.index = index
-
-
-class LinkAborted(Exception):
-    """Member ``index`` gave up on operation ``operation`` with an error of code ``code``
-    (asyncoll.errors.error_code; naming ``rank``), saying ``message``."""
-
-    def __init__(self, index: int, operation: int, code: str, rank: int,
-                 message: str = "") -> None:
-        super().__init__(f"member {index} gave up on operation #{operation}: {message}")
-        self.index, self.operation, self.code, self.rank = index, operation, code, rank
-        self.message = message
-
-
-class LinksExpired(Exception):
-    """A wait's deadline passed; ``waiting_for`` names the members it waited for."""
-
-    def __init__(self, waiting_for: list[int]) -> None:
-        super().__init__(f"members {waiting_for} did not answer in time")
-        self.waiting_for = waiting_for
-
-
-class LinkMismatch(Exception):
-    """Member ``index`` sent a record of another operation: ``theirs`` is its
-    fingerprint, ``operation`` the number it carried."""
-
-    def __init__(self, index: int, theirs: tuple[int, ...], nbytes: int,
-                 operation: int) -> None:
-        super().__init__(f"member {index} sent a record of another operation")
-        self.index, self.theirs, self.nbytes = index, theirs, nbytes
-        self.operation = operation
-
-
-class _Peer:
-    """One connection: what is queued to send, and the record being read."""
-
-    def __init__(self, index: int, sock: socket.socket) -> None:
-        self.index = index
-        self.sock = sock
-        self.out: deque[memoryview] = deque()
-        #: Bytes read and not yet cut into records: buffer[start:end].
-        self.buffer = bytearray(READ_BYTES)
-        self.view = memoryview(self.buffer)
-        self.start = 0
-        self.end = 0
-        #: Where the payload being read goes, and how much of it is in.
-        self.target: memoryview | None = None
-        self.target_got = 0
-        self.key: tuple[int, int] = (0, 0)
-        self.fingerprint: tuple[int, ...] = ()
-        #: The operation of an ABORT record being read.
-        self.aborted: int | None = None
-        #: Why the connection ended, once it has.
-        self.closed: str | None = None
-
-
-class DirectLinks:
+class DirectLinks(Connections):
     """This member's connections to the others of one group, by member index.
 
     Args:
-        sockets: a connected socket for every other member index.
+        sockets: connected sockets, by member index, to begin with.
         eager_polls: polls that do not sleep before a wait does (0 where this
             host runs more members than it has processors: a member that
             keeps its processor then delays the one it waits for).
+        dialling: how to open the links to other members when first needed,
+            and accept theirs; without it, ``sockets`` are all there is.
     """
 
-    def __init__(self, sockets: dict[int, socket.socket], eager_polls: int = EAGER_POLLS
-                 ) -> None:
+    def __init__(self, sockets: dict[int, socket.socket], eager_polls: int = EAGER_POLLS,
+                 dialling: Dialling | None = None) -> None:
+        super().__init__(sockets, dialling)
         self._eager_polls = eager_polls
-        self._peers = {index: _Peer(index, sock) for index, sock in sockets.items()}
-        self._by_fd = {peer.sock.fileno(): peer for peer in self._peers.values()}
-        for peer in self._peers.values():
-            peer.sock.setblocking(False)
-            peer.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._poll = select.poll()
-        self._writing: set[int] = set()
-        for fd in self._by_fd:
-            self._poll.register(fd, select.POLLIN)
-        #: Whether some connection has ended (see _closed).
-        self._gone = False
         #: The operation now running, its fingerprint, and the receives it posted.
         self.operation = 0
         self.fingerprint: Fingerprint = NO_FINGERPRINT
@@ -151,6 +90,8 @@ class DirectLinks:
         self._early: dict[tuple[int, int, int], tuple[tuple[int, ...], bytes]] = {}
         #: Whether records kept early are yet to be checked against the operation now run.
         self._unchecked = False
+        #: An ABORT for an operation after the one now running, kept until it runs.
+        self._later: LinkAborted | None = None
         self.deadline = 0.0
         self.check: Callable[[list[int]], None] = lambda waiting_for: None
 
@@ -167,21 +108,24 @@ class DirectLinks:
         self.check = check
         self._posted.clear()
         self._done.clear()
-        self._unchecked = bool(self._early)
+        self._unchecked = bool(self._early) or self._later is not None
 
     def send(self, index: int, step: int, payload: memoryview) -> None:
         """Start sending a record to member ``index``; :meth:`flush` waits for it to leave.
 
         The payload's memory must stay unchanged until then.
         """
-        peer = self._peers[index]
+        peer = self._peers.get(index) or self._open(index)
         if peer.closed is not None:
             raise LinkLost(index, peer.closed)
         header = memoryview(pack_fields(_DATA, 0, 0, step, self.operation, payload.nbytes,
                                         *self.fingerprint))
-        if peer.out:
+        if peer.out or peer.sock is None:
             peer.out.append(header)
-            peer.out.append(payload)
+            if payload.nbytes:
+                peer.out.append(payload)
+            if peer.sock is None:
+                self._queued.add(index)
             return
         try:
             sent = peer.sock.sendmsg([header, payload])
@@ -200,6 +144,8 @@ class DirectLinks:
     def post(self, index: int, step: int, out: memoryview) -> None:
         """Expect record ``step`` of this operation from member ``index``, into ``out``."""
         key = (index, step)
+        if index not in self._peers:
+            self._open(index)
         early = self._early.pop((index, self.operation, step), None)
         if early is not None:
             self._fill(index, out, *early)
@@ -217,18 +163,19 @@ class DirectLinks:
         if not self._unchecked and not self._gone:
             if key in self._done:
                 return
-            if not self._writing:
+            peer = self._peers[index]
+            if not self._writing and peer.sock is not None:
                 # A small record has often arrived by now: one recv, no poll, takes it.
-                self._read(self._peers[index])
+                self._read(peer)
                 if key in self._done and not self._gone:
                     return
         self._wait(lambda: key in self._done, lambda: [index])
 
     def flush(self) -> None:
         """Block until every record sent has left this process."""
-        if not self._writing and not self._unchecked and not self._gone:
+        if not self._writing and not self._queued and not self._unchecked and not self._gone:
             return  # small records leave within their send: nothing to wait for
-        self._wait(lambda: not self._writing,
+        self._wait(lambda: not self._writing and not self._queued,
                    lambda: [i for i, p in self._peers.items() if p.out])
 
     def abort(self, operation: int, code: str, rank: int, message: str = "") -> None:
@@ -238,16 +185,10 @@ class DirectLinks:
         record = pack_header(_ABORT, 0, operation, 0, len(payload)) + payload
         for peer in self._peers.values():
             try:
-                peer.sock.send(record)
+                if peer.sock is not None:
+                    peer.sock.send(record)
             except OSError:
                 pass
-
-    def close(self) -> None:
-        """Close every connection."""
-        for peer in self._peers.values():
-            peer.sock.close()
-        self._peers.clear()
-        self._by_fd.clear()
 
     # -- waiting and moving bytes ----------------------------------------------------------
 
@@ -273,6 +214,9 @@ class DirectLinks:
                     self.check(waiting_for())
                     continue
             for fd, event in events:
+                if fd == self._server_fd:
+                    self._accept()
+                    continue
                 ready_peer = self._by_fd.get(fd)
                 if ready_peer is not None and event & (select.POLLIN | select.POLLERR |
                                                        select.POLLHUP):
@@ -280,7 +224,8 @@ class DirectLinks:
         self._fail_if_gone(waiting_for)
 
     def _check_early(self) -> None:
-        """Raise LinkMismatch for a record kept early that this operation cannot take.
+        """Raise LinkMismatch for a record kept early that this operation cannot take,
+        or the ABORT kept for it.
 
         A record that came before this member began the operation it was sent
         for is checked here, at the operation's first wait: the member may wait
@@ -288,6 +233,10 @@ class DirectLinks:
         already over was never taken: its sender ran something else then.
         """
         self._unchecked = False
+        later = self._later
+        if later is not None and later.operation <= self.operation:
+            self._later = None
+            raise later
         for (index, operation, _), (fingerprint, payload) in self._early.items():
             if operation < self.operation or (operation == self.operation and
                                               fingerprint != self.fingerprint):
@@ -297,52 +246,11 @@ class DirectLinks:
         """Raise LinkLost if a member the wait is for has closed its connection."""
         if self._gone:
             for index in waiting_for():
-                reason = self._peers[index].closed
-                if reason is not None:
-                    raise LinkLost(index, reason)
+                peer = self._peers.get(index)
+                if peer is not None and peer.closed is not None:
+                    raise LinkLost(index, peer.closed)
 
-    def _closed(self, peer: _Peer, reason: str) -> None:
-        """``peer``'s connection ended: only a wait for that peer fails of it.
-
-        A member that finished the group's last operation may close before the
-        others have, and they must still finish theirs with the rest.
-        """
-        if peer.closed is None:
-            peer.closed = reason
-            self._gone = True
-            fd = peer.sock.fileno()
-            self._writing.discard(fd)
-            self._poll.unregister(fd)
-
-    def _want_write(self, peer: _Peer) -> None:
-        fd = peer.sock.fileno()
-        if fd not in self._writing:
-            self._writing.add(fd)
-            self._poll.modify(fd, select.POLLIN | select.POLLOUT)
-
-    def _write_some(self) -> None:
-        for fd in list(self._writing):
-            peer = self._by_fd[fd]
-            while peer.out:
-                try:
-                    sent = peer.sock.sendmsg(list(peer.out)[:64])
-                except (BlockingIOError, InterruptedError):
-                    break
-                except OSError as exc:
-                    raise LinkLost(peer.index, f"failed: {exc}") from None
-                while sent and peer.out:
-                    head = peer.out[0]
-                    if sent >= head.nbytes:
-                        sent -= head.nbytes
-                        peer.out.popleft()
-                    else:
-                        peer.out[0] = head[sent:]
-                        sent = 0
-            if not peer.out:
-                self._writing.discard(fd)
-                self._poll.modify(fd, select.POLLIN)
-
-    def _read(self, peer: _Peer) -> None:
+    def _read(self, peer: Peer) -> None:
         """Read what ``peer``'s socket holds (poll said it holds something, or a wait
         looks before it polls), record by record.
 
@@ -351,12 +259,19 @@ class DirectLinks:
         destination. Only a recv that filled the buffer is followed by another,
         so a wait costs one system call per arrival, not an EAGAIN as well.
         """
+        if peer.index < 0:
+            identified = self._identify(peer)
+            if identified is None:
+                return
+            peer = identified
+        sock = peer.sock
+        assert sock is not None
         while True:
             self._parse(peer)
             target = peer.target
             try:
                 if target is not None and target.nbytes - peer.target_got > READ_BYTES:
-                    got = peer.sock.recv_into(target[peer.target_got:])
+                    got = sock.recv_into(target[peer.target_got:])
                     if got == 0:
                         self._closed(peer, "was closed by the peer")
                         return
@@ -368,7 +283,7 @@ class DirectLinks:
                     leftover = peer.end - peer.start
                     peer.buffer[:leftover] = peer.buffer[peer.start:peer.end]
                     peer.start, peer.end = 0, leftover
-                got = peer.sock.recv_into(peer.view[peer.end:])
+                got = sock.recv_into(peer.view[peer.end:])
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
@@ -382,7 +297,7 @@ class DirectLinks:
                 self._parse(peer)
                 return
 
-    def _parse(self, peer: _Peer) -> None:
+    def _parse(self, peer: Peer) -> None:
         """Cut the records (and parts of payloads) the read buffer holds."""
         buffer = peer.buffer
         while True:
@@ -404,7 +319,7 @@ class DirectLinks:
                 return
             self._finish_record(peer)
 
-    def _start_record(self, peer: _Peer, header: tuple[Any, ...]) -> None:
+    def _start_record(self, peer: Peer, header: tuple[Any, ...]) -> None:
         """Decode a header; point the peer at where its payload goes."""
         if header[1] != PROTOCOL_VERSION or header[0] != MAGIC:
             check_fields(header)  # raises: not this protocol's frame
@@ -439,12 +354,19 @@ class DirectLinks:
         if nbytes == 0:
             self._finish_record(peer)
 
-    def _finish_record(self, peer: _Peer) -> None:
+    def _finish_record(self, peer: Peer) -> None:
         target, peer.target = peer.target, None
         assert target is not None
         if peer.aborted is not None:
             code, rank, message = decode_abort(bytes(target))
-            raise LinkAborted(peer.index, peer.aborted, code, rank, message)
+            aborted = LinkAborted(peer.index, peer.aborted, code, rank, message)
+            peer.aborted = None
+            if aborted.operation > self.operation:
+                # Given up on an operation this member has yet to run (the sender
+                # finished this one): it fails that one, at its first wait.
+                self._later = self._later or aborted
+                return
+            raise aborted
         operation, step = peer.key
         key = (peer.index, step)
         posted = self._posted.pop(key, None) if operation == self.operation else None

@@ -43,3 +43,7 @@ class TransportSettings:
     #: The largest operation a cross-host group runs in the calling thread over
     #: direct links of its own (0: never; see asyncoll._transport.links).
     links_bytes: int = LINKS_BYTES
+    #: Whether a group spanning hosts, several members on some, runs its small
+    #: collectives through each host's arena and one member per host
+    #: (asyncoll._group.hierarchy), where arenas are on.
+    hierarchy: bool = True

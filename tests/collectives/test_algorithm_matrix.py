@@ -37,24 +37,30 @@ def small_segments(monkeypatch):
     monkeypatch.setattr(selection, "ARENA_SPLIT_FROM_BYTES", 256)
 
 
-#: Where each fast path runs: the arena in the arena run, direct links in the TCP run.
-HOMES = {"arena": "arena", "links": "tcp"}
+#: Where each fast path runs: the arena in the arena run, direct links in the TCP
+#: run and (through each host's arena where they can) in the hierarchy run.
+HOMES = {"arena": ("arena",), "links": ("tcp", "hierarchy")}
 
 
 def with_runs(*algorithms: str) -> pytest.MarkDecorator:
     """Parametrize (algorithm, transport): transport algorithms in every run (see
     conftest.py), fast paths in their own run only, with room for every case."""
     pairs = [(a, run) for a in algorithms
-             for run in ((HOMES[a],) if a in HOMES else ("tcp", "shm", "arena"))]
+             for run in (HOMES[a] if a in HOMES else ("tcp", "shm", "arena"))]
     return pytest.mark.parametrize("algorithm, transport", pairs, indirect=["transport"])
 
 
 @pytest.fixture(autouse=True)
-def room_on_fast_paths(transport, monkeypatch):
+def room_on_fast_paths(transport, monkeypatch, request):
+    callspec = getattr(request.node, "callspec", None)
+    if transport == "hierarchy" and callspec and callspec.params.get("world_size") == 1:
+        pytest.skip("one rank runs on one host: it has the arena, not direct links")
     if transport == "arena":
         monkeypatch.setenv("ASYNCOLL_ARENA_BYTES", str(1 << 20))
-    if transport == "tcp":
+    if transport in ("tcp", "hierarchy"):
         monkeypatch.setenv("ASYNCOLL_LINKS_BYTES", str(1 << 20))
+    if transport == "hierarchy":
+        monkeypatch.setenv("ASYNCOLL_ARENA_BYTES", str(1 << 20))
 
 
 def _cases(world_size):

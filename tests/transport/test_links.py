@@ -17,13 +17,8 @@ import numpy as np
 import pytest
 
 from asyncoll._algorithms.team import as_bytes
-from asyncoll._transport.links import (
-    DirectLinks,
-    LinkAborted,
-    LinkLost,
-    LinkMismatch,
-    LinksExpired,
-)
+from asyncoll._transport.link_errors import LinkAborted, LinkLost, LinkMismatch, LinksExpired
+from asyncoll._transport.links import DirectLinks
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -317,3 +312,93 @@ def test_doubling_in_plain_calls_of_another_size_is_a_mismatch():
 
     results = both(lambda: run(a, 0, 4), lambda: run(b, 1, 5))
     assert all(isinstance(result, LinkMismatch) for result in results), results
+
+
+def lazy(n: int) -> list[DirectLinks]:
+    """Links of ``n`` members that open connections only as records need them."""
+    import secrets
+
+    from asyncoll._transport.link_opening import Dialling
+
+    servers = [socket.create_server(("127.0.0.1", 0)) for _ in range(n)]
+    cookies = [secrets.randbits(62) for _ in range(n)]
+    addresses = [("127.0.0.1", s.getsockname()[1], c) for s, c in zip(servers, cookies)]
+    return [DirectLinks({}, 64, Dialling(servers[i], i, cookies[i], addresses))
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("n", [2, 5, 8, 16])
+def test_lazy_links_connect_only_the_partners_recursive_doubling_uses(n):
+    """Each member ends with a connection to its doubling partners and neighbours only
+    (log2 N + 2 at most, not N - 1), opened by the lower member of each pair
+    while the higher one's records wait, and every member gets the same sum."""
+    from asyncoll._algorithms.doubling import DoublingOnLinks, plan_of
+    from asyncoll.types import ReduceOp
+
+    links = lazy(n)
+    results: list[object] = [None] * n
+
+    class Step:
+        def __init__(self, links):
+            self.links = links
+
+    def member(me: int) -> None:
+        try:
+            for operation in (1, 2, 3):
+                data = np.full(4, me + operation, np.float64)
+                stamp(links[me], operation)
+                DoublingOnLinks(me, n, data.dtype, 4, ReduceOp.SUM,
+                                lambda dtype, k: np.empty(k, dtype)).run(Step(links[me]), data)
+            results[me] = (data, links[me].connected)
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            results[me] = exc
+
+    threads = [threading.Thread(target=member, args=(me,)) for me in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    for one in links:
+        one.close()
+    assert not any(thread.is_alive() for thread in threads), "a member is stuck"
+    expected = sum(me + 3 for me in range(n))
+    for me, result in enumerate(results):
+        assert isinstance(result, tuple), result
+        data, connected = result
+        assert (data == expected).all()
+        plan = plan_of(n, me)
+        partners = {p for _, p, _ in plan.rounds} | {plan.hands_to, plan.takes_from,
+                                                      plan.check_left, plan.check_right}
+        assert connected == len(partners - {-1}), (me, connected)
+        assert connected <= (n - 1).bit_length() + 2
+
+
+def test_a_connection_without_the_cookie_is_dropped_and_the_members_go_on():
+    zero, one = lazy(2)
+    stranger = socket.create_connection(("127.0.0.1", one._dialling.server.getsockname()[1]))
+    stranger.sendall(b"\0" * 16)  # a greeting with the wrong cookie
+    results = both(lambda: exchange(zero, 1, 1, np.arange(3.0), np.zeros(3)),
+                   lambda: exchange(one, 0, 1, np.arange(3.0) * 2, np.zeros(3)))
+    assert [r.tolist() for r in results] == [[0.0, 2.0, 4.0], [0.0, 1.0, 2.0]]
+    assert stranger.recv(1) == b""  # closed by member 1
+    stranger.close()
+    zero.close()
+    one.close()
+
+
+def test_an_abort_for_a_later_operation_fails_that_one_not_the_one_running():
+    zero, one = pair()
+    stamp(zero, 1)
+    stamp(one, 1)
+    one.abort(2, "MismatchError", -1, "later")
+    time.sleep(0.1)
+    one.send(0, 0, as_bytes(np.ones(2)))
+    one.flush()
+    got = np.zeros(2)
+    zero.post(1, 0, as_bytes(got))
+    zero.wait_received(1, 0)  # operation 1 completes: the ABORT is for operation 2
+    assert (got == 1).all()
+    stamp(zero, 2)
+    zero.post(1, 0, as_bytes(got))
+    with pytest.raises(LinkAborted, match="later"):
+        zero.wait_received(1, 0)

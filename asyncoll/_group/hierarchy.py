@@ -1,0 +1,224 @@
+"""HostHierarchy: a multi-host group's small collectives through each host's arena.
+
+A group whose members span hosts, several on some, runs all_reduce,
+broadcast, reduce and barrier in three steps, in the calling thread:
+
+1. within each host, through an arena of that host's members
+   (asyncoll._group.arena_path.GroupArena);
+2. between one member per host (its leader: its first member, or the
+   root), over the group's direct links (asyncoll._transport.links), which
+   then connect only those members;
+3. within each host again, through its arena.
+
+So a 4-byte all_reduce of H hosts x P ranks crosses the network
+log2(H) times, not log2(H x P), and the members of one host meet in
+shared memory. Every member ends with the leader's bits (step 3 copies
+them), so results are the same on every rank; desyncs are found by the
+arenas (within a host) and the links (between hosts), and a member giving
+up tells both.
+
+The hierarchy is set up inside the links' set-up (GroupLinks.set_up):
+each host's members map an arena, and an all-reduce over the group agrees
+on the smallest slot of any host, which bounds the operations it takes; a
+host that could map none makes it 0, and then no member uses it.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from asyncoll._algorithms import arena as in_arena
+from asyncoll._algorithms.doubling import DoublingOnLinks, recursive_doubling_all_reduce
+from asyncoll._algorithms.link_team import LinkTeam, run_here
+from asyncoll._algorithms.ops import finish
+from asyncoll._algorithms.team import Team
+from asyncoll._algorithms.tree import tree_broadcast, tree_reduce
+from asyncoll._group.arena_path import ArenaStep, GroupArena
+from asyncoll._group.context import Membership
+from asyncoll._group.plan import Kernel, Signature
+from asyncoll._group.transports import Scratch
+from asyncoll.types import ReduceOp
+
+#: The collectives the hierarchy runs (others take the flat links).
+COLLECTIVES = ("all_reduce", "broadcast", "reduce", "barrier")
+#: A host with one member of the group has no arena, and bounds nothing.
+_UNBOUNDED = (1 << 62)
+
+
+def wanted(session: Membership, ranks: tuple[int, ...]) -> bool:
+    """Whether a group of ``ranks`` would use a hierarchy: several hosts, several members
+    on some, arenas on, and ASYNCOLL_HIERARCHY not 0."""
+    if not session.hierarchy or not session.arena_slot_bytes:
+        return False
+    hosts = [session.mesh.hostname(rank) for rank in ranks]
+    return "" not in hosts and 1 < len(set(hosts)) < len(hosts)
+
+
+class HostHierarchy:
+    """One member's view of its group's hosts, and the arena of its own host.
+
+    Args:
+        session: this process's membership in the job.
+        group_id: the group.
+        ranks: its members' global ranks, in group-rank order.
+    """
+
+    def __init__(self, session: Membership, group_id: int, ranks: tuple[int, ...]) -> None:
+        mesh = session.mesh
+        by_host: dict[str, list[int]] = {}
+        for index, rank in enumerate(ranks):
+            by_host.setdefault(mesh.hostname(rank), []).append(index)
+        #: Each host's members (group indices), hosts in order of their first member.
+        self.hosts = [tuple(members) for members in by_host.values()]
+        #: The host of each member.
+        self.host_of = [0] * len(ranks)
+        for host, members in enumerate(self.hosts):
+            for index in members:
+                self.host_of[index] = host
+        self.me = ranks.index(session.rank)
+        self.host = self.host_of[self.me]
+        self.local = self.hosts[self.host]
+        self._ranks = ranks
+        local_ranks = tuple(ranks[index] for index in self.local)
+        self.arena = GroupArena(session, group_id, local_ranks) if len(self.local) > 1 \
+            else None
+        #: The largest operation (bytes) the hierarchy takes; 0 until set up, or none.
+        self.room = 0
+        self._last: ArenaStep | None = None
+
+    async def set_up(self, team: Team) -> None:
+        """Map this host's arena, and agree on the room with every member (three phases
+        of ``team``, the group's)."""
+        room = _UNBOUNDED
+        if self.arena is not None:
+            local = Team(team.mesh, [self._ranks[i] for i in self.local], team.group_id,
+                         team.seq, team.first_step, team.fingerprint)
+            await self.arena.set_up(local)
+            room = self.arena.room if self.arena.ready else 0
+        agreed = np.array([room], dtype=np.int64)
+        await recursive_doubling_all_reduce(team.phase(2), agreed, ReduceOp.MIN,
+                                            np.empty(1, dtype=np.int64))
+        self.room = int(agreed[0])
+        if not self.room and self.arena is not None:
+            self.arena.close()
+
+    def leaders(self, root: int = -1) -> tuple[int, ...]:
+        """Each host's leader (group index): its first member, or ``root`` on root's host."""
+        leaders = [members[0] for members in self.hosts]
+        if root >= 0:
+            leaders[self.host_of[root]] = root
+        return tuple(leaders)
+
+    def arena_step(self, fingerprint: Any, deadline: float) -> ArenaStep:
+        """The next operation on this host's arena, ending at ``deadline``."""
+        assert self.arena is not None
+        self._last = self.arena.step(fingerprint, max(deadline - time.monotonic(), 0.0))
+        return self._last
+
+    def abandon(self, error: BaseException) -> None:
+        """Tell this host's other members, through the arena, that this one gave up."""
+        if self.arena is not None and self._last is not None:
+            self.arena.abandon(self._last, error)
+
+    def kernel(self, signature: Signature, scratch: Scratch) -> Kernel:
+        """What runs calls of ``signature`` in three steps: (links step, arrays) -> None."""
+        collective = signature.collective
+        if collective == "barrier":
+            return functools.partial(_barrier, self, DoublingOnLinks(
+                self.host, len(self.hosts), np.dtype(np.uint8), 1, ReduceOp.MAX, scratch,
+                self.leaders()), np.zeros(1, dtype=np.uint8))
+        if collective == "all_reduce":
+            assert signature.dtype is not None and signature.op is not None
+            leaders = self.leaders()
+            doubling = DoublingOnLinks(self.host, len(self.hosts), signature.dtype,
+                                       signature.elements, _combining(signature.op), scratch,
+                                       leaders) if self.me in leaders else None
+            return functools.partial(_all_reduce, self, signature.op, doubling)
+        if collective == "broadcast":
+            return functools.partial(_broadcast, self, signature.root)
+        assert collective == "reduce" and signature.op is not None
+        return functools.partial(_reduce, self, signature.op, signature.root, scratch)
+
+    def over_leaders(self, step: Any, leaders: tuple[int, ...],
+                     algorithm: Callable[[LinkTeam], Any]) -> None:
+        """Run ``algorithm``'s coroutine among the hosts' ``leaders`` (this member is one)."""
+        team = LinkTeam(step.links, [self._ranks[i] for i in leaders], self.host,
+                        members=leaders)
+        run_here(algorithm(team))
+        team.check_neighbours()
+
+
+def _combining(op: ReduceOp) -> ReduceOp:
+    """What the steps combine with: AVG sums, and divides once, at the end."""
+    return ReduceOp.SUM if op is ReduceOp.AVG else op
+
+
+def _all_reduce(h: HostHierarchy, op: ReduceOp, doubling: DoublingOnLinks | None, step: Any,
+                data: np.ndarray) -> None:
+    combining, deadline = _combining(op), step.links.deadline
+    if h.arena is not None:
+        local = h.arena_step(step.fingerprint, deadline)
+        in_arena.reduce(local.arena, local.operation, data, combining, 0, local.fingerprint,
+                        local.waiter)
+    if doubling is not None:
+        doubling.run(step, data)
+        if op is not combining:
+            finish(op, data, len(h.host_of))
+    if h.arena is not None:
+        local = h.arena_step(step.fingerprint, deadline)
+        in_arena.broadcast(local.arena, local.operation, data, 0, local.fingerprint,
+                           local.waiter)
+
+
+def _broadcast(h: HostHierarchy, root: int, step: Any, data: np.ndarray) -> None:
+    leaders = h.leaders(root)
+    leader = leaders[h.host]
+    on_root_host = h.host == h.host_of[root]
+    if on_root_host and h.arena is not None:
+        # The root's host first: its leader is the root itself.
+        local = h.arena_step(step.fingerprint, step.links.deadline)
+        in_arena.broadcast(local.arena, local.operation, data, h.local.index(root),
+                           local.fingerprint, local.waiter)
+    if h.me == leader:
+        h.over_leaders(step, leaders, lambda team: tree_broadcast(
+            team, data, h.host_of[root]))  # type: ignore[arg-type]
+    if not on_root_host and h.arena is not None:
+        local = h.arena_step(step.fingerprint, step.links.deadline)
+        in_arena.broadcast(local.arena, local.operation, data, h.local.index(leader),
+                           local.fingerprint, local.waiter)
+
+
+def _reduce(h: HostHierarchy, op: ReduceOp, root: int, scratch: Scratch, step: Any,
+            data: np.ndarray) -> None:
+    leaders = h.leaders(root)
+    leader = leaders[h.host]
+    combining = _combining(op)
+    # Only the root's array may change: another leader reduces into a copy.
+    partial = data.copy() if h.me == leader and h.me != root else data
+    if h.arena is not None:
+        local = h.arena_step(step.fingerprint, step.links.deadline)
+        in_arena.reduce(local.arena, local.operation, partial, combining,
+                        h.local.index(leader), local.fingerprint, local.waiter)
+    if h.me == leader:
+        h.over_leaders(step, leaders, lambda team: tree_reduce(
+            team, partial, combining, h.host_of[root],  # type: ignore[arg-type]
+            scratch(data.dtype, 2 * data.size)))
+        if h.me == root and op is not combining:
+            finish(op, data, len(h.host_of))
+
+
+def _barrier(h: HostHierarchy, doubling: DoublingOnLinks, token: np.ndarray, step: Any,
+             nothing: object) -> None:
+    if h.arena is not None:
+        local = h.arena_step(step.fingerprint, step.links.deadline)
+        in_arena.barrier(local.arena, local.operation, local.fingerprint, local.waiter)
+    if h.me == h.leaders()[h.host]:
+        doubling.run(step, token)
+    if h.arena is not None:
+        local = h.arena_step(step.fingerprint, step.links.deadline)
+        in_arena.barrier(local.arena, local.operation, local.fingerprint, local.waiter)

@@ -1,0 +1,215 @@
+"""Connections: one member's TCP connections to the others of a group, opened as needed.
+
+The socket side of DirectLinks (asyncoll._transport.links): which member
+each connection is to, opening it the first time an algorithm needs it (by
+the lower member of the pair, as the mesh does), accepting those opened by
+others once their greeting carries this member's cookie, moving queued
+bytes out, and noticing a connection's end. The records carried over them
+are DirectLinks' business.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+from collections import deque
+
+from asyncoll._transport.link_errors import LinkLost
+from asyncoll._transport.link_opening import GREETING, Dialling, start_dial
+
+#: Each connection's read buffer: small records arrive whole in one recv.
+READ_BYTES = 64 << 10
+
+
+class Peer:
+    """One connection: what is queued to send, and the record being read.
+
+    ``sock`` is None while the connection is yet to come from the lower
+    member (what is sent waits in ``out``); ``index`` is -1 for a connection
+    accepted whose greeting has not come yet.
+    """
+
+    def __init__(self, index: int, sock: socket.socket | None) -> None:
+        self.index = index
+        self.sock = sock
+        self.out: deque[memoryview] = deque()
+        #: Bytes read and not yet cut into records: buffer[start:end].
+        self.buffer = bytearray(READ_BYTES)
+        self.view = memoryview(self.buffer)
+        self.start = 0
+        self.end = 0
+        #: Where the payload being read goes, and how much of it is in.
+        self.target: memoryview | None = None
+        self.target_got = 0
+        self.key: tuple[int, int] = (0, 0)
+        self.fingerprint: tuple[int, ...] = ()
+        #: The operation of an ABORT record being read.
+        self.aborted: int | None = None
+        #: Why the connection ended, once it has.
+        self.closed: str | None = None
+
+
+class Connections:
+    """A member's connections to the others of one group, by member index.
+
+    Args:
+        sockets: connected sockets, by member index, to begin with.
+        dialling: how to open the links to other members when first needed,
+            and accept theirs; without it, ``sockets`` are all there is.
+    """
+
+    def __init__(self, sockets: dict[int, socket.socket],
+                 dialling: Dialling | None = None) -> None:
+        self._peers: dict[int, Peer] = {}
+        self._by_fd: dict[int, Peer] = {}
+        self._poll = select.poll()
+        self._writing: set[int] = set()
+        #: Members whose records wait for the connection the lower member opens.
+        self._queued: set[int] = set()
+        self._dialling = dialling
+        self._server_fd = -1
+        if dialling is not None:
+            dialling.server.setblocking(False)
+            self._server_fd = dialling.server.fileno()
+            self._poll.register(self._server_fd, select.POLLIN)
+        for index, sock in sockets.items():
+            self._attach(index, sock)
+        #: Whether some connection has ended (see _closed).
+        self._gone = False
+
+    def close(self) -> None:
+        """Close every connection, and the listening socket."""
+        for peer in self._by_fd.values():
+            assert peer.sock is not None
+            peer.sock.close()
+        if self._dialling is not None:
+            self._dialling.server.close()
+        self._peers.clear()
+        self._by_fd.clear()
+
+    @property
+    def connected(self) -> int:
+        """How many members this one has a connection with."""
+        return sum(1 for peer in self._peers.values() if peer.sock is not None)
+
+    def _attach(self, index: int, sock: socket.socket) -> Peer:
+        """Use ``sock`` for member ``index`` (sending what waited for it)."""
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = self._peers.get(index)
+        if peer is None:
+            peer = self._peers[index] = Peer(index, sock)
+        peer.sock = sock
+        fd = sock.fileno()
+        self._by_fd[fd] = peer
+        self._poll.register(fd, select.POLLIN)
+        if peer.out:
+            self._queued.discard(index)
+            self._want_write(peer)
+        return peer
+
+    def _open(self, index: int) -> Peer:
+        """Member ``index``'s connection, first needed now: dialled if this member is the
+        lower of the two, else a place for records until the other's arrives."""
+        dialling = self._dialling
+        if dialling is None or not 0 <= index < len(dialling.addresses) or index == dialling.me:
+            raise LinkLost(index, "does not exist (no such member, or no way to open it)")
+        if index < dialling.me:
+            peer = self._peers[index] = Peer(index, None)
+            return peer
+        host, port, cookie = dialling.addresses[index]
+        try:
+            sock, greeting = start_dial(host, port, cookie, dialling.me)
+        except OSError as exc:
+            raise LinkLost(index, f"could not be opened: {exc}") from None
+        peer = self._attach(index, sock)
+        peer.out.append(memoryview(greeting))
+        self._want_write(peer)
+        return peer
+
+    def _accept(self) -> None:
+        """Take the connections waiting on the listening socket (their greeting comes later)."""
+        assert self._dialling is not None
+        while True:
+            try:
+                sock, _ = self._dialling.server.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return  # a connection reset before it was taken: nothing to take
+            sock.setblocking(False)
+            fd = sock.fileno()
+            self._by_fd[fd] = Peer(-1, sock)
+            self._poll.register(fd, select.POLLIN)
+
+    def _identify(self, stranger: Peer) -> Peer | None:
+        """Read an accepted connection's greeting: the member it is from, or None (not yet,
+        or it was no member's, and is closed)."""
+        sock = stranger.sock
+        assert sock is not None and self._dialling is not None
+        try:
+            got = sock.recv_into(stranger.view[stranger.end:GREETING.size])
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError:
+            got = 0
+        stranger.end += got
+        if got and stranger.end < GREETING.size:
+            return None
+        cookie, index = GREETING.unpack_from(stranger.buffer) if got else (None, -1)
+        known = self._peers.get(index)
+        if cookie != self._dialling.cookie or not 0 <= index < self._dialling.me or (
+                known is not None and known.sock is not None):
+            # Not a member's greeting (or a second connection): drop it.
+            fd = sock.fileno()
+            del self._by_fd[fd]
+            self._poll.unregister(fd)
+            sock.close()
+            return None
+        del self._by_fd[sock.fileno()]
+        return self._attach(index, sock)
+
+    def _closed(self, peer: Peer, reason: str) -> None:
+        """``peer``'s connection ended: only a wait for that peer fails of it.
+
+        A member that finished the group's last operation may close before the
+        others have, and they must still finish theirs with the rest.
+        """
+        if peer.closed is None:
+            peer.closed = reason
+            self._gone = True
+            assert peer.sock is not None
+            fd = peer.sock.fileno()
+            self._writing.discard(fd)
+            self._poll.unregister(fd)
+
+    def _want_write(self, peer: Peer) -> None:
+        assert peer.sock is not None
+        fd = peer.sock.fileno()
+        if fd not in self._writing:
+            self._writing.add(fd)
+            self._poll.modify(fd, select.POLLIN | select.POLLOUT)
+
+    def _write_some(self) -> None:
+        for fd in list(self._writing):
+            peer = self._by_fd[fd]
+            sock = peer.sock
+            assert sock is not None
+            while peer.out:
+                try:
+                    sent = sock.sendmsg(list(peer.out)[:64])
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError as exc:
+                    raise LinkLost(peer.index, f"failed: {exc}") from None
+                while peer.out and (sent or not peer.out[0].nbytes):
+                    head = peer.out[0]
+                    if sent >= head.nbytes:
+                        sent -= head.nbytes
+                        peer.out.popleft()
+                    else:
+                        peer.out[0] = head[sent:]
+                        sent = 0
+            if not peer.out:
+                self._writing.discard(fd)
+                self._poll.modify(fd, select.POLLIN)

@@ -1,0 +1,125 @@
+"""Groups spanning hosts, several members on some: each host's arena, one member per host.
+
+The ranks pretend to run on several hosts (run_ranks' ``hosts``: their
+hostnames differ), so a group's small all_reduce, broadcast, reduce and
+barrier run through each host's arena and over direct links between one
+member per host (asyncoll._group.hierarchy). The tests check the results
+against numpy on every rank, bit for bit alike across ranks, that the
+hierarchy really ran, and that the links connect only the members the
+algorithms use. tests/collectives runs its whole matrix this way too (its
+"hierarchy" run).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from asyncoll import ReduceOp
+from asyncoll.testing import run_ranks
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(autouse=True)
+def arenas_on(monkeypatch):
+    monkeypatch.setenv("ASYNCOLL_SHM", "1")
+    monkeypatch.delenv("ASYNCOLL_HIERARCHY", raising=False)
+
+
+def inputs(rank: int, count: int) -> np.ndarray:
+    return (np.arange(count, dtype=np.float32) % 7 + rank + 1).astype(np.float32)
+
+
+@pytest.mark.parametrize("world_size, hosts", [(4, 2), (5, 3), (6, 3), (8, 2)])
+async def test_small_collectives_run_through_each_hosts_arena_and_match_numpy(world_size,
+                                                                             hosts):
+    async def body(world):
+        n, me = world.size, world.rank
+        results = []
+        for op in (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MAX, ReduceOp.PRODUCT):
+            for count in (0, 1, 1000):
+                x = inputs(me, count)
+                await world.all_reduce(x, op=op)
+                results.append(x.tobytes())
+        for root in range(n):
+            x = inputs(me, 100) if me == root else np.zeros(100, np.float32)
+            await world.broadcast(x, src=root)
+            assert np.array_equal(x, inputs(root, 100)), (root, me)
+            y = inputs(me, 100)
+            await world.reduce(y, dst=root, op=ReduceOp.SUM)
+            if me == root:
+                expected = sum(inputs(r, 100).astype(np.float64) for r in range(n))
+                np.testing.assert_allclose(y, expected, rtol=1e-6)
+            else:
+                # Only the root's array changes.
+                assert np.array_equal(y, inputs(me, 100)), (root, me)
+            await world.barrier()
+        hierarchy = world._fast._hierarchy
+        mapped = hierarchy is not None and hierarchy.arena is not None and \
+            hierarchy.arena.ready
+        return results, hierarchy, (world._fast.links.connected, mapped)
+
+    outcomes = await run_ranks(world_size, body, hosts=hosts)
+    for results, _, _ in outcomes[1:]:
+        assert results == outcomes[0][0]  # the same bits on every rank
+    index = 0
+    for op in (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MAX, ReduceOp.PRODUCT):
+        for count in (0, 1, 1000):
+            got = np.frombuffer(outcomes[0][0][index], dtype=np.float32)
+            stack = np.stack([inputs(r, count).astype(np.float64)
+                              for r in range(world_size)])
+            expected = {ReduceOp.SUM: stack.sum(0), ReduceOp.AVG: stack.mean(0),
+                        ReduceOp.MAX: stack.max(0), ReduceOp.PRODUCT: stack.prod(0)}[op]
+            np.testing.assert_allclose(got, expected, rtol=1e-5)
+            index += 1
+    first = outcomes[0][1]
+    assert first is not None and first.room > 0, "the group did not set up its hierarchy"
+    for rank, (_, hierarchy, (connected, mapped)) in enumerate(outcomes):
+        if len(hierarchy.local) > 1:
+            assert mapped, f"rank {rank} has no arena on its host"
+        # Ring neighbours (opened at set-up), and partners among the hosts' leaders
+        # (doubling and the tree; every rank is its host's leader as a root).
+        bound = 2 + 2 * math.ceil(math.log2(len(hierarchy.hosts))) + 1
+        assert connected <= bound, (rank, connected, bound)
+
+
+async def test_hierarchy_off_keeps_flat_links_and_the_same_results(monkeypatch):
+    monkeypatch.setenv("ASYNCOLL_HIERARCHY", "0")
+
+    async def body(world):
+        x = inputs(world.rank, 10)
+        await world.all_reduce(x)
+        return x, world._fast._hierarchy
+
+    outcomes = await run_ranks(4, body, hosts=2)
+    expected = sum(inputs(r, 10) for r in range(4))
+    for x, hierarchy in outcomes:
+        assert hierarchy is None
+        assert np.array_equal(x, expected)
+
+
+async def test_one_rank_wanting_no_hierarchy_turns_it_off_on_every_rank(monkeypatch):
+    # Members must agree on the path: the set-up's directory says who wants it.
+    from asyncoll._runtime import session as session_module
+
+    wants = session_module.Session.hierarchy
+
+    def hierarchy(self):
+        return wants.fget(self) and self.rank != 3
+
+    monkeypatch.setattr(session_module.Session, "hierarchy", property(hierarchy))
+
+    async def body(world):
+        x = inputs(world.rank, 10)
+        await world.all_reduce(x)
+        await world.barrier()
+        return x, world._fast._hierarchy
+
+    outcomes = await run_ranks(4, body, hosts=2)
+    expected = sum(inputs(r, 10) for r in range(4))
+    for x, hierarchy in outcomes:
+        assert hierarchy is None or not hierarchy.room
+        assert np.array_equal(x, expected)
