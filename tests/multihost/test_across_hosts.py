@@ -10,6 +10,7 @@ unshare; skipped with the reason otherwise. CI runs as root.
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import re
@@ -136,6 +137,14 @@ def test_every_collective_blocking_and_async_across_three_hosts(hosts):
     text = "".join(out for _, out, _ in outcomes)
     checked = dict(re.findall(r"Process (\d+) checked (\d+) results", text))
     assert sorted(map(int, checked)) == list(range(6)), text
+    # Direct links only between the members the algorithms use (ring neighbours,
+    # and partners among the hosts' leaders), not one to every other member.
+    links = re.findall(r"Process (\d+) .* (\d+) \+ (\d+) of them its groups' direct links",
+                       text)
+    assert len(links) == 6, text
+    for rank, world, sub in links:
+        assert int(world) <= 2 + 2 * math.ceil(math.log2(3)) + 1, (rank, world, text)
+        assert int(sub) <= 2 + 2 * math.ceil(math.log2(3)) + 1, (rank, sub, text)
 
 
 def test_small_collectives_across_hosts_run_in_the_calling_thread_over_direct_links(hosts):

@@ -8,6 +8,8 @@ ranks outside the sub-group are left untouched), and prints
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 import asyncoll as dist
@@ -156,6 +158,8 @@ def main():
     for async_op in (False, True):
         checks += check_group(None, list(range(n)), me, async_op)
         checks += check_group(sub, members, me, async_op)
+    sockets = open_sockets()
+    links = direct_links(None), direct_links(sub)
     if n > 1:
         # Plain send/recv pairs: ranks 0 and n - 1 swap a tensor.
         if me in (0, n - 1):
@@ -181,7 +185,32 @@ def main():
             dist.send(np.full(2, me, np.int64), dst=0, tag=6)
         checks += 1
     dist.destroy_process_group()
-    print(f"Process {me} checked {checks} results", flush=True)
+    print(f"Process {me} checked {checks} results, holding {sockets} sockets after the "
+          f"collectives, {links[0]} + {links[1]} of them its groups' direct links", flush=True)
+
+
+def direct_links(group):
+    """How many members this one has a direct link with in ``group`` (None: the world)."""
+    from asyncoll._api import world
+
+    resolved = world.resolve(group)
+    links = getattr(resolved._fast, "links", None)  # a same-host group has an arena instead
+    return links.connected if links is not None else 0
+
+
+def open_sockets():
+    """How many of this process's file descriptors are sockets (-1: unknown here)."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return -1
+    count = 0
+    for name in names:
+        try:
+            count += os.readlink(f"/proc/self/fd/{name}").startswith("socket:")
+        except OSError:
+            pass  # the listing's own descriptor, closed by now
+    return count
 
 
 if __name__ == "__main__":
