@@ -155,7 +155,10 @@ class _Rank:
         # torch 2.13 renamed these (the old names warn); asyncoll has torch's older names.
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        small, large, sent = self.buffer(count), self.buffer(count * n), self.buffer(count * n)
+        # The n-block buffers only where the collective takes them: at 64 MiB on 16
+        # ranks they are 1 GiB each, and the check writes them.
+        wide = count * n if collective in ("all_gather", "reduce_scatter", "all_to_all") else 0
+        small, large, sent = self.buffer(count), self.buffer(wide), self.buffer(wide)
         view_small, view_large, view_sent = np.asarray(small), np.asarray(large), np.asarray(sent)
         ops: dict[str, tuple[Callable[[], None], Callable[[], bool]]] = {
             "all_reduce": (lambda: dist.all_reduce(small),
