@@ -198,8 +198,13 @@ def _reduce(h: HostHierarchy, op: ReduceOp, root: int, scratch: Scratch, step: A
     leaders = h.leaders(root)
     leader = leaders[h.host]
     combining = _combining(op)
-    # Only the root's array may change: another leader reduces into a copy.
-    partial = data.copy() if h.me == leader and h.me != root else data
+    # Only the root's array may change: another leader reduces into a copy, in the
+    # group's scratch after the tree's own room.
+    room = scratch(data.dtype, 3 * data.size) if h.me == leader else data
+    partial = data
+    if h.me == leader and h.me != root:
+        partial = room[2 * data.size:]
+        partial[...] = data
     if h.arena is not None:
         local = h.arena_step(step.fingerprint, step.links.deadline)
         in_arena.reduce(local.arena, local.operation, partial, combining,
@@ -207,7 +212,7 @@ def _reduce(h: HostHierarchy, op: ReduceOp, root: int, scratch: Scratch, step: A
     if h.me == leader:
         h.over_leaders(step, leaders, lambda team: tree_reduce(
             team, partial, combining, h.host_of[root],  # type: ignore[arg-type]
-            scratch(data.dtype, 2 * data.size)))
+            room[:2 * data.size]))
         if h.me == root and op is not combining:
             finish(op, data, len(h.host_of))
 

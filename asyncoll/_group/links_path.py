@@ -18,7 +18,8 @@ learned), and an all-reduce of "connected" flags tells every member
 whether all did. If any could not (a firewall that lets only the data ports
 through, say), every member knows, and the group keeps the transport's
 algorithms: ranks always agree on the path. The other links are opened by
-the operations that first need them.
+the operations that first need them. A group spanning hosts with several
+members on some also sets up its hierarchy here (asyncoll._group.hierarchy).
 
 While an operation waits, between polls it checks what the loop has learned
 (a lost peer, an ABORT: the group's sticky error), whether the member it
@@ -230,7 +231,9 @@ class GroupLinks:
         The transport's ``algorithm`` itself, run in this thread over a
         LinkTeam (asyncoll._algorithms.link_team); recursive doubling in
         plain calls instead, made ready once, where a coroutine's layers cost
-        more than the exchange (small all-reduces and the barrier).
+        more than the exchange (small all-reduces and the barrier). In a group
+        with a hierarchy (asyncoll._group.hierarchy), its three steps instead,
+        for the collectives and sizes it takes.
         """
         flat = self._flat_kernel(signature, algorithm, transport)
         h = self._hierarchy
