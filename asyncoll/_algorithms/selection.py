@@ -13,6 +13,8 @@ force the calling-thread paths.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from asyncoll.errors import ConfigurationError
 
 #: The algorithms each collective can run.
@@ -43,8 +45,9 @@ UP_TO_BYTES: dict[str, dict[str, int]] = {
 }
 #: A group spanning hosts, several members on some, runs these collectives up to
 #: this many bytes through each host's arena and one member per host
-#: (asyncoll._group.hierarchy), where its links and arenas have room.
-HIERARCHY_UP_TO_BYTES = {"all_reduce": 8 << 20, "broadcast": 1 << 20, "reduce": 1 << 20,
+#: (asyncoll._group.hierarchy), where its links and arenas have room; its links
+#: then take them up to this size (docs/algorithm-choice.md has the measurements).
+HIERARCHY_UP_TO_BYTES = {"all_reduce": 8 << 20, "broadcast": 8 << 20, "reduce": 8 << 20,
                          "barrier": 0}
 #: The arena's all-reduce splits the reduction among the members from this size.
 ARENA_SPLIT_FROM_BYTES = 32 << 10
@@ -86,12 +89,14 @@ def parse_forced(spec: str) -> dict[str, str]:
 
 
 def choose(collective: str, nbytes: int, group_size: int, forced: str | None = None,
-           path: str = "", capacity: int = 0) -> str:
+           path: str = "", capacity: int = 0, up_to: Mapping[str, int] | None = None) -> str:
     """The algorithm for ``collective`` on ``nbytes`` per member among ``group_size``.
 
     Args:
         path: the group's fast path, "arena" or "links" ("" for none).
         capacity: the largest operation it takes, in bytes (0: the group has none).
+        up_to: the path's bound per collective, where the group's differs from
+            UP_TO_BYTES[path] (a group with a hierarchy takes more on its links).
 
     Raises:
         ConfigurationError: ``forced`` is not an algorithm of ``collective``, or
@@ -104,8 +109,8 @@ def choose(collective: str, nbytes: int, group_size: int, forced: str | None = N
         if forced in FAST_PATHS and (forced != path or nbytes > capacity):
             raise ConfigurationError(_no_fast_path(collective, nbytes, forced, path, capacity))
         return forced
-    up_to = UP_TO_BYTES.get(path, {}).get(collective)
-    if capacity and up_to is not None and nbytes <= min(up_to, capacity):
+    bound = (up_to if up_to is not None else UP_TO_BYTES.get(path, {})).get(collective)
+    if capacity and bound is not None and nbytes <= min(bound, capacity):
         return path
     return socket_choice(collective, nbytes, group_size)
 

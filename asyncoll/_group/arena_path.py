@@ -43,6 +43,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -153,6 +154,11 @@ class GroupArena:
         whenever they call: the slot made may be smaller (see :attr:`room`).
         """
         return self.slot_bytes
+
+    @property
+    def up_to(self) -> Mapping[str, int]:
+        """The largest operation each collective chooses the arena for (at most a slot)."""
+        return selection.UP_TO_BYTES[selection.ARENA]
 
     @property
     def room(self) -> int:

@@ -154,7 +154,7 @@ class GroupCore:
         if name is None:
             forced = algorithm or self._session.forced_algorithms.get(collective)
             name = selection.choose(collective, nbytes, self.size, forced, fast.algorithm,
-                                    capacity)
+                                    capacity, fast.up_to)
             if len(self._choices) >= _CHOICES:
                 self._choices.clear()
             self._choices[key] = name

@@ -10,6 +10,7 @@ the same way.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from asyncoll._algorithms.team import Team
@@ -36,6 +37,11 @@ class FastPath(Protocol):
     def capacity(self) -> int:
         """The largest operation (bytes) operations choose the path for; 0: the group has
         none. It does not change once set up (members must choose alike)."""
+
+    @property
+    def up_to(self) -> Mapping[str, int]:
+        """The largest operation (bytes) each collective chooses the path for, at most
+        :attr:`capacity`; the same on every member, for the group's life."""
 
     @property
     def room(self) -> int:

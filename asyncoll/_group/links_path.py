@@ -36,6 +36,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,8 +124,20 @@ class GroupLinks:
         #: group spanning hosts with several members on some (None: flat links only).
         self._hierarchy = HostHierarchy(session, group_id, ranks) \
             if member and hierarchy.wanted(session, ranks) else None
+        # Chosen before the set-up decides whether the group has its hierarchy, so
+        # that every member chooses alike whenever it calls.
+        flat = selection.UP_TO_BYTES[selection.LINKS]
+        self._up_to = flat if self._hierarchy is None else {
+            collective: max(flat[collective], selection.HIERARCHY_UP_TO_BYTES.get(collective, 0))
+            for collective in flat}
         #: Held by the thread running an operation over the links, for its length.
         self.lock = threading.Lock()
+
+    @property
+    def up_to(self) -> Mapping[str, int]:
+        """The largest operation each collective chooses the links for: larger where the
+        group would have a hierarchy (if it then has none, the flat links run them)."""
+        return self._up_to
 
     @property
     def room(self) -> int:

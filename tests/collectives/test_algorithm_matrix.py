@@ -195,8 +195,8 @@ async def test_environment_forces_the_algorithm_a_collective_runs(monkeypatch, s
     ran = []
     real = selection.choose
 
-    def spy(collective, nbytes, size, forced=None, path="", capacity=0):
-        choice = real(collective, nbytes, size, forced, path, capacity)
+    def spy(collective, nbytes, size, forced=None, path="", capacity=0, up_to=None):
+        choice = real(collective, nbytes, size, forced, path, capacity, up_to)
         ran.append((collective, choice))
         return choice
 

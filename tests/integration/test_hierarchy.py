@@ -123,3 +123,29 @@ async def test_one_rank_wanting_no_hierarchy_turns_it_off_on_every_rank(monkeypa
     for x, hierarchy in outcomes:
         assert hierarchy is None or not hierarchy.room
         assert np.array_equal(x, expected)
+
+
+async def test_broadcast_and_reduce_of_megabytes_take_the_hierarchy():
+    # Above the flat links' 1 MiB bound: a group with a hierarchy takes them on its
+    # links up to selection.HIERARCHY_UP_TO_BYTES, through each host's arena.
+    count = (3 << 20) // 4
+
+    async def body(world):
+        me = world.rank
+        h = world._fast._hierarchy
+        before = h.arena._step.operation if h.arena._step is not None else 0
+        x = inputs(me, count) if me == 1 else np.zeros(count, np.float32)
+        await world.broadcast(x, src=1)
+        y = inputs(me, count)
+        await world.reduce(y, dst=2)
+        return x, y, h.arena._step.operation - before
+
+    outcomes = await run_ranks(4, body, hosts=2)
+    expected = sum(inputs(r, count).astype(np.float64) for r in range(4))
+    for rank, (x, y, arena_operations) in enumerate(outcomes):
+        assert np.array_equal(x, inputs(1, count))
+        if rank == 2:
+            np.testing.assert_allclose(y, expected, rtol=1e-6)
+        else:
+            assert np.array_equal(y, inputs(rank, count))
+        assert arena_operations == 2, (rank, arena_operations)
