@@ -90,6 +90,7 @@ class HostHierarchy:
         #: The largest operation (bytes) the hierarchy takes; 0 until set up, or none.
         self.room = 0
         self._last: ArenaStep | None = None
+        self._teams: dict[tuple[int, ...], LinkTeam] = {}
 
     async def set_up(self, team: Team) -> None:
         """Map this host's arena, and agree on the room with every member (three phases
@@ -147,9 +148,12 @@ class HostHierarchy:
     def over_leaders(self, step: Any, leaders: tuple[int, ...],
                      algorithm: Callable[[LinkTeam], Any]) -> None:
         """Run ``algorithm``'s coroutine among the hosts' ``leaders`` (this member is one)."""
-        team = LinkTeam(step.links, [self._ranks[i] for i in leaders], self.host,
-                        members=leaders)
-        run_here(algorithm(team))
+        team = self._teams.get(leaders)
+        if team is None or team.links is not step.links:
+            # One per set of leaders (a root's host has its own), made once.
+            team = self._teams[leaders] = LinkTeam(
+                step.links, [self._ranks[i] for i in leaders], self.host, members=leaders)
+        run_here(algorithm(team.again()))
         team.check_neighbours()
 
 

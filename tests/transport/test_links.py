@@ -221,6 +221,25 @@ def test_a_member_that_closed_fails_only_waits_for_it():
         zero.wait_received(2, 0)
 
 
+def on_threads(links: list[DirectLinks], member) -> list[object]:
+    """Run ``member(me)`` for every member on a thread of its own; close the links after;
+    return what each returned."""
+    results: list[object] = [None] * len(links)
+
+    def run(me: int) -> None:
+        results[me] = member(me)
+
+    threads = [threading.Thread(target=run, args=(me,)) for me in range(len(links))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    for one in links:
+        one.close()
+    assert not any(thread.is_alive() for thread in threads), "a member is stuck"
+    return results
+
+
 def mesh(n: int) -> list[DirectLinks]:
     """Links of ``n`` members, every one to every other, over loopback."""
     sockets: list[dict[int, socket.socket]] = [{} for _ in range(n)]
@@ -251,7 +270,6 @@ def test_doubling_in_plain_calls_meets_the_coroutine_and_both_get_the_same_bits(
             # the order every pair combined in.
             one[:1].view(np.uint32)[0] = 0x7FC00000 | (me + 1)
     links = mesh(n)
-    results: list[object] = [None] * n
 
     class Step:  # what DoublingOnLinks.run reads of the group's LinksStep
         def __init__(self, links):
@@ -271,19 +289,13 @@ def test_doubling_in_plain_calls_meets_the_coroutine_and_both_get_the_same_bits(
                     run_here(recursive_doubling_all_reduce(team, data, ReduceOp.SUM,
                                                            np.empty_like(data)))
                     team.check_neighbours()
-                results[me] = data.copy()
+                result = data.copy()
                 data[...] = inputs[me]
+            return result
         except Exception as exc:  # noqa: BLE001 - the test looks at it
-            results[me] = exc
+            return exc
 
-    threads = [threading.Thread(target=member, args=(me,)) for me in range(n)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    for one in links:
-        one.close()
-    assert not any(thread.is_alive() for thread in threads), "a member is stuck"
+    results = on_threads(links, member)
     for result in results:
         assert isinstance(result, np.ndarray), result
     for result in results[1:]:
@@ -336,7 +348,6 @@ def test_lazy_links_connect_only_the_partners_recursive_doubling_uses(n):
     from asyncoll.types import ReduceOp
 
     links = lazy(n)
-    results: list[object] = [None] * n
 
     class Step:
         def __init__(self, links):
@@ -349,18 +360,11 @@ def test_lazy_links_connect_only_the_partners_recursive_doubling_uses(n):
                 stamp(links[me], operation)
                 DoublingOnLinks(me, n, data.dtype, 4, ReduceOp.SUM,
                                 lambda dtype, k: np.empty(k, dtype)).run(Step(links[me]), data)
-            results[me] = (data, links[me].connected)
+            return data, links[me].connected
         except Exception as exc:  # noqa: BLE001 - the test looks at it
-            results[me] = exc
+            return exc
 
-    threads = [threading.Thread(target=member, args=(me,)) for me in range(n)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    for one in links:
-        one.close()
-    assert not any(thread.is_alive() for thread in threads), "a member is stuck"
+    results = on_threads(links, member)
     expected = sum(me + 3 for me in range(n))
     for me, result in enumerate(results):
         assert isinstance(result, tuple), result
