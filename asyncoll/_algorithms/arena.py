@@ -15,6 +15,14 @@ and ``2k``:
    2k), publishes phase 2k, and every member then copies chunk j from
    member j's slot.
 
+An array larger than a piece (:data:`PIECE_BYTES`, or the slot where it
+is smaller) goes through in pieces, one operation number each: piece p of
+an operation starting at k is operation k + p, in the set (k + p) mod 2, so
+a member writes piece p + 1 while a slower one still reads piece p, and
+what one piece touches stays in the processor's caches. Every function
+returns the last operation number it used; the caller's next operation
+takes the one after.
+
 Copies are slice assignments between arrays of one dtype (``a[...] = b``):
 for a small array they cost a quarter of ``np.copyto``, for a large one the same.
 
@@ -46,27 +54,49 @@ from asyncoll.types import ReduceOp
 # A module constant: reading an Enum member off its class costs 0.2 us a time.
 _AVG = ReduceOp.AVG
 
+#: Arrays larger than this many bytes go through the arena in pieces of it
+#: (docs/algorithm-choice.md has the measurements it comes from).
+PIECE_BYTES = 512 << 10
+#: ... and broadcast, which only copies, in pieces of this many.
+BROADCAST_PIECE_BYTES = 1 << 20
+
+
+def piece_elements(arena: Arena, itemsize: int, piece: int = PIECE_BYTES) -> int:
+    """Elements of ``itemsize`` bytes in one piece of at most ``piece`` bytes on
+    ``arena`` (at least one)."""
+    return max(1, min(piece, arena.slot_bytes) // itemsize)
+
+
+def pieces(count: int, elements: int) -> list[tuple[int, int]]:
+    """``range(count)`` cut into (start, stop) pieces of ``elements`` (one piece when
+    it fits, empty or not)."""
+    if count <= elements:
+        return [(0, count)]
+    return [(lo, min(lo + elements, count)) for lo in range(0, count, elements)]
+
 
 def all_reduce(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp,
-               fingerprint: Fingerprint, waiter: Waiter, split: bool) -> None:
-    """All-reduce the 1-D contiguous array ``data`` in place through ``arena``.
+               fingerprint: Fingerprint, waiter: Waiter, split: bool) -> int:
+    """All-reduce the 1-D contiguous array ``data`` in place through ``arena``;
+    return the last operation number it used.
 
     Args:
         arena: this member's view of the group's arena.
         operation: the operation's number on this arena (1, 2, ...; the same
             on every member, one more each call).
-        data: the array; its bytes fit a slot.
+        data: the array (larger than a piece: in pieces).
         op: the reduce op.
         fingerprint: what this operation is; every member must pass the same.
         waiter: the deadline and failure check of every wait.
-        split: reduce-scatter style (True) or every member reducing everything.
+        split: reduce-scatter style (True) or every member reducing everything
+            (arrays in pieces always split).
 
     Raises:
         MismatchError: a member published another operation.
         ArenaExpired: the waiter's deadline passed.
     """
-    AllReduce(op, data.dtype, data.size, split).run(arena, operation, data, fingerprint,
-                                                    waiter)
+    return AllReduce(op, data.dtype, data.size, split).run(arena, operation, data,
+                                                           fingerprint, waiter)
 
 
 class AllReduce:
@@ -86,25 +116,35 @@ class AllReduce:
         self._arena: Arena | None = None
         self._sets: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
         self._poll: Poll | None = None
+        #: The pieces of an array larger than a piece (else None), and their chunks.
+        self._pieces: list[tuple[int, int]] | None = None
+        self._bounds: list[tuple[int, int]] = []
 
     def _meet(self, arena: Arena) -> None:
         """Look up what every run on ``arena`` uses (the first run on it)."""
         dtype, count = self._dtype, self._count
+        elements = piece_elements(arena, dtype.itemsize)
+        if count > elements:
+            self._pieces = pieces(count, elements)
+            count = elements
         self._sets = (arena.slots(0, dtype, count), arena.slots(1, dtype, count))
+        self._bounds = chunk_bounds(count, arena.size)
         self._poll = arena.all_at_least(PUBLISHED, 0)
         self._arena = arena
 
     def run(self, arena: Arena, operation: int, data: np.ndarray, fingerprint: Fingerprint,
-            waiter: Waiter) -> None:
-        """All-reduce ``data`` in place as operation ``operation`` of ``arena``
-        (see :func:`all_reduce`)."""
+            waiter: Waiter) -> int:
+        """All-reduce ``data`` in place from operation ``operation`` of ``arena`` on;
+        return the last operation it used (see :func:`all_reduce`)."""
         if arena is not self._arena:
             self._meet(arena)
         n, me = arena.size, arena.me
+        if self._pieces is not None:
+            return self._run_pieces(arena, operation, data, fingerprint, waiter)
         slots = self._sets[operation & 1]
         if self._split and n > 1:
-            self._split_run(arena, operation, data, slots, fingerprint, waiter)
-            return
+            self._split_run(arena, operation, data, slots, self._bounds, fingerprint, waiter)
+            return operation
         slots[me][...] = data
         phase = 2 * operation - 1
         arena.publish(phase, fingerprint)
@@ -125,16 +165,32 @@ class AllReduce:
                 ufunc(data, slot, out=data)
         if self._op is _AVG:
             finish(_AVG, data, n)
+        return operation
+
+    def _run_pieces(self, arena: Arena, operation: int, data: np.ndarray,
+                    fingerprint: Fingerprint, waiter: Waiter) -> int:
+        """Each piece as its own operation, reduce-scatter style (one member alone
+        copies through its slot)."""
+        assert self._pieces is not None
+        full = self._pieces[0][1]
+        for index, (lo, hi) in enumerate(self._pieces):
+            number = operation + index
+            slots, bounds = self._sets[number & 1], self._bounds
+            if hi - lo < full:
+                slots = [slot[:hi - lo] for slot in slots]
+                bounds = chunk_bounds(hi - lo, arena.size)
+            self._split_run(arena, number, data[lo:hi], slots, bounds, fingerprint, waiter)
+        return operation + len(self._pieces) - 1
 
     def _split_run(self, arena: Arena, operation: int, data: np.ndarray,
-                   slots: list[np.ndarray], fingerprint: Fingerprint, waiter: Waiter) -> None:
+                   slots: list[np.ndarray], bounds: list[tuple[int, int]],
+                   fingerprint: Fingerprint, waiter: Waiter) -> None:
         """Reduce-scatter style. This member's own chunk is reduced from ``data``
         itself, so only the chunks the others reduce go into its slot first (a
         copy of 1/n of the array saved); the result of its chunk goes straight
         into its slot, which no one reads before phase 2k."""
         n, me = arena.size, arena.me
         mine = slots[me]
-        bounds = chunk_bounds(data.size, n)
         for j, (lo, hi) in enumerate(bounds):
             if j != me:
                 mine[lo:hi] = data[lo:hi]
@@ -151,56 +207,81 @@ class AllReduce:
 
 
 def reduce(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp, root: int,
-           fingerprint: Fingerprint, waiter: Waiter) -> None:
-    """Reduce every member's ``data`` into member ``root``'s; the others' stay as they were."""
-    slots = _exchange(arena, operation, data, fingerprint, waiter)
-    if arena.me == root:
-        _reduce_slots(data, slots, op, arena.size)
+           fingerprint: Fingerprint, waiter: Waiter) -> int:
+    """Reduce every member's ``data`` into member ``root``'s; the others' stay as they were.
+
+    Returns the last operation number used, as every function here does.
+    """
+    for number, (lo, hi) in _numbered(arena, operation, data):
+        piece = data[lo:hi]
+        slots = _exchange(arena, number, piece, fingerprint, waiter)
+        if arena.me == root:
+            _reduce_slots(piece, slots, op, arena.size)
+    return number
 
 
 def broadcast(arena: Arena, operation: int, data: np.ndarray, root: int,
-              fingerprint: Fingerprint, waiter: Waiter) -> None:
+              fingerprint: Fingerprint, waiter: Waiter) -> int:
     """Copy member ``root``'s ``data`` into every member's ``data``."""
-    slot = arena.slots(operation, data.dtype, data.size)[root]
-    if arena.me == root:
-        slot[...] = data
-    _publish_and_check(arena, operation, fingerprint, waiter)
-    if arena.me != root:
-        data[...] = slot
+    for number, (lo, hi) in _numbered(arena, operation, data, BROADCAST_PIECE_BYTES):
+        slot = arena.slots(number, data.dtype, hi - lo)[root]
+        if arena.me == root:
+            slot[...] = data[lo:hi]
+        _publish_and_check(arena, number, fingerprint, waiter)
+        if arena.me != root:
+            data[lo:hi] = slot
+    return number
 
 
 def all_gather(arena: Arena, operation: int, mine: np.ndarray, outputs: Sequence[np.ndarray],
-               fingerprint: Fingerprint, waiter: Waiter) -> None:
+               fingerprint: Fingerprint, waiter: Waiter) -> int:
     """Copy member j's ``mine`` into ``outputs[j]`` on every member (sizes may differ).
 
     This member's own block is copied from ``mine`` too, unless it is ``mine``.
+    Pieces cut every member's block at the same offsets.
     """
     me = arena.me
-    _exchange(arena, operation, mine, fingerprint, waiter)
-    for j, out in enumerate(outputs):
-        if j != me:
-            out[...] = arena.slots(operation, out.dtype, out.size)[j]
-        elif not np.shares_memory(out, mine):
-            out[...] = mine
+    longest = max(out.size for out in outputs)
+    elements = piece_elements(arena, mine.dtype.itemsize)
+    for index, (lo, hi) in enumerate(pieces(longest, elements)):
+        number = operation + index
+        _exchange(arena, number, mine[lo:hi], fingerprint, waiter)
+        for j, out in enumerate(outputs):
+            if j != me and out.size > lo:
+                part = out[lo:hi]
+                part[...] = arena.slots(number, out.dtype, part.size)[j]
+    if not np.shares_memory(outputs[me], mine):
+        outputs[me][...] = mine
+    return number
 
 
 def reduce_scatter(arena: Arena, operation: int, inputs: Sequence[np.ndarray],
                    output: np.ndarray, op: ReduceOp, fingerprint: Fingerprint,
-                   waiter: Waiter) -> None:
-    """Reduce block i (``inputs[i]``) across the members into member i's ``output``."""
+                   waiter: Waiter) -> int:
+    """Reduce block i (``inputs[i]``) across the members into member i's ``output``.
+
+    A piece holds the same stretch of every block, one after another.
+    """
     n, me = arena.size, arena.me
-    offsets = [0, *itertools.accumulate(block.size for block in inputs)]
-    slots = arena.slots(operation, output.dtype, offsets[-1])
-    for block, start in zip(inputs, offsets):
-        slots[me][start:start + block.size] = block
-    _publish_and_check(arena, operation, fingerprint, waiter)
-    lo, hi = offsets[me], offsets[me + 1]
-    _reduce_slots(output, [slot[lo:hi] for slot in slots], op, n)
+    longest = max(block.size for block in inputs)
+    elements = max(1, piece_elements(arena, output.dtype.itemsize) // n)
+    for index, (lo, hi) in enumerate(pieces(longest, elements)):
+        number = operation + index
+        parts = [block[lo:hi] for block in inputs]
+        offsets = [0, *itertools.accumulate(part.size for part in parts)]
+        slots = arena.slots(number, output.dtype, offsets[-1])
+        for part, start in zip(parts, offsets):
+            slots[me][start:start + part.size] = part
+        _publish_and_check(arena, number, fingerprint, waiter)
+        start, stop = offsets[me], offsets[me + 1]
+        _reduce_slots(output[lo:hi], [slot[start:stop] for slot in slots], op, n)
+    return number
 
 
-def barrier(arena: Arena, operation: int, fingerprint: Fingerprint, waiter: Waiter) -> None:
+def barrier(arena: Arena, operation: int, fingerprint: Fingerprint, waiter: Waiter) -> int:
     """Return once every member has reached this operation."""
     _publish_and_check(arena, operation, fingerprint, waiter)
+    return operation
 
 
 # -- the phases ---------------------------------------------------------------------------
@@ -212,6 +293,13 @@ def _publish_and_check(arena: Arena, operation: int, fingerprint: Fingerprint,
     arena.publish(2 * operation - 1, fingerprint)
     waiter.until(arena.all_at_least(PUBLISHED, 2 * operation - 1))
     _check_fingerprints(arena, fingerprint, operation)
+
+
+def _numbered(arena: Arena, operation: int, data: np.ndarray, piece: int = PIECE_BYTES
+              ) -> list[tuple[int, tuple[int, int]]]:
+    """(operation number, (start, stop)) of each piece of ``data``, from ``operation`` on."""
+    cut = pieces(data.size, piece_elements(arena, data.dtype.itemsize, piece))
+    return list(enumerate(cut, start=operation))
 
 
 def _exchange(arena: Arena, operation: int, data: np.ndarray, fingerprint: Fingerprint,

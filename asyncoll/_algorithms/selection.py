@@ -36,10 +36,12 @@ LINKS = "links"
 #: The fast paths: in the calling thread, no hop to the event loop's thread.
 FAST_PATHS = (ARENA, LINKS)
 #: Each collective takes its group's fast path up to this many bytes (its
-#: measure, see GroupCore), where the group has one.
+#: measure, see GroupCore), where the group has one; an arena takes every
+#: size it beats the loop's algorithms at, which is every size (in pieces).
+ANY_SIZE = 1 << 62
 UP_TO_BYTES: dict[str, dict[str, int]] = {
-    ARENA: {"all_reduce": 8 << 20, "broadcast": 8 << 20, "reduce": 8 << 20,
-            "all_gather": 8 << 20, "reduce_scatter": 1 << 20, "barrier": 0},
+    ARENA: {"all_reduce": ANY_SIZE, "broadcast": ANY_SIZE, "reduce": ANY_SIZE,
+            "all_gather": ANY_SIZE, "reduce_scatter": ANY_SIZE, "barrier": 0},
     LINKS: {"all_reduce": 8 << 20, "broadcast": 1 << 20, "reduce": 1 << 20,
             "all_gather": 1 << 20, "reduce_scatter": 1 << 20, "barrier": 0},
 }
@@ -116,8 +118,8 @@ def choose(collective: str, nbytes: int, group_size: int, forced: str | None = N
 
 
 def _no_fast_path(collective: str, nbytes: int, forced: str, path: str, capacity: int) -> str:
-    where = ("its slots hold" if forced == ARENA else "they take at most") + \
-        f" {capacity} bytes (raise ASYNCOLL_{'ARENA' if forced == ARENA else 'LINKS'}_BYTES)"
+    # An arena takes any size (in pieces): only links have a bound to raise.
+    where = f"they take at most {capacity} bytes (raise ASYNCOLL_LINKS_BYTES)"
     if forced != path or not capacity:
         where = ("this group has none (its members are not all on one host, shared memory "
                  "is off, or this machine is not x86-64)" if forced == ARENA else

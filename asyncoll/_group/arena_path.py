@@ -28,11 +28,10 @@ The slot size: by default member 0 takes the largest of 8 MiB, 4, 2 and
 everything else (other groups' arenas, shared-memory rings, other
 programs), and 1 MiB where none does (docker's 64 MB /dev/shm with 4
 members) or the room is unknown; ``ASYNCOLL_ARENA_BYTES`` sets it exactly.
-Operations choose their path (selection.choose) as if the slot were the
-largest, so that every member chooses alike whenever it calls; one that
-then does not fit the slot made runs the transport's algorithm instead, as
-on a group with no arena, on every member alike (GroupCore checks its
-``need`` against :attr:`GroupArena.room`).
+Arrays larger than a piece (asyncoll._algorithms.arena.PIECE_BYTES, or
+the slot where it is smaller) go through in pieces, so an arena runs an
+operation of any size: which collectives take it, and up to what size, is
+selection.UP_TO_BYTES, the same on every member whatever slot was made.
 """
 
 from __future__ import annotations
@@ -148,21 +147,25 @@ class GroupArena:
 
     @property
     def capacity(self) -> int:
-        """The largest operation (bytes in a slot) operations choose the arena for; 0: none.
+        """The largest operation (bytes) operations choose the arena for; 0: none.
 
-        The same before and after the set-up, so that members choose alike
-        whenever they call: the slot made may be smaller (see :attr:`room`).
+        Any size, in pieces, where the group may have an arena at all.
         """
-        return self.slot_bytes
+        return selection.ANY_SIZE if self.slot_bytes else 0
 
     @property
     def up_to(self) -> Mapping[str, int]:
-        """The largest operation each collective chooses the arena for (at most a slot)."""
+        """The largest operation each collective chooses the arena for."""
         return selection.UP_TO_BYTES[selection.ARENA]
 
     @property
     def room(self) -> int:
-        """The largest operation the arena runs: its slot once made, else :attr:`capacity`."""
+        """The largest operation the arena runs: any size, in pieces, once chosen."""
+        return self.capacity
+
+    @property
+    def slot(self) -> int:
+        """The bytes of one slot: the slot made, or the largest it may be before then."""
         arena = self.arena
         return arena.slot_bytes if arena is not None else self.slot_bytes
 
@@ -330,7 +333,8 @@ def _all_reduce(signature: Signature) -> Kernel:
 
 
 def _run_all_reduce(prepared: in_arena.AllReduce, step: ArenaStep, array: np.ndarray) -> None:
-    prepared.run(step.arena, step.operation, array, step.fingerprint, step.waiter)
+    step.operation = prepared.run(step.arena, step.operation, array, step.fingerprint,
+                                  step.waiter)
 
 
 def _reduce(signature: Signature) -> Kernel:
@@ -339,8 +343,8 @@ def _reduce(signature: Signature) -> Kernel:
 
 
 def _run_reduce(op: ReduceOp, root: int, step: ArenaStep, array: np.ndarray) -> None:
-    in_arena.reduce(step.arena, step.operation, array, op, root, step.fingerprint,
-                    step.waiter)
+    step.operation = in_arena.reduce(step.arena, step.operation, array, op, root,
+                                     step.fingerprint, step.waiter)
 
 
 def _broadcast(signature: Signature) -> Kernel:
@@ -348,7 +352,8 @@ def _broadcast(signature: Signature) -> Kernel:
 
 
 def _run_broadcast(root: int, step: ArenaStep, array: np.ndarray) -> None:
-    in_arena.broadcast(step.arena, step.operation, array, root, step.fingerprint, step.waiter)
+    step.operation = in_arena.broadcast(step.arena, step.operation, array, root,
+                                        step.fingerprint, step.waiter)
 
 
 def _reduce_scatter(signature: Signature) -> Kernel:
@@ -358,8 +363,8 @@ def _reduce_scatter(signature: Signature) -> Kernel:
 
 def _run_reduce_scatter(op: ReduceOp, step: ArenaStep,
                         arrays: tuple[np.ndarray, list[np.ndarray]]) -> None:
-    in_arena.reduce_scatter(step.arena, step.operation, arrays[1], arrays[0], op,
-                            step.fingerprint, step.waiter)
+    step.operation = in_arena.reduce_scatter(step.arena, step.operation, arrays[1],
+                                             arrays[0], op, step.fingerprint, step.waiter)
 
 
 def _all_gather(signature: Signature) -> Kernel:
@@ -367,8 +372,8 @@ def _all_gather(signature: Signature) -> Kernel:
 
 
 def _run_all_gather(step: ArenaStep, arrays: tuple[list[np.ndarray], np.ndarray]) -> None:
-    in_arena.all_gather(step.arena, step.operation, arrays[1], arrays[0], step.fingerprint,
-                        step.waiter)
+    step.operation = in_arena.all_gather(step.arena, step.operation, arrays[1], arrays[0],
+                                         step.fingerprint, step.waiter)
 
 
 def _barrier(signature: Signature) -> Kernel:

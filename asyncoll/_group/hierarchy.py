@@ -167,16 +167,16 @@ def _all_reduce(h: HostHierarchy, op: ReduceOp, doubling: DoublingOnLinks | None
     combining, deadline = _combining(op), step.links.deadline
     if h.arena is not None:
         local = h.arena_step(step.fingerprint, deadline)
-        in_arena.reduce(local.arena, local.operation, data, combining, 0, local.fingerprint,
-                        local.waiter)
+        local.operation = in_arena.reduce(local.arena, local.operation, data, combining, 0,
+                                          local.fingerprint, local.waiter)
     if doubling is not None:
         doubling.run(step, data)
         if op is not combining:
             finish(op, data, len(h.host_of))
     if h.arena is not None:
         local = h.arena_step(step.fingerprint, deadline)
-        in_arena.broadcast(local.arena, local.operation, data, 0, local.fingerprint,
-                           local.waiter)
+        local.operation = in_arena.broadcast(local.arena, local.operation, data, 0,
+                                             local.fingerprint, local.waiter)
 
 
 def _broadcast(h: HostHierarchy, root: int, step: Any, data: np.ndarray) -> None:
@@ -186,15 +186,17 @@ def _broadcast(h: HostHierarchy, root: int, step: Any, data: np.ndarray) -> None
     if on_root_host and h.arena is not None:
         # The root's host first: its leader is the root itself.
         local = h.arena_step(step.fingerprint, step.links.deadline)
-        in_arena.broadcast(local.arena, local.operation, data, h.local.index(root),
-                           local.fingerprint, local.waiter)
+        local.operation = in_arena.broadcast(local.arena, local.operation, data,
+                                             h.local.index(root), local.fingerprint,
+                                             local.waiter)
     if h.me == leader:
         h.over_leaders(step, leaders, lambda team: tree_broadcast(
             team, data, h.host_of[root]))  # type: ignore[arg-type]
     if not on_root_host and h.arena is not None:
         local = h.arena_step(step.fingerprint, step.links.deadline)
-        in_arena.broadcast(local.arena, local.operation, data, h.local.index(leader),
-                           local.fingerprint, local.waiter)
+        local.operation = in_arena.broadcast(local.arena, local.operation, data,
+                                             h.local.index(leader), local.fingerprint,
+                                             local.waiter)
 
 
 def _reduce(h: HostHierarchy, op: ReduceOp, root: int, scratch: Scratch, step: Any,
@@ -211,8 +213,9 @@ def _reduce(h: HostHierarchy, op: ReduceOp, root: int, scratch: Scratch, step: A
         partial[...] = data
     if h.arena is not None:
         local = h.arena_step(step.fingerprint, step.links.deadline)
-        in_arena.reduce(local.arena, local.operation, partial, combining,
-                        h.local.index(leader), local.fingerprint, local.waiter)
+        local.operation = in_arena.reduce(local.arena, local.operation, partial, combining,
+                                          h.local.index(leader), local.fingerprint,
+                                          local.waiter)
     if h.me == leader:
         h.over_leaders(step, leaders, lambda team: tree_reduce(
             team, partial, combining, h.host_of[root],  # type: ignore[arg-type]

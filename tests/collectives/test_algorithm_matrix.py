@@ -216,12 +216,10 @@ async def test_environment_forces_the_algorithm_a_collective_runs(monkeypatch, s
 def test_selector_picks_the_latency_algorithm_for_small_arrays_and_the_ring_for_large():
     assert selection.choose("all_reduce", 4, 2) == "recursive_doubling"
     assert selection.choose("all_reduce", 4, 2, path="arena", capacity=1 << 20) == "arena"
-    # The arena takes what its slots hold, up to each collective's measured limit.
-    assert selection.choose("all_reduce", 2 << 20, 2, path="arena", capacity=4 << 20) == "arena"
-    assert selection.choose("all_reduce", 2 << 20, 2, path="arena", capacity=1 << 20) == "ring"
-    assert selection.choose("all_reduce", 16 << 20, 2, path="arena", capacity=16 << 20) == "ring"
-    assert selection.choose("reduce_scatter", 2 << 20, 2, path="arena",
-                            capacity=8 << 20) == "ring"
+    # The arena takes every size of every collective (in pieces), barrier included.
+    for collective in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"):
+        assert selection.choose(collective, 64 << 20, 2, path="arena",
+                                capacity=selection.ANY_SIZE) == "arena"
     assert selection.choose("all_reduce", 8 << 20, 4, path="links", capacity=8 << 20) == "links"
     # Recursive doubling up to the ring's threshold, by the group's size.
     assert selection.choose("all_reduce", 1 << 20, 4) == "recursive_doubling"
@@ -237,8 +235,8 @@ def test_selector_picks_the_latency_algorithm_for_small_arrays_and_the_ring_for_
         selection.choose("all_reduce", 4, 2, forced="arena")
     with pytest.raises(ConfigurationError, match="this group has none"):
         selection.choose("all_reduce", 4, 2, forced="links", path="arena", capacity=9)
-    with pytest.raises(ConfigurationError, match="slots hold 1024 bytes"):
-        selection.choose("broadcast", 2048, 2, forced="arena", path="arena", capacity=1024)
+    with pytest.raises(ConfigurationError, match="take at most 1024 bytes"):
+        selection.choose("broadcast", 2048, 2, forced="links", path="links", capacity=1024)
     assert selection.choose("all_reduce", 64 << 20, 2) == "ring"
     assert selection.choose("broadcast", 4, 4) == "tree"
     assert selection.choose("broadcast", 64 << 20, 4) == "chain"

@@ -47,21 +47,20 @@ def test_small_blocking_collectives_run_in_the_calling_thread_in_call_order():
         # The first all_reduce sets the arena up, on the loop; then broadcast,
         # all_gather, reduce_scatter, reduce and barrier run here.
         assert int(counts["here_before_async"]) == 5, (rank, text)
-        # The broadcast behind the loop's large all_reduce went to the loop too;
+        # The all_reduce behind the loop's all_to_all went to the loop too;
         # the async all_reduce and the last one ran here.
         assert int(counts["loop"]) == 2 and int(counts["here"]) == 7, (rank, text)
 
 
-def test_an_arena_smaller_than_operations_chose_runs_them_over_the_transport():
+def test_operations_larger_than_a_small_slot_run_on_the_arena_in_pieces():
     for rank, text in run("small_room").items():
         counts = dict(re.findall(r"(repeated|here|loop)=(\d+)", text))
         # The first 4 MiB all_reduce tries Runner.here before the arena exists
-        # and goes to the loop, which makes it with 1 MiB slots; from then on no
-        # operation larger than a slot comes to _here (the all_reduce it chose for
-        # the arena runs the ring there instead, and so do the later ones, the
-        # 2 MiB broadcast and all_gather); the first 256 KiB all_reduce runs here,
-        # the two after it as repeats.
-        assert counts == {"repeated": "2", "here": "3", "loop": "1"}, (rank, text)
+        # and goes to the loop, which makes it with 1 MiB slots; every later
+        # operation runs here, larger than a slot or not: the two 4 MiB
+        # all_reduces after it as repeats, the 2 MiB broadcast and all_gather,
+        # the first 256 KiB all_reduce, and the two after it as repeats.
+        assert counts == {"repeated": "4", "here": "7", "loop": "1"}, (rank, text)
 
 
 @pytest.mark.parametrize("shm", ["1", "0"], ids=["arena", "direct_links"])

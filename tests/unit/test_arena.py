@@ -253,3 +253,116 @@ def test_reduce_changes_only_the_root_and_barrier_waits_for_every_member():
     results = run(3, body)
     assert [r[0] for r in results] == [1.0, 2.0, 6.0]
     assert [r[1] for r in results] == [3, 3, 3]
+
+
+# -- arrays larger than a piece: one operation number per piece -----------------------------
+
+#: A slot this small cuts the tests' arrays into many pieces (the piece is at most a slot).
+SMALL_SLOT = 256
+
+
+def test_pieces_cut_a_range_into_runs_of_at_most_the_piece():
+    assert collectives.pieces(0, 4) == [(0, 0)]
+    assert collectives.pieces(4, 4) == [(0, 4)]
+    assert collectives.pieces(10, 4) == [(0, 4), (4, 8), (8, 10)]
+
+
+@pytest.mark.parametrize("op", [ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MAX])
+@pytest.mark.parametrize("size", [1, 2, 3, 4])
+def test_an_all_reduce_larger_than_the_slot_goes_in_pieces_bit_identical(size, op):
+    # 1001 float32 over 256-byte slots: 16 pieces, the last one short.
+    rng = np.random.default_rng(size)
+    inputs = [rng.standard_normal(1001).astype(np.float32) for _ in range(size)]
+
+    def body(arena):
+        data = inputs[arena.me].copy()
+        last = arena_all_reduce(arena, 1, data, op, fingerprint(data, op), waiter(), True)
+        # The next operation follows the last piece's number, on every member alike.
+        token = np.full(1, float(arena.me), dtype=np.float32)
+        after = arena_all_reduce(arena, last + 1, token, ReduceOp.SUM,
+                                 fingerprint(token, ReduceOp.SUM), waiter(), False)
+        return data, last, after, token[0]
+
+    results = run(size, body, SMALL_SLOT)
+    pieces = -(-1001 * 4 // SMALL_SLOT)
+    assert {(r[1], r[2], r[3]) for r in results} == {(pieces, pieces + 1, sum(range(size)))}
+    oracle = {ReduceOp.SUM: np.sum, ReduceOp.AVG: np.mean, ReduceOp.MAX: np.max}[op]
+    for data, *_ in results:
+        np.testing.assert_allclose(data, oracle(np.stack(inputs), axis=0), rtol=1e-5)
+        assert data.tobytes() == results[0][0].tobytes()
+
+
+def test_broadcast_reduce_and_all_gather_in_pieces_match_numpy():
+    size, count = 3, 300  # 300 float64 = 2400 bytes: 10 pieces of a 256-byte slot
+
+    def body(arena):
+        me = arena.me
+        mine = np.arange(count, dtype=np.float64) * (me + 1)
+        copied = mine.copy() if me == 1 else np.zeros(count)
+        numbers = [collectives.broadcast(arena, 1, copied, 1, Fingerprint(
+            Operation.BROADCAST, 1, 0, 0, 1, count), waiter())]
+        reduced = mine.copy()
+        numbers.append(collectives.reduce(arena, numbers[-1] + 1, reduced, ReduceOp.SUM, 0,
+                                          Fingerprint(Operation.REDUCE, 1, 1, 0, 0, count),
+                                          waiter()))
+        # Blocks of different sizes: member j gives count - 100 * j elements.
+        block = mine[:count - 100 * me].copy()
+        outputs = [np.zeros(count - 100 * j) for j in range(size)]
+        numbers.append(collectives.all_gather(arena, numbers[-1] + 1, block, outputs,
+                                              Fingerprint(Operation.ALL_GATHER), waiter()))
+        return copied, reduced, outputs, numbers
+
+    results = run(size, body, SMALL_SLOT)
+    base = np.arange(count, dtype=np.float64)
+    assert len({tuple(r[3]) for r in results}) == 1
+    assert results[0][3][0] == 1 + 10 - 1  # 10 pieces from operation 1
+    for me, (copied, reduced, outputs, _) in enumerate(results):
+        np.testing.assert_array_equal(copied, base * 2)
+        # Only the root's array changes in reduce.
+        np.testing.assert_array_equal(reduced, base * 6 if me == 0 else base * (me + 1))
+        for j, out in enumerate(outputs):
+            np.testing.assert_array_equal(out, (base * (j + 1))[:count - 100 * j])
+
+
+def test_reduce_scatter_in_pieces_reduces_each_block_into_its_member():
+    size, blocks = 4, [70, 70, 70, 69]  # 279 float32 over 256-byte slots: 16 elements a block
+
+    def body(arena):
+        me = arena.me
+        inputs = [np.arange(n, dtype=np.float32) + 1000 * me + 100 * j
+                  for j, n in enumerate(blocks)]
+        output = np.zeros(blocks[me], dtype=np.float32)
+        last = collectives.reduce_scatter(arena, 1, inputs, output, ReduceOp.SUM,
+                                          Fingerprint(Operation.REDUCE_SCATTER), waiter())
+        return output, last
+
+    results = run(size, body, SMALL_SLOT)
+    assert {r[1] for r in results} == {-(-70 // (SMALL_SLOT // 4 // size))}
+    for me, (output, _) in enumerate(results):
+        expected = sum(np.arange(blocks[me], dtype=np.float32) + 1000 * m + 100 * me
+                       for m in range(size))
+        np.testing.assert_array_equal(output, expected)
+
+
+def test_members_with_arrays_of_different_sizes_in_pieces_raise_mismatch():
+    def body(arena):
+        data = np.ones(1000 + arena.me, dtype=np.float32)
+        arena_all_reduce(arena, 1, data, ReduceOp.SUM, fingerprint(data, ReduceOp.SUM),
+                         waiter(), True)
+
+    errors = run(2, body, SMALL_SLOT)
+    assert all(isinstance(error, MismatchError) for error in errors), errors
+    assert "element count: 1000 on rank 0, 1001 on rank 1" in str(errors[0])
+
+
+def test_a_member_that_stops_between_pieces_expires_the_others_deadline():
+    def body(arena):
+        data = np.ones(1000, dtype=np.float32)
+        if arena.me == 1:
+            data = data[:64]  # one piece only, then gone
+        arena_all_reduce(arena, 1, data, ReduceOp.SUM,
+                         fingerprint(np.ones(1000, np.float32), ReduceOp.SUM), waiter(0.3),
+                         True)
+
+    results = run(2, body, SMALL_SLOT)
+    assert isinstance(results[0], ArenaExpired) and results[0].behind == [1]

@@ -8,8 +8,7 @@ Modes, each printing "RESULT <rank> <words>" lines the test reads:
   spy on Runner.here counts), with the right result; an async one
   with nothing pending completes before the call returns; a blocking one
   after an async operation still on the loop goes to the loop behind it,
-  in order (the broadcast of a slice of the array the all_reduce writes
-  sees its result).
+  in order (an all_reduce of the array an all_to_all writes sums its result).
 - ``nowhere``: counts the same, for a run with shared memory off.
 - ``repeats``: calls repeated with the same signature (collective, dtypes,
   sizes, op or root) run again without being made anew (GroupCore.again),
@@ -22,9 +21,8 @@ Modes, each printing "RESULT <rank> <words>" lines the test reads:
 - ``timeout``: rank 1 calls 3 s late in a group with a 1 s timeout.
 - ``cpu``: rank 1 calls 2 s late; rank 0 says the CPU time it spent waiting.
 - ``small_room``: /dev/shm is said to have no room, so the arena gets the
-  smallest slot (1 MiB) where operations choose it up to 8 MiB: those
-  larger than the slot run over the transport, repeated too, with the
-  right results, and smaller ones on the arena.
+  smallest slot (1 MiB): operations larger than the slot run on the arena
+  in pieces, repeated too, with the right results, as smaller ones do.
 """
 
 import sys
@@ -101,14 +99,16 @@ if mode in ("paths", "nowhere"):
     work = dist.all_reduce(x, async_op=True)
     print(f"RESULT {rank} async_done_at_return={work.is_completed()}", flush=True)
     work.wait()
-    # An all_reduce on the loop (16 MiB: too large for the arena's 8 MiB and
-    # for direct links' 8 MiB), then a blocking broadcast of a slice of its
-    # array: the broadcast must come second.
-    big = np.full(1 << 22, rank + 1, np.float32)
-    work = dist.all_reduce(big, async_op=True)
-    dist.broadcast(big[:16], src=0)
+    # An all_to_all on the loop (it has no calling-thread algorithm), then a
+    # blocking all_reduce of its output: the all_reduce must come second, to
+    # add up what the all_to_all wrote.
+    sent = np.full(size << 20, rank + 1, np.float32)
+    got = np.zeros_like(sent)
+    work = dist.all_to_all_single(got, sent, async_op=True)
+    dist.all_reduce(got)
     work.wait()
-    check((big == size * (size + 1) / 2).all(), "all_reduce then broadcast, in order")
+    check((got == size * np.repeat(np.arange(1, size + 1, dtype=np.float32), 1 << 20)).all(),
+          "all_to_all then all_reduce, in order")
     dist.all_reduce(x)
     print(f"RESULT {rank} here={ran[True]} loop={ran[False]} here_before_async={here_before}",
           flush=True)
@@ -154,7 +154,7 @@ elif mode == "repeats":
           flush=True)
 elif mode == "small_room":
     total = size * (size + 1) / 2
-    for value in range(3):  # 4 MiB: chosen for the arena, larger than its slot
+    for value in range(3):  # 4 MiB: larger than the slot
         big = np.full(1 << 20, rank + value, np.float32)
         dist.all_reduce(big)
         check((big == total + size * (value - 1)).all(), f"4 MiB all_reduce #{value}")
