@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -75,6 +77,26 @@ def pieces(count: int, elements: int) -> list[tuple[int, int]]:
     return [(lo, min(lo + elements, count)) for lo in range(0, count, elements)]
 
 
+class Step(Protocol):
+    """An operation on an arena as a group runs it: where, its number, what it is, its waits.
+
+    :meth:`AllReduce.run` leaves in ``operation`` the last number it used.
+    """
+
+    arena: Arena
+    operation: int
+    fingerprint: Fingerprint
+    waiter: Waiter
+
+
+@dataclass
+class _Step:
+    arena: Arena
+    operation: int
+    fingerprint: Fingerprint
+    waiter: Waiter
+
+
 def all_reduce(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp,
                fingerprint: Fingerprint, waiter: Waiter, split: bool) -> int:
     """All-reduce the 1-D contiguous array ``data`` in place through ``arena``;
@@ -95,8 +117,9 @@ def all_reduce(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp,
         MismatchError: a member published another operation.
         ArenaExpired: the waiter's deadline passed.
     """
-    return AllReduce(op, data.dtype, data.size, split).run(arena, operation, data,
-                                                           fingerprint, waiter)
+    step = _Step(arena, operation, fingerprint, waiter)
+    AllReduce(op, data.dtype, data.size, split).run(step, data)
+    return step.operation
 
 
 class AllReduce:
@@ -132,19 +155,24 @@ class AllReduce:
         self._poll = arena.all_at_least(PUBLISHED, 0)
         self._arena = arena
 
-    def run(self, arena: Arena, operation: int, data: np.ndarray, fingerprint: Fingerprint,
-            waiter: Waiter) -> int:
-        """All-reduce ``data`` in place from operation ``operation`` of ``arena`` on;
-        return the last operation it used (see :func:`all_reduce`)."""
+    def run(self, step: Step, data: np.ndarray) -> None:
+        """All-reduce ``data`` in place from operation ``step.operation`` on; leave
+        the last operation it used there (see :func:`all_reduce`).
+
+        A group's kernel: one call, as every call of a small all_reduce passes here.
+        """
+        arena, operation = step.arena, step.operation
         if arena is not self._arena:
             self._meet(arena)
         n, me = arena.size, arena.me
+        fingerprint, waiter = step.fingerprint, step.waiter
         if self._pieces is not None:
-            return self._run_pieces(arena, operation, data, fingerprint, waiter)
+            step.operation = self._run_pieces(arena, operation, data, fingerprint, waiter)
+            return
         slots = self._sets[operation & 1]
         if self._split and n > 1:
             self._split_run(arena, operation, data, slots, self._bounds, fingerprint, waiter)
-            return operation
+            return
         slots[me][...] = data
         phase = 2 * operation - 1
         arena.publish(phase, fingerprint)
@@ -156,7 +184,8 @@ class AllReduce:
         if n == 1:
             data[...] = slots[0]
         else:
-            _check_fingerprints(arena, fingerprint, operation)
+            if arena.differs(fingerprint, operation) is not None:
+                _check_fingerprints(arena, fingerprint, operation)  # says how
             # The members' slots in member order, into a third array: no
             # operand is the output (see ops.combine).
             ufunc = self._ufunc
@@ -165,7 +194,6 @@ class AllReduce:
                 ufunc(data, slot, out=data)
         if self._op is _AVG:
             finish(_AVG, data, n)
-        return operation
 
     def _run_pieces(self, arena: Arena, operation: int, data: np.ndarray,
                     fingerprint: Fingerprint, waiter: Waiter) -> int:

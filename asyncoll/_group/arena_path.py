@@ -159,17 +159,6 @@ class GroupArena:
         return selection.UP_TO_BYTES[selection.ARENA]
 
     @property
-    def room(self) -> int:
-        """The largest operation the arena runs: any size, in pieces, once chosen."""
-        return self.capacity
-
-    @property
-    def slot(self) -> int:
-        """The bytes of one slot: the slot made, or the largest it may be before then."""
-        arena = self.arena
-        return arena.slot_bytes if arena is not None else self.slot_bytes
-
-    @property
     def ready(self) -> bool:
         """Whether the arena is mapped, so operations may run in the calling thread."""
         return self.arena is not None
@@ -328,13 +317,7 @@ def _all_reduce(signature: Signature) -> Kernel:
     assert signature.dtype is not None and signature.op is not None
     split = signature.elements * signature.dtype.itemsize >= selection.ARENA_SPLIT_FROM_BYTES
     # Made ready once: a remembered call keeps it (MPI's persistent collective).
-    return functools.partial(_run_all_reduce, in_arena.AllReduce(
-        signature.op, signature.dtype, signature.elements, split))
-
-
-def _run_all_reduce(prepared: in_arena.AllReduce, step: ArenaStep, array: np.ndarray) -> None:
-    step.operation = prepared.run(step.arena, step.operation, array, step.fingerprint,
-                                  step.waiter)
+    return in_arena.AllReduce(signature.op, signature.dtype, signature.elements, split).run
 
 
 def _reduce(signature: Signature) -> Kernel:

@@ -133,9 +133,9 @@ class GroupCore:
         if name in selection.FAST_PATHS:
             kernel = self._fast.kernel(signature, over, transport)
             if repeat is not None and timeout is None and algorithm is None:
-                self._remember(repeat[0], Repeat(what, fingerprint, kernel, nbytes, repeat[1]))
+                self._remember(repeat[0], Repeat(what, fingerprint, kernel, repeat[1]))
         return Plan(self._runner, what, fingerprint, seconds(timeout, self.timeout), transport,
-                    arrays, finish, kernel, nbytes)
+                    arrays, finish, kernel)
 
     def plan_on_transport(self, what: str, signature: Signature, transport: Transport,
                           arguments: Any, limit: float,
@@ -232,7 +232,7 @@ class GroupCore:
     def _ran_here(self, plan: Plan) -> bool:
         """Whether ``plan`` ran in this thread (False: it must go to the loop; nothing ran)."""
         kernel = plan.kernel
-        if kernel is None or plan.need > self._fast.room or not self._here(
+        if kernel is None or not self._here(
                 plan.what, plan.fingerprint, plan.limit, kernel, plan.arrays):
             return False
         if plan.finish is not None:
@@ -248,7 +248,7 @@ class GroupCore:
         done nothing, when no such call was remembered or it must go to the loop.
         """
         repeat = self._repeats.get(repeat_key(what, arrays, op, root))
-        if repeat is None or repeat.need > self._fast.room:
+        if repeat is None:
             return False
         form = repeat.form
         return self._here(repeat.what, repeat.fingerprint, self.timeout, repeat.kernel,

@@ -44,11 +44,6 @@ class FastPath(Protocol):
         :attr:`capacity`; the same on every member, for the group's life."""
 
     @property
-    def room(self) -> int:
-        """The largest operation (bytes) the path runs now (at most :attr:`capacity`):
-        a chosen operation needing more runs the transport's algorithm instead."""
-
-    @property
     def ready(self) -> bool:
         """Whether the path is set up, so operations may run in the calling thread."""
 

@@ -100,7 +100,7 @@ class HostHierarchy:
             local = Team(team.mesh, [self._ranks[i] for i in self.local], team.group_id,
                          team.seq, team.first_step, team.fingerprint)
             await self.arena.set_up(local)
-            room = self.arena.room if self.arena.ready else 0
+            room = self.arena.capacity if self.arena.ready else 0
         agreed = np.array([room], dtype=np.int64)
         await recursive_doubling_all_reduce(team.phase(2), agreed, ReduceOp.MIN,
                                             np.empty(1, dtype=np.int64))

@@ -140,11 +140,6 @@ class GroupLinks:
         return self._up_to
 
     @property
-    def room(self) -> int:
-        """The largest operation the links run: their capacity, before and after opening."""
-        return self.capacity
-
-    @property
     def ready(self) -> bool:
         """Whether the links are open, so operations may run in the calling thread."""
         return self.links is not None

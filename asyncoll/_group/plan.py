@@ -61,15 +61,13 @@ class Signature(NamedTuple):
 class Repeat:
     """A remembered fast-path call: how to run it again on new arrays of its key."""
 
-    __slots__ = ("what", "fingerprint", "kernel", "need", "form")
+    __slots__ = ("what", "fingerprint", "kernel", "form")
 
-    def __init__(self, what: str, fingerprint: Fingerprint, kernel: Kernel, need: int,
+    def __init__(self, what: str, fingerprint: Fingerprint, kernel: Kernel,
                  form: Form | None) -> None:
         self.what = what
         self.fingerprint = fingerprint
         self.kernel = kernel
-        #: The bytes its path must have room for (see Plan.need).
-        self.need = need
         self.form = form
 
 
@@ -83,8 +81,8 @@ class Plan(collections.abc.Coroutine):  # type: ignore[type-arg]
 
     def __init__(self, runner: Runner, what: str, fingerprint: Fingerprint, limit: float,
                  transport: Transport, arrays: Any,
-                 finish: Callable[[int], None] | None = None, kernel: Kernel | None = None,
-                 need: int = 0) -> None:
+                 finish: Callable[[int], None] | None = None,
+                 kernel: Kernel | None = None) -> None:
         self.what = what
         self.fingerprint = fingerprint
         self.limit = limit
@@ -93,11 +91,9 @@ class Plan(collections.abc.Coroutine):  # type: ignore[type-arg]
         self.arrays = arrays
         #: Run with this member's index once the call succeeded (writing results back).
         self.finish = finish
-        #: The fast path's algorithm, where the call was chosen for it; else None.
+        #: The fast path's algorithm, where the call was chosen for it (it runs
+        #: there once the path is set up, else over the transport); else None.
         self.kernel = kernel
-        #: The bytes it was chosen for the fast path by: it runs there only where
-        #: the path has room for them (FastPath.room), else over the transport.
-        self.need = need
         #: Whether it was counted as on its way to the loop (Runner.handed).
         self.handed = False
         self._runner = runner

@@ -199,9 +199,9 @@ class Runner:
             if kernel is not None and fast.undecided:
                 await self._under_deadline(what, seq, limit, team, fast.set_up)
                 team = team.phase(fast.set_up_phases)  # those before were the set-up's
-            # An operation the path has no room for (an arena's slot smaller than
-            # the one it was chosen by) runs the transport's algorithm, on every member.
-            if kernel is not None and fast.ready and plan.need <= fast.room:
+            # A path that could not be set up leaves the operation to the transport's
+            # algorithm, on every member.
+            if kernel is not None and fast.ready:
                 await self._in_own_thread(what, seq, limit, kernel, plan.arrays, fingerprint)
             else:
                 await self._under_deadline(what, seq, limit, team,

@@ -257,7 +257,10 @@ class Arena:
             self._written[which] = fingerprint
         words[mine + PUBLISHED] = phase
         if self._address:
-            futex.fence()  # the store above, before the loads below (see futex.fence)
+            # The store above, before the loads below: futex.fence, written out
+            # (every operation passes here).
+            futex.FENCE_ENTER()
+            futex.FENCE_LEAVE()
             for index in self._sleeping:
                 if words[index]:
                     futex.wake(self._address + 8 * (mine + PUBLISHED))

@@ -48,7 +48,9 @@ _call = _syscall()
 #: Whether futexes can be used here (the arena itself is x86-64 only).
 AVAILABLE = _call is not None
 _barrier = threading.Lock()
-_barrier_acquire, _barrier_release = _barrier.acquire, _barrier.release
+#: fence() in two calls, for a caller that saves the function's own frame.
+FENCE_ENTER, FENCE_LEAVE = _barrier_acquire, _barrier_release = _barrier.acquire, \
+    _barrier.release
 
 
 def wait(address: int, expected: int, timeout_s: float) -> None:
