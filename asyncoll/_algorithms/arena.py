@@ -15,11 +15,12 @@ and ``2k``:
    2k), publishes phase 2k, and every member then copies chunk j from
    member j's slot.
 
-An array larger than a piece (:data:`PIECE_BYTES`, or the slot where it
-is smaller) goes through in pieces, one operation number each: piece p of
-an operation starting at k is operation k + p, in the set (k + p) mod 2, so
-a member writes piece p + 1 while a slower one still reads piece p, and
-what one piece touches stays in the processor's caches. Every function
+An array larger than :data:`WHOLE_UP_TO_BYTES` (or than the slot) goes
+through in pieces (:data:`PIECE_BYTES`, at most a slot), one operation
+number each: piece p of an operation starting at k is operation k + p, in
+the set (k + p) mod 2, so a member writes piece p + 1 while a slower one
+still reads piece p, and what one piece touches stays in the processor's
+caches. Every function
 returns the last operation number it used; the caller's next operation
 takes the one after.
 
@@ -56,16 +57,21 @@ from asyncoll.types import ReduceOp
 # A module constant: reading an Enum member off its class costs 0.2 us a time.
 _AVG = ReduceOp.AVG
 
-#: Arrays larger than this many bytes go through the arena in pieces of it
-#: (docs/algorithm-choice.md has the measurements it comes from).
+#: Arrays up to this many bytes go through the arena whole, where a slot holds
+#: them; larger ones in pieces of PIECE_BYTES (docs/algorithm-choice.md has the
+#: measurements these come from) ...
+WHOLE_UP_TO_BYTES = 1 << 20
 PIECE_BYTES = 512 << 10
-#: ... and broadcast, which only copies, in pieces of this many.
+#: ... and broadcast's, which only copies, in pieces of this many.
 BROADCAST_PIECE_BYTES = 1 << 20
 
 
-def piece_elements(arena: Arena, itemsize: int, piece: int = PIECE_BYTES) -> int:
-    """Elements of ``itemsize`` bytes in one piece of at most ``piece`` bytes on
-    ``arena`` (at least one)."""
+def piece_elements(arena: Arena, itemsize: int, count: int, piece: int = PIECE_BYTES) -> int:
+    """Elements of ``itemsize`` bytes in one piece of an array of ``count`` on
+    ``arena``: all of them where it goes whole, else at most ``piece`` bytes'
+    worth (at least one)."""
+    if count * itemsize <= min(WHOLE_UP_TO_BYTES, arena.slot_bytes):
+        return max(count, 1)
     return max(1, min(piece, arena.slot_bytes) // itemsize)
 
 
@@ -146,7 +152,7 @@ class AllReduce:
     def _meet(self, arena: Arena) -> None:
         """Look up what every run on ``arena`` uses (the first run on it)."""
         dtype, count = self._dtype, self._count
-        elements = piece_elements(arena, dtype.itemsize)
+        elements = piece_elements(arena, dtype.itemsize, count)
         if count > elements:
             self._pieces = pieces(count, elements)
             count = elements
@@ -270,7 +276,7 @@ def all_gather(arena: Arena, operation: int, mine: np.ndarray, outputs: Sequence
     """
     me = arena.me
     longest = max(out.size for out in outputs)
-    elements = piece_elements(arena, mine.dtype.itemsize)
+    elements = piece_elements(arena, mine.dtype.itemsize, longest)
     for index, (lo, hi) in enumerate(pieces(longest, elements)):
         number = operation + index
         _exchange(arena, number, mine[lo:hi], fingerprint, waiter)
@@ -292,7 +298,9 @@ def reduce_scatter(arena: Arena, operation: int, inputs: Sequence[np.ndarray],
     """
     n, me = arena.size, arena.me
     longest = max(block.size for block in inputs)
-    elements = max(1, piece_elements(arena, output.dtype.itemsize) // n)
+    # A slot holds a piece of every block.
+    whole = piece_elements(arena, output.dtype.itemsize, n * longest)
+    elements = longest if whole >= n * longest else max(1, whole // n)
     for index, (lo, hi) in enumerate(pieces(longest, elements)):
         number = operation + index
         parts = [block[lo:hi] for block in inputs]
@@ -326,7 +334,7 @@ def _publish_and_check(arena: Arena, operation: int, fingerprint: Fingerprint,
 def _numbered(arena: Arena, operation: int, data: np.ndarray, piece: int = PIECE_BYTES
               ) -> list[tuple[int, tuple[int, int]]]:
     """(operation number, (start, stop)) of each piece of ``data``, from ``operation`` on."""
-    cut = pieces(data.size, piece_elements(arena, data.dtype.itemsize, piece))
+    cut = pieces(data.size, piece_elements(arena, data.dtype.itemsize, data.size, piece))
     return list(enumerate(cut, start=operation))
 
 

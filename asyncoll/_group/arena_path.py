@@ -28,8 +28,8 @@ The slot size: by default member 0 takes the largest of 8 MiB, 4, 2 and
 everything else (other groups' arenas, shared-memory rings, other
 programs), and 1 MiB where none does (docker's 64 MB /dev/shm with 4
 members) or the room is unknown; ``ASYNCOLL_ARENA_BYTES`` sets it exactly.
-Arrays larger than a piece (asyncoll._algorithms.arena.PIECE_BYTES, or
-the slot where it is smaller) go through in pieces, so an arena runs an
+Arrays larger than 1 MiB or than the slot go through in pieces
+(asyncoll._algorithms.arena.PIECE_BYTES), so an arena runs an
 operation of any size: which collectives take it, and up to what size, is
 selection.UP_TO_BYTES, the same on every member whatever slot was made.
 """
