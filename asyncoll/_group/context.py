@@ -31,6 +31,9 @@ class Membership(Protocol):
 
     #: Operations started on this rank, in every group (reported in heartbeats).
     ops: int
+    #: Whether this rank destroyed its process group or had it replaced (check_open
+    #: raises, saying which).
+    closed: bool
 
     @property
     def rank(self) -> int:

@@ -46,7 +46,8 @@ class GroupFaults:
         self._mesh = mesh
         #: Members of every group this rank knows (and of point-to-point channels).
         self._groups: dict[int, tuple[int, ...]] = {}
-        self._broken: dict[int, AsyncollError] = {}
+        #: Each broken group's first error (empty while every group is intact).
+        self.broken: dict[int, AsyncollError] = {}
         #: The operation each broken group broke in, where known.
         self._broken_in: dict[int, int] = {}
         #: The operation each group runs now, and the last one each completed.
@@ -65,7 +66,7 @@ class GroupFaults:
 
     def error(self, group_id: int) -> AsyncollError | None:
         """The failure that broke group ``group_id``, or None while it is intact."""
-        return self._broken.get(group_id)
+        return self.broken.get(group_id)
 
     def stopping(self, group_id: int) -> AsyncollError | None:
         """What stops the operation running in ``group_id`` (None: the group is intact).
@@ -74,7 +75,7 @@ class GroupFaults:
         member was lost); GroupBrokenError, caused by it, where it broke in an
         earlier operation, which this member had completed already.
         """
-        first = self._broken.get(group_id)
+        first = self.broken.get(group_id)
         if first is None:
             return None
         running = self._running.get(group_id)
@@ -94,7 +95,7 @@ class GroupFaults:
         up on it before it began here: it is this call's failure too); else
         GroupBrokenError, caused by it.
         """
-        first = self._broken.get(group_id)
+        first = self.broken.get(group_id)
         if first is None:
             return None
         if self._broken_in.get(group_id) == seq:
@@ -243,9 +244,9 @@ class GroupFaults:
     # -- internals ----------------------------------------------------------------------
 
     def _break(self, group_id: int, error: AsyncollError, seq: int = 0) -> bool:
-        if group_id in self._broken:
+        if group_id in self.broken:
             return False
-        self._broken[group_id] = error
+        self.broken[group_id] = error
         if seq:
             self._broken_in[group_id] = seq
         self._mesh.fail_channel(group_id, error)

@@ -118,10 +118,14 @@ class Runner:
         if not self._fast.ready or self.handed != self.finished:
             return False
         session, group_id = self._session, self._group_id
-        seq = self._number()
-        self._admit(what, seq)
-        # Taking note is safe from this thread; checking frames kept early is the loop's.
         faults = session.faults
+        # _number, and _admit only where something may refuse: written out, as
+        # every call in this thread passes here.
+        seq = self._seq = self._seq + 1
+        session.ops += 1
+        if session.closed or faults.broken:
+            self._admit(what, seq)
+        # Taking note is safe from this thread; checking frames kept early is the loop's.
         faults.begin(group_id, seq, fingerprint, scan=False)
         mesh = session.mesh
         if mesh.has_early:

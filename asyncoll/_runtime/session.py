@@ -101,7 +101,8 @@ class Session:
         #: What the runtime read from the environment when this process joined.
         self.settings = settings
         self._barriers: dict[int, int] = {}
-        self._closed = False
+        #: Set once this rank destroyed its process group or a new one replaced it.
+        self.closed = False
         #: Operations started on this rank, in every group (reported in heartbeats).
         self.ops = 0
         self._heartbeat_interval = min(HEARTBEAT_INTERVAL_S,
@@ -255,7 +256,7 @@ class Session:
 
     async def _retire(self, reason: str) -> None:
         """Close this generation's data plane, keeping the coordinator link for the next."""
-        self._closed = True
+        self.closed = True
         self._replaced_by = reason
         self._heartbeat.cancel()
         self._stop_groups()
@@ -348,7 +349,7 @@ class Session:
         """
         if self._replaced_by is not None:
             raise ClosedError(f"{what}: {self._replaced_by}")
-        if self._closed:
+        if self.closed:
             raise ClosedError(f"{what}: this rank destroyed its process group "
                               "(destroy_process_group) and cannot use it or its sub-groups "
                               "any more; call init_process_group again first")
@@ -356,7 +357,7 @@ class Session:
     def _need_coordinator(self, what: str) -> None:
         """Refuse, with the reason, what needs a coordinator this rank has lost."""
         lost = self.client.lost
-        if lost is not None and not self._closed:
+        if lost is not None and not self.closed:
             raise RendezvousError(
                 f"{what} needs the coordinator at {self.client.address}, and this rank lost "
                 f"its connection to it ({lost}). asyncoll does not re-register a running job "
@@ -369,16 +370,16 @@ class Session:
             # The job went on without this process: nothing of it may go on.
             self.faults.exclude(error)
             log.warning("%s", error)
-        elif not self._closed:
+        elif not self.closed:
             log.warning("%s; collectives go on over the data plane, but new_group, "
                         "monitored_barrier and the coordinator's failure notices are gone",
                         error)
 
     async def close(self) -> None:
         """Leave the job and close everything; never raises."""
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
+        self.closed = True
         self._heartbeat.cancel()
         with contextlib.suppress(AsyncollError, OSError):
             await self.client.request(Leave(), LEAVE_TIMEOUT_S, "leave")
