@@ -366,3 +366,47 @@ def test_a_member_that_stops_between_pieces_expires_the_others_deadline():
 
     results = run(2, body, SMALL_SLOT)
     assert isinstance(results[0], ArenaExpired) and results[0].behind == [1]
+
+
+@pytest.mark.parametrize("sleeping", [False, True])
+def test_members_racing_through_pieces_never_disturb_one_still_reading(sleeping):
+    # As above, with every array in pieces (a 256-byte slot), each piece an
+    # operation number: a member that sleeps at random must still never see
+    # another's later fingerprint or data, and every member must number the
+    # pieces alike.
+    size, count = 4, 300
+    kinds = ["all_reduce", "broadcast", "all_gather", "reduce_scatter", "broadcast"]
+
+    def body(arena):
+        rng = np.random.default_rng(arena.me + 10)
+        wrong = []
+        number = 1
+        for k in range(1, 51):
+            kind = kinds[k % len(kinds)]
+            if rng.random() < 0.3:
+                time.sleep(rng.random() * 0.002)
+            paced = waiter(arena=arena if sleeping else None)
+            mine = np.full(count + k, arena.me + k, np.float64)
+            fp = Fingerprint(Operation.ALL_REDUCE + k % 4, 1, 1, 0, -1, count + k)
+            if kind == "all_reduce":
+                last = collectives.all_reduce(arena, number, mine, ReduceOp.SUM, fp, paced, True)
+                right = (mine == sum(m + k for m in range(size))).all()
+            elif kind == "broadcast":
+                last = collectives.broadcast(arena, number, mine, k % size, fp, paced)
+                right = (mine == k % size + k).all()
+            elif kind == "all_gather":
+                outputs = [np.zeros(count + k) for _ in range(size)]
+                last = collectives.all_gather(arena, number, mine, outputs, fp, paced)
+                right = all((o == m + k).all() for m, o in enumerate(outputs))
+            else:
+                blocks = [np.full(40, arena.me + k + 10.0 * j) for j in range(size)]
+                out = np.zeros(40)
+                last = collectives.reduce_scatter(arena, number, blocks, out, ReduceOp.SUM, fp,
+                                                  paced)
+                right = (out == sum(m + k + 10.0 * arena.me for m in range(size))).all()
+            if not right:
+                wrong.append((k, kind))
+            number = last + 1
+        return wrong
+
+    assert run(size, body, SMALL_SLOT) == [[]] * size
