@@ -277,8 +277,16 @@ def all_gather(arena: Arena, operation: int, mine: np.ndarray, outputs: Sequence
     me = arena.me
     longest = max(out.size for out in outputs)
     elements = piece_elements(arena, mine.dtype.itemsize, longest)
-    for index, (lo, hi) in enumerate(pieces(longest, elements)):
-        number = operation + index
+    if elements >= longest:
+        _exchange(arena, operation, mine, fingerprint, waiter)
+        for j, out in enumerate(outputs):
+            if j != me:
+                out[...] = arena.slots(operation, out.dtype, out.size)[j]
+            elif not np.shares_memory(out, mine):
+                out[...] = mine
+        return operation
+    cut = pieces(longest, elements)
+    for number, (lo, hi) in enumerate(cut, start=operation):
         _exchange(arena, number, mine[lo:hi], fingerprint, waiter)
         for j, out in enumerate(outputs):
             if j != me and out.size > lo:
@@ -286,7 +294,7 @@ def all_gather(arena: Arena, operation: int, mine: np.ndarray, outputs: Sequence
                 part[...] = arena.slots(number, out.dtype, part.size)[j]
     if not np.shares_memory(outputs[me], mine):
         outputs[me][...] = mine
-    return number
+    return operation + len(cut) - 1
 
 
 def reduce_scatter(arena: Arena, operation: int, inputs: Sequence[np.ndarray],
@@ -296,22 +304,32 @@ def reduce_scatter(arena: Arena, operation: int, inputs: Sequence[np.ndarray],
 
     A piece holds the same stretch of every block, one after another.
     """
-    n, me = arena.size, arena.me
+    n = arena.size
     longest = max(block.size for block in inputs)
     # A slot holds a piece of every block.
     whole = piece_elements(arena, output.dtype.itemsize, n * longest)
-    elements = longest if whole >= n * longest else max(1, whole // n)
-    for index, (lo, hi) in enumerate(pieces(longest, elements)):
-        number = operation + index
-        parts = [block[lo:hi] for block in inputs]
-        offsets = [0, *itertools.accumulate(part.size for part in parts)]
-        slots = arena.slots(number, output.dtype, offsets[-1])
-        for part, start in zip(parts, offsets):
-            slots[me][start:start + part.size] = part
-        _publish_and_check(arena, number, fingerprint, waiter)
-        start, stop = offsets[me], offsets[me + 1]
-        _reduce_slots(output[lo:hi], [slot[start:stop] for slot in slots], op, n)
-    return number
+    if whole >= n * longest:
+        _reduce_scatter_once(arena, operation, inputs, output, op, fingerprint, waiter)
+        return operation
+    cut = pieces(longest, max(1, whole // n))
+    for index, (lo, hi) in enumerate(cut):
+        _reduce_scatter_once(arena, operation + index, [block[lo:hi] for block in inputs],
+                             output[lo:hi], op, fingerprint, waiter)
+    return operation + len(cut) - 1
+
+
+def _reduce_scatter_once(arena: Arena, operation: int, inputs: Sequence[np.ndarray],
+                         output: np.ndarray, op: ReduceOp, fingerprint: Fingerprint,
+                         waiter: Waiter) -> None:
+    """:func:`reduce_scatter` of blocks that fit a slot together, as one operation."""
+    n, me = arena.size, arena.me
+    offsets = [0, *itertools.accumulate(block.size for block in inputs)]
+    slots = arena.slots(operation, output.dtype, offsets[-1])
+    for block, start in zip(inputs, offsets):
+        slots[me][start:start + block.size] = block
+    _publish_and_check(arena, operation, fingerprint, waiter)
+    lo, hi = offsets[me], offsets[me + 1]
+    _reduce_slots(output, [slot[lo:hi] for slot in slots], op, n)
 
 
 def barrier(arena: Arena, operation: int, fingerprint: Fingerprint, waiter: Waiter) -> int:
