@@ -20,9 +20,8 @@ through in pieces (:data:`PIECE_BYTES`, at most a slot), one operation
 number each: piece p of an operation starting at k is operation k + p, in
 the set (k + p) mod 2, so a member writes piece p + 1 while a slower one
 still reads piece p, and what one piece touches stays in the processor's
-caches. Every function
-returns the last operation number it used; the caller's next operation
-takes the one after.
+caches. Every function returns the last operation number it used; the
+caller's next operation takes the one after.
 
 Copies are slice assignments between arrays of one dtype (``a[...] = b``):
 for a small array they cost a quarter of ``np.copyto``, for a large one the same.
@@ -145,7 +144,8 @@ class AllReduce:
         self._arena: Arena | None = None
         self._sets: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
         self._poll: Poll | None = None
-        #: The pieces of an array larger than a piece (else None), and their chunks.
+        #: The pieces of an array that does not go whole (else None), and the
+        #: members' chunks of a piece (of the whole array where it goes whole).
         self._pieces: list[tuple[int, int]] | None = None
         self._bounds: list[tuple[int, int]] = []
 
