@@ -14,7 +14,8 @@ from asyncoll._compat import loop_factory
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._defaults import DEFAULT_PORT
 from asyncoll._wire.messages import JobStatus, Status, StatusReply
-from asyncoll.errors import AsyncollError
+from asyncoll._wire.endpoint import join_host_port, split_host_port
+from asyncoll.errors import AsyncollError, ConfigurationError
 
 _COLUMNS = ("JOB", "STATE", "RANK", "HOST", "DATA ADDRESS", "PID", "MEMBER", "GROUPS", "OPS",
             "HEARTBEAT")
@@ -25,7 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     status = commands.add_parser("status", help="show the jobs a coordinator serves")
     status.add_argument("--coordinator", default=f"127.0.0.1:{DEFAULT_PORT}",
-                        metavar="HOST:PORT", help=f"default 127.0.0.1:{DEFAULT_PORT}")
+                        metavar="HOST:PORT", help=f"default 127.0.0.1:{DEFAULT_PORT}; an IPv6 "
+                        "address goes in brackets: [::1]:29500")
     status.add_argument("--job", default="", help="only this job")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.add_argument("--timeout", type=float, default=5.0,
@@ -55,7 +57,7 @@ def table(jobs: Sequence[JobStatus]) -> str:
             groups = ",".join(str(g.group_id) for g in job.groups if m.rank in g.ranks)
             beat = f"{m.heartbeat_age_s:.1f}s ago" if m.heartbeat_age_s >= 0 else "-"
             rows.append((job.job, state, str(m.rank) if m.rank >= 0 else "-", m.hostname,
-                         f"{m.host}:{m.port}", str(m.pid), m.state, groups or "-",
+                         join_host_port(m.host, m.port), str(m.pid), m.state, groups or "-",
                          str(m.ops) if m.ops >= 0 else "-", beat))
     widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
@@ -67,15 +69,14 @@ def table(jobs: Sequence[JobStatus]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``asyncoll``."""
     args = _parser().parse_args(argv)
-    host, _, port = args.coordinator.rpartition(":")
-    if not host or not port.isdigit():
-        print(f"asyncoll: --coordinator must be HOST:PORT, got {args.coordinator!r}",
-              file=sys.stderr)
+    try:
+        host, port = split_host_port(args.coordinator, "--coordinator")
+    except ConfigurationError as exc:
+        print(f"asyncoll: {exc}", file=sys.stderr)
         return 2
     loop = loop_factory()()
     try:
-        jobs = loop.run_until_complete(_fetch(host.strip("[]"), int(port), args.job,
-                                              args.timeout))
+        jobs = loop.run_until_complete(_fetch(host, port, args.job, args.timeout))
     except AsyncollError as exc:
         print(f"asyncoll: {exc}", file=sys.stderr)
         return 1

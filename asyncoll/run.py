@@ -45,6 +45,7 @@ from asyncoll._runtime import hosting
 from asyncoll._runtime.runtime import runtime
 from asyncoll._defaults import DEFAULT_JOB_ID, DEFAULT_PORT, EMBEDDED_DRAIN_TIMEOUT_S
 from asyncoll._transport.shm import segment as shm
+from asyncoll._wire.endpoint import host_literal, join_host_port, split_host_port
 from asyncoll.coordinator import Coordinator
 from asyncoll.errors import ConfigurationError
 
@@ -66,11 +67,13 @@ def _parser() -> argparse.ArgumentParser:
                         help="this machine's index, 0 to nnodes-1 (default 0)")
     parser.add_argument("--coordinator", metavar="HOST:PORT",
                         help="use this coordinator instead of starting an embedded one "
-                             "(required on every node but node 0)")
+                             "(required on every node but node 0); an IPv6 address goes in "
+                             "brackets: [::1]:29500")
     parser.add_argument("--master-addr", default=None,
-                        help="address the embedded coordinator binds and the workers use; "
-                             "with --nnodes > 1 it must be node 0's address that the other "
-                             "nodes reach (default 127.0.0.1 on one node)")
+                        help="address the embedded coordinator binds and the workers use "
+                             "(IPv4, IPv6 such as ::1, or a host name); with --nnodes > 1 it "
+                             "must be node 0's address that the other nodes reach (default "
+                             "127.0.0.1 on one node)")
     parser.add_argument("--master-port", type=int, default=None,
                         help=f"port of the embedded coordinator (default: a free one on one "
                              f"node, {DEFAULT_PORT} with --nnodes > 1)")
@@ -92,10 +95,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _split_address(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise SystemExit(f"asyncoll-run: --coordinator must be HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
+    try:
+        return split_host_port(text, "--coordinator")
+    except ConfigurationError as exc:
+        raise SystemExit(f"asyncoll-run: {exc}") from exc
 
 
 def _free_port(host: str) -> int:
@@ -219,14 +222,17 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _start_coordinator(args: argparse.Namespace, token: bytes | None) -> Coordinator:
-    host = args.master_addr or "127.0.0.1"
+    try:
+        host = host_literal(args.master_addr or "127.0.0.1", "--master-addr")
+    except ConfigurationError as exc:
+        raise SystemExit(f"asyncoll-run: {exc}") from exc
     port = args.master_port if args.master_port is not None else (
         DEFAULT_PORT if args.nnodes > 1 else 0)
     try:
         return runtime().run(hosting.start(host, port, token))
     except OSError as exc:
-        raise SystemExit(f"asyncoll-run: cannot start a coordinator on {host}:{port}: "
-                         f"{exc}") from exc
+        raise SystemExit(f"asyncoll-run: cannot start a coordinator on "
+                         f"{join_host_port(host, port)}: {exc}") from exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -281,8 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        LOCAL_RANK=str(local), WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(n),
                        GROUP_RANK=str(args.node_rank), MASTER_ADDR=host,
                        MASTER_PORT=str(store_port), ASYNCOLL_JOB_ID=job,
-                       ASYNCOLL_COORDINATOR=f"[{host}]:{port}" if ":" in host else
-                       f"{host}:{port}")
+                       ASYNCOLL_COORDINATOR=join_host_port(host, port))
             if replacement:
                 del env["RANK"]  # the job numbers it when it admits it
             return subprocess.Popen([sys.executable, *target, *args.script_args], env=env)

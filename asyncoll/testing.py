@@ -27,6 +27,7 @@ from asyncoll._runtime.init_method import resolve
 from asyncoll._runtime import hosting
 from asyncoll._runtime.runtime import runtime
 from asyncoll._runtime.settings import Settings
+from asyncoll._wire.endpoint import join_host_port
 from asyncoll.aio import World
 from asyncoll.group import seconds
 
@@ -37,11 +38,24 @@ _jobs = itertools.count(1)
 #: The hosts run_ranks' ranks pretend to run on, unless told (a test suite may
 #: set it to run every test across hosts).
 PRETEND_HOSTS = 1
+#: The loopback address run_ranks' coordinator and ranks use, unless told (a
+#: test suite may set it to ``"::1"`` to run every test over IPv6).
+LOOPBACK = "127.0.0.1"
+
+
+def has_ipv6_loopback() -> bool:
+    """Whether this host can bind its IPv6 loopback address (``::1``)."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
 
 
 async def run_ranks(world_size: int, body: Callable[[World], Awaitable[T]], *,
                     timeout: float = 60.0, op_timeout: float = 30.0,
-                    hosts: int | None = None) -> list[T]:
+                    hosts: int | None = None, loopback: str | None = None) -> list[T]:
     """Run ``body(world)`` on ``world_size`` ranks at once; return their results by rank.
 
     Args:
@@ -52,6 +66,9 @@ async def run_ranks(world_size: int, body: Callable[[World], Awaitable[T]], *,
         hosts: the hosts the ranks pretend to run on, consecutive ranks on each
             (their hostnames differ, as ASYNCOLL_HOSTNAME makes them): ranks of
             different hosts share no memory. By default :data:`PRETEND_HOSTS`.
+        loopback: the address the coordinator listens on, which the ranks join
+            and so advertise to each other (``"::1"``: IPv6). By default
+            :data:`LOOPBACK`.
 
     Raises:
         Whatever the first failing rank raised; the others are cancelled.
@@ -59,11 +76,13 @@ async def run_ranks(world_size: int, body: Callable[[World], Awaitable[T]], *,
     # Read once for every rank, as each process of a real job would at its start.
     settings = Settings.from_environment()
     hosts = min(hosts or PRETEND_HOSTS, world_size)
-    coordinator = await hosting.start("127.0.0.1", 0, settings.token)
+    host = loopback or LOOPBACK
+    coordinator = await hosting.start(host, 0, settings.token)
     job = f"test-{next(_jobs)}"
     try:
         async with timeout_after(timeout):
-            joining = [runtime().join(resolve(None, f"tcp://127.0.0.1:{coordinator.port}",
+            url = f"tcp://{join_host_port(host, coordinator.port)}"
+            joining = [runtime().join(resolve(None, url,
                                               world_size, rank, seconds(op_timeout, 0), job,
                                               settings.environment),
                                       _on_host(settings, rank * hosts // world_size, hosts))

@@ -16,6 +16,7 @@ from asyncoll._defaults import (
     HANDSHAKE_TIMEOUT_S,
     MAX_COORDINATOR_REPLY_BYTES,
 )
+from asyncoll._wire.endpoint import join_host_port
 from asyncoll._wire.messages import (
     Challenge,
     Error,
@@ -54,7 +55,8 @@ async def open_with_retry(host: str, port: int, timeout: float
         remaining = deadline - loop.time()
         if remaining <= 0:
             raise RendezvousTimeoutError(
-                f"could not reach the coordinator at {host}:{port} within {timeout:.1f} s "
+                f"could not reach the coordinator at {join_host_port(host, port)} within "
+                f"{timeout:.1f} s "
                 f"(last error: {last}); start it (asyncoll-coordinator --host {host} --port "
                 f"{port}) or check MASTER_ADDR/MASTER_PORT") from last
         try:
@@ -140,7 +142,7 @@ class CoordinatorClient:
             ProtocolError: the other side is not an asyncoll coordinator.
         """
         reader, writer = await open_with_retry(host, port, timeout)
-        address = f"{host}:{port}"
+        address = join_host_port(host, port)
         try:
             await _answer_challenge(reader, writer, address, token)
         except BaseException:

@@ -9,7 +9,7 @@ cases where this guess fails, and so are the overrides here).
   address, say). The port is bound on it when it is local, on every
   interface otherwise.
 - ``ASYNCOLL_SOCKET_IFNAME``: advertise and bind the IPv4 address of this
-  network interface (Linux).
+  network interface, or its global IPv6 address where it has no IPv4 one (Linux).
 - ``ASYNCOLL_DATA_PORTS``: bind the first free port of this range, e.g.
   ``30000-30100``, for firewalls; any free port by default.
 """
@@ -21,9 +21,12 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from asyncoll._wire.endpoint import host_literal
 from asyncoll.errors import ConfigurationError
 
 _SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
+_IF_INET6 = "/proc/net/if_inet6"  # Linux: each interface's IPv6 addresses and scopes
+_SCOPE_GLOBAL = 0x00
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +48,12 @@ def listen_plan(coordinator_side: str, environ: Mapping[str, str]) -> ListenPlan
         environ: the environment, as the runtime read it.
 
     Raises:
-        ConfigurationError: an unknown interface, or a malformed port range.
+        ConfigurationError: an unknown interface, a malformed address or port range.
     """
     ports = _port_range(environ.get("ASYNCOLL_DATA_PORTS", ""))
     advertise = environ.get("ASYNCOLL_ADVERTISE_ADDR", "").strip()
     if advertise:
+        advertise = host_literal(advertise, "ASYNCOLL_ADVERTISE_ADDR")
         return ListenPlan(advertise, advertise, ports, "ASYNCOLL_ADVERTISE_ADDR")
     ifname = environ.get("ASYNCOLL_SOCKET_IFNAME", "").strip()
     if ifname:
@@ -60,10 +64,10 @@ def listen_plan(coordinator_side: str, environ: Mapping[str, str]) -> ListenPlan
 
 
 def interface_address(ifname: str) -> str:
-    """The IPv4 address of network interface ``ifname``.
+    """The IPv4 address of network interface ``ifname``, else its global IPv6 address.
 
     Raises:
-        ConfigurationError: no such interface, or it has no IPv4 address.
+        ConfigurationError: no such interface, or it has neither.
     """
     try:
         socket.if_nametoindex(ifname)
@@ -78,9 +82,28 @@ def interface_address(ifname: str) -> str:
             packed = fcntl.ioctl(sock.fileno(), _SIOCGIFADDR,
                                  struct.pack("256s", ifname.encode()[:15]))
         except OSError as exc:
-            raise ConfigurationError(f"network interface {ifname!r} has no IPv4 address "
-                                     f"({exc}); pick another ASYNCOLL_SOCKET_IFNAME") from exc
+            ipv6 = _global_ipv6_address(ifname)
+            if ipv6 is not None:
+                return ipv6
+            raise ConfigurationError(f"network interface {ifname!r} has neither an IPv4 "
+                                     f"address ({exc}) nor a global IPv6 address; pick "
+                                     "another ASYNCOLL_SOCKET_IFNAME") from exc
     return socket.inet_ntoa(packed[20:24])
+
+
+def _global_ipv6_address(ifname: str) -> str | None:
+    """The first global-scope IPv6 address of ``ifname`` (None: none, or not Linux)."""
+    # Link-local addresses are left out: they need a scope that names this
+    # host's interface, which means nothing to the peers they are sent to.
+    try:
+        with open(_IF_INET6) as table:
+            rows = [line.split() for line in table]
+    except OSError:
+        return None
+    for row in rows:
+        if len(row) == 6 and row[5] == ifname and int(row[3], 16) == _SCOPE_GLOBAL:
+            return socket.inet_ntop(socket.AF_INET6, bytes.fromhex(row[0]))
+    return None
 
 
 def _port_range(text: str) -> range | None:

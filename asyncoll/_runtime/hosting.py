@@ -17,6 +17,7 @@ import logging
 
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._defaults import HANDSHAKE_TIMEOUT_S
+from asyncoll._wire.endpoint import join_host_port, wildcard
 from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import RendezvousError
 
@@ -54,10 +55,10 @@ async def host_unless_listening(host: str, port: int, token: bytes | None
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             return None  # another process won the race; use its coordinator
-        raise RendezvousError(f"RANK=0 could not host the coordinator at {host}:{port}: "
-                              f"{exc}; check MASTER_ADDR (it must be an address of this "
-                              "machine) and MASTER_PORT") from exc
-    log.info("rank 0 hosts the coordinator at %s:%d", host, coordinator.port)
+        raise RendezvousError(f"RANK=0 could not host the coordinator at "
+                              f"{join_host_port(host, port)}: {exc}; check MASTER_ADDR (it "
+                              "must be an address of this machine) and MASTER_PORT") from exc
+    log.info("rank 0 hosts the coordinator at %s", join_host_port(host, coordinator.port))
     return coordinator
 
 
@@ -76,6 +77,6 @@ async def host_advertised(host: str, token: bytes | None) -> Coordinator:
         if exc.errno != errno.EADDRNOTAVAIL:
             raise RendezvousError(f"rank 0 could not start asyncoll's coordinator on "
                                   f"{host}: {exc}") from exc
-    coordinator = await start("0.0.0.0", 0, token)
+    coordinator = await start(wildcard(host), 0, token)
     coordinator.host = host
     return coordinator

@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 from asyncoll._runtime.session import Rendezvous
 from asyncoll._defaults import DEFAULT_JOB_ID
+from asyncoll._wire.endpoint import host_literal, split_host_port
 from asyncoll.errors import ConfigurationError
 
 #: Where launchers put the rank and the world size, in order of precedence:
@@ -48,17 +49,12 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
     launched = environ.get(COORDINATOR_VARIABLE) if url.scheme == "env" else None
     if launched:
         # asyncoll-run's coordinator: MASTER_PORT is left to torch's store.
-        host, _, port_text = launched.rpartition(":")
-        port = _int_value(COORDINATOR_VARIABLE, port_text)
-        host = host.strip("[]")
+        host, port = split_host_port(launched, COORDINATOR_VARIABLE)
     elif url.scheme == "env":
-        host = _require(environ, "MASTER_ADDR")
+        host = host_literal(_require(environ, "MASTER_ADDR"), "MASTER_ADDR")
         port = _int_value("MASTER_PORT", _require(environ, "MASTER_PORT"))
     elif url.scheme == "tcp":
-        if not url.hostname or url.port is None:
-            raise ConfigurationError(f"init_method {init_method!r} must look like "
-                                     "tcp://host:port")
-        host, port = url.hostname, url.port
+        host, port = _tcp_address(str(init_method), url.netloc)
     else:
         raise ConfigurationError(f"init_method {init_method!r} is not supported; use "
                                  "env:// or tcp://host:port")
@@ -92,6 +88,15 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
     return Rendezvous(host=host, port=port, job=job, world_size=world_size, rank=rank,
                       timeout=timeout, may_host=rank == 0 and not launched,
                       elastic=bool(elastic), min_size=min_size, max_size=max_size)
+
+
+def _tcp_address(init_method: str, netloc: str) -> tuple[str, int]:
+    """The host and port of ``tcp://host:port`` or ``tcp://[v6]:port``."""
+    try:
+        return split_host_port(netloc.rpartition("@")[2], "init_method")
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"init_method {init_method!r} must look like tcp://host:port "
+                                 "(tcp://[::1]:29500 for an IPv6 address)") from exc
 
 
 def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> str:

@@ -26,6 +26,7 @@ from asyncoll._defaults import (
     WAITING_REPORT_INTERVAL_S,
 )
 from asyncoll._transport.tcp.mesh import TcpMesh
+from asyncoll._wire.endpoint import wildcard
 from asyncoll._wire.messages import (
     Barrier,
     CheckMembership,
@@ -417,7 +418,7 @@ async def _listen(mesh: TcpMesh, plan: ListenPlan) -> int:
             log.info("%s is not an address of this host; listening on every interface",
                      plan.bind)
             try:
-                return await mesh.listen("::" if ":" in plan.bind else "0.0.0.0", ports)
+                return await mesh.listen(wildcard(plan.bind), ports)
             except OSError as retry:
                 exc = retry
         where = f"ports {ports.start}-{ports.stop - 1}" if isinstance(ports, range) else "a port"

@@ -30,6 +30,7 @@ from asyncoll._runtime.runtime import Runtime, runtime
 from asyncoll._runtime.settings import Settings
 from asyncoll._runtime.session import Rendezvous
 from asyncoll.coordinator.server import Coordinator
+from asyncoll._wire.endpoint import host_literal
 from asyncoll.errors import RendezvousTimeoutError
 
 log = logging.getLogger("asyncoll")
@@ -144,7 +145,7 @@ def _advertised_host(store: Any, environ: Mapping[str, str]) -> str:
         if not master:
             return "127.0.0.1"
         port = environ.get("MASTER_PORT", "")
-        target = (master, int(port) if port.isdigit() else 9)
+        target = (host_literal(master, "MASTER_ADDR"), int(port) if port.isdigit() else 9)
     try:
         family = socket.getaddrinfo(*target, type=socket.SOCK_DGRAM)[0][0]
         with socket.socket(family, socket.SOCK_DGRAM) as probe:

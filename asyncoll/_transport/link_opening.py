@@ -17,6 +17,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from asyncoll._wire.endpoint import join_host_port
+
 #: Bytes a connecting member sends first: the acceptor's cookie, its own index.
 GREETING = struct.Struct("<qq")
 #: Connections a member's listening socket holds before it accepts them.
@@ -114,7 +116,8 @@ def start_dial(host: str, port: int, cookie: int, me: int) -> tuple[socket.socke
         sock.setblocking(False)
         code = sock.connect_ex((host, port))
         if code not in (0, errno.EINPROGRESS):
-            raise OSError(code, f"cannot connect to {host}:{port}: {errno.errorcode.get(code)}")
+            raise OSError(code, f"cannot connect to {join_host_port(host, port)}: "
+                                f"{errno.errorcode.get(code)}")
     except BaseException:
         sock.close()
         raise

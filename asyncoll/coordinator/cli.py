@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from asyncoll import _auth
 from asyncoll._compat import loop_factory
 from asyncoll._defaults import DEFAULT_PORT
+from asyncoll._wire.endpoint import host_literal, join_host_port
 from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import ConfigurationError
 
@@ -27,7 +28,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Run the asyncoll coordinator daemon: rendezvous, groups and barriers "
                     "for any number of jobs.")
     parser.add_argument("--host", default="127.0.0.1",
-                        help="address to bind (default 127.0.0.1; 0.0.0.0 for every interface)")
+                        help="address to bind (default 127.0.0.1; 0.0.0.0 for every IPv4 "
+                             "interface, :: for every interface, ::1 for IPv6 loopback)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help=f"port to bind (default {DEFAULT_PORT}; 0 picks a free one)")
     parser.add_argument("--port-file",
@@ -57,21 +59,22 @@ def _is_loopback(host: str) -> bool:
 
 async def _serve(args: argparse.Namespace) -> int:
     try:
+        host = host_literal(args.host, "--host")
         token = (_auth.read_token_file(args.token_file) if args.token_file
                  else _auth.token_from_environment(os.environ))
     except ConfigurationError as exc:
         log.error("%s", exc)
         return 2
-    if token is None and not _is_loopback(args.host):
+    if token is None and not _is_loopback(host):
         log.warning("*** listening on %s WITHOUT a shared secret: anyone who can reach port "
                     "%d can join any job, read its addresses and disturb it. Pass "
                     "--token-file (and give the workers ASYNCOLL_TOKEN) unless this network "
-                    "is trusted. ***", args.host, args.port)
-    coordinator = Coordinator(args.host, args.port, token)
+                    "is trusted. ***", host, args.port)
+    coordinator = Coordinator(host, args.port, token)
     try:
         await coordinator.start()
     except OSError as exc:
-        log.error("cannot listen on %s:%d: %s", args.host, args.port, exc)
+        log.error("cannot listen on %s: %s", join_host_port(host, args.port), exc)
         return 1
     if args.port_file:
         _write_port_file(args.port_file, coordinator.port)

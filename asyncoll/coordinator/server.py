@@ -12,6 +12,7 @@ from asyncoll._compat import timeout as timeout_after
 from asyncoll._rendezvous.control import read_message, write_message
 from asyncoll._rendezvous.state import Reply, RendezvousState
 from asyncoll._defaults import COORDINATOR_TICK_S, DEFAULT_PORT, HANDSHAKE_TIMEOUT_S
+from asyncoll._wire.endpoint import join_host_port
 from asyncoll._wire.messages import Challenge, Error, Proof, encode_head, frame
 from asyncoll.errors import AuthenticationError, ProtocolError
 
@@ -54,7 +55,7 @@ class Coordinator:
                                                   backlog=LISTEN_BACKLOG)
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
-        log.info("coordinator listening on %s:%d", self.host, self.port)
+        log.info("coordinator listening on %s", join_host_port(self.host, self.port))
 
     async def stop(self) -> None:
         """Stop accepting, close every connection and wait for the handlers to end."""
@@ -76,7 +77,7 @@ class Coordinator:
             async with timeout_after(HANDSHAKE_TIMEOUT_S):
                 await self._server.wait_closed()
         self._server = None
-        log.info("coordinator on %s:%d stopped", self.host, self.port)
+        log.info("coordinator on %s stopped", join_host_port(self.host, self.port))
 
     def job_is_active(self, job: str) -> bool:
         """Whether ``job`` still has peers waiting or members that have not left."""

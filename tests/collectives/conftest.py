@@ -15,6 +15,11 @@ hierarchy run the ranks pretend to run on two hosts (the first half on one),
 so groups with several members on a host and members on both run their
 small collectives through each host's arena and one member per host
 (asyncoll._group.hierarchy), and the others over direct links.
+
+The collective matrix (the modules in IPV6_MODULES) has a fifth run, "tcp6":
+the TCP run with the coordinator on ::1, so that every rank joins
+tcp://[::1]:port, advertises ::1 and opens its data connections and direct
+links over IPv6.
 """
 
 from __future__ import annotations
@@ -28,11 +33,30 @@ from asyncoll._transport.shm import segment as shm
 
 #: Each member's arena slot in the arena run.
 ARENA_SLOT_BYTES = 64 << 10
+#: Every module's runs.
+RUNS = ["tcp", "shm", "arena", "hierarchy"]
+#: The modules of the collective matrix, which run over IPv6 loopback too.
+IPV6_MODULES = {"test_collective_set", "test_all_reduce_matrix"}
 
 
-@pytest.fixture(autouse=True, params=["tcp", "shm", "arena", "hierarchy"])
+def pytest_generate_tests(metafunc):
+    # A test that parametrizes transport itself picks its own runs.
+    chosen = any("transport" in str(mark.args[0]) for mark in
+                 metafunc.definition.iter_markers("parametrize"))
+    if "transport" in metafunc.fixturenames and not chosen:
+        module = metafunc.module.__name__.rpartition(".")[2]
+        runs = RUNS + ["tcp6"] if module in IPV6_MODULES else RUNS
+        metafunc.parametrize("transport", runs, indirect=True)
+
+
+@pytest.fixture(autouse=True)
 def transport(request, monkeypatch):
-    if request.param == "tcp":
+    if request.param == "tcp6":
+        if not testing.has_ipv6_loopback():
+            pytest.skip("this host has no IPv6 loopback (::1)")
+        monkeypatch.setenv("ASYNCOLL_SHM", "0")
+        monkeypatch.setattr(testing, "LOOPBACK", "::1")
+    elif request.param == "tcp":
         monkeypatch.setenv("ASYNCOLL_SHM", "0")
     else:
         if shm._posixshmem is None:

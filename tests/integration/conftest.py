@@ -25,7 +25,7 @@ def free_port() -> int:
 
 
 class Daemon:
-    """An asyncoll-coordinator subprocess on a free port of 127.0.0.1."""
+    """An asyncoll-coordinator subprocess on a free port of 127.0.0.1 (or of ``host``)."""
 
     def __init__(self, tmp_path: Path, *extra: str, host: str = "127.0.0.1") -> None:
         port_file = tmp_path / "coordinator.port"
@@ -42,7 +42,10 @@ class Daemon:
                 raise RuntimeError(f"the coordinator did not start: {self.log()}")
             time.sleep(0.02)
         self.port = int(port_file.read_text())
-        self.address = f"127.0.0.1:{self.port}"
+        #: HOST:PORT to reach it at: loopback of the family of the address it binds.
+        self.host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+        self.address = f"[{self.host}]:{self.port}" if ":" in self.host else \
+            f"{self.host}:{self.port}"
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

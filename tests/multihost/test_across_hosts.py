@@ -14,7 +14,6 @@ import math
 import os
 import queue
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,12 +24,12 @@ from pathlib import Path
 import pytest
 
 from integration.conftest import finish
+from multihost.jobs import NAMESPACE_HOSTS, daemon_on_host_0, every_collective
 from integration.test_elastic import assert_went_on_and_ended_together, lines_of
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "netns-cluster.sh"
 PROBE = HERE.parent / "integration" / "workers" / "probe.py"
-COLLECTIVES = HERE.parent / "integration" / "workers" / "collectives.py"
 FAST_PATHS = HERE.parent / "integration" / "workers" / "arena_path.py"
 SURVIVOR = HERE.parent / "integration" / "workers" / "survivor.py"
 ELASTIC_EXAMPLE = HERE.parents[1] / "examples" / "elastic_training.py"
@@ -38,12 +37,7 @@ NET = "10.78.0"
 ENV = dict(os.environ, NC_PREFIX="acl", NC_BRIDGE="aclbr0", NC_NET=NET)
 COORDINATOR = f"{NET}.1:29500"
 
-pytestmark = [
-    pytest.mark.timeout(180),
-    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root (CI is root)"),
-    pytest.mark.skipif(not (shutil.which("ip") and shutil.which("unshare")),
-                       reason="needs iproute2 (ip) and util-linux (unshare)"),
-]
+pytestmark = [pytest.mark.timeout(180), *NAMESPACE_HOSTS]
 
 
 def cluster(*args: str, timeout: float = 60) -> str:
@@ -67,18 +61,10 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     cluster("down")  # leftovers of an interrupted run
     cluster("up", "4")
     port_file = tmp_path_factory.mktemp("coordinator") / "port"
-    daemon = on_host(0, sys.executable, "-m", "asyncoll.coordinator", "--host", f"{NET}.1",
-                     "--port", "29500", "--port-file", str(port_file))
     try:
-        deadline = time.monotonic() + 30
-        while not port_file.exists():
-            assert daemon.poll() is None, daemon.communicate()
-            assert time.monotonic() < deadline, "the coordinator did not start on acl0"
-            time.sleep(0.05)
-        yield port_file
+        with daemon_on_host_0(on_host, f"{NET}.1", port_file):
+            yield port_file
     finally:
-        daemon.terminate()
-        finish(daemon, timeout=30)
         cluster("down")
 
 
@@ -127,16 +113,7 @@ def test_all_reduce_across_three_hosts(hosts):
 def test_every_collective_blocking_and_async_across_three_hosts(hosts):
     # Two workers per host: six ranks, and the sub-group of every other rank
     # spans all three hosts.
-    procs = [on_host(node + 1, sys.executable, "-m", "asyncoll.run", "--nnodes", "3",
-                     "--node-rank", str(node), "--nproc-per-node", "2", "--coordinator",
-                     COORDINATOR, "--job-id", "collectives", str(COLLECTIVES))
-             for node in range(3)]
-    outcomes = [finish(p, timeout=120) for p in procs]
-    for code, out, err in outcomes:
-        assert code == 0, out + err
-    text = "".join(out for _, out, _ in outcomes)
-    checked = dict(re.findall(r"Process (\d+) checked (\d+) results", text))
-    assert sorted(map(int, checked)) == list(range(6)), text
+    text = every_collective(on_host, 1, 3, COORDINATOR)
     # Direct links only between the members the algorithms use (ring neighbours,
     # and partners among the hosts' leaders), not one to every other member.
     links = re.findall(r"Process (\d+) .* (\d+) \+ (\d+) of them its groups' direct links",

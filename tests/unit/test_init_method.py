@@ -88,6 +88,7 @@ def test_asyncoll_run_coordinator_variable_wins_over_master_port_and_is_never_ho
 
 
 def test_bad_asyncoll_coordinator_variable_is_named():
-    with pytest.raises(ConfigurationError, match="ASYNCOLL_COORDINATOR must be an integer"):
+    with pytest.raises(ConfigurationError,
+                       match="ASYNCOLL_COORDINATOR='host-without-port' must be HOST:PORT"):
         resolve(None, "env://", -1, -1, 5.0, None,
                 environ={**ENV, "ASYNCOLL_COORDINATOR": "host-without-port"})

@@ -29,6 +29,7 @@ from asyncoll._transport.base import Consumer, Listener, Tag
 from asyncoll._transport.tcp.connection import PeerConnection
 from asyncoll._transport.inbox import EarlyCount, Inbox
 from asyncoll._transport.settings import TransportSettings
+from asyncoll._wire.endpoint import join_host_port
 from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint, FrameKind
 from asyncoll.errors import (
     AsyncollError,
@@ -429,9 +430,10 @@ class TcpMesh:
                 connection.transport.abort()
         except (OSError, TimeoutError) as exc:
             error = PeerLostError(
-                f"could not connect to rank {peer} at {host}:{port}, the address it "
-                f"advertised from host {state.hostname}: {str(exc) or 'timed out'}; if that "
-                "address is not reachable from here, set ASYNCOLL_ADVERTISE_ADDR or "
+                f"could not connect to rank {peer} at {join_host_port(host, port)}, the "
+                f"address it advertised from host {state.hostname}: "
+                f"{str(exc) or 'timed out'}; if that address is not reachable from here, "
+                "set ASYNCOLL_ADVERTISE_ADDR or "
                 "ASYNCOLL_SOCKET_IFNAME for that rank", rank=peer, host=state.hostname)
             error.__cause__ = exc
             state.fail(error)
