@@ -246,25 +246,44 @@ def reduce(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp, root: i
 
     Returns the last operation number used, as every function here does.
     """
-    for number, (lo, hi) in _numbered(arena, operation, data):
-        piece = data[lo:hi]
-        slots = _exchange(arena, number, piece, fingerprint, waiter)
-        if arena.me == root:
-            _reduce_slots(piece, slots, op, arena.size)
-    return number
+    cut = _cut(arena, data, PIECE_BYTES)
+    if cut is None:
+        _reduce_once(arena, operation, data, op, root, fingerprint, waiter)
+        return operation
+    for number, (lo, hi) in enumerate(cut, start=operation):
+        _reduce_once(arena, number, data[lo:hi], op, root, fingerprint, waiter)
+    return operation + len(cut) - 1
+
+
+def _reduce_once(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp, root: int,
+                 fingerprint: Fingerprint, waiter: Waiter) -> None:
+    """:func:`reduce` of an array that fits a slot, as one operation."""
+    slots = _exchange(arena, operation, data, fingerprint, waiter)
+    if arena.me == root:
+        _reduce_slots(data, slots, op, arena.size)
 
 
 def broadcast(arena: Arena, operation: int, data: np.ndarray, root: int,
               fingerprint: Fingerprint, waiter: Waiter) -> int:
     """Copy member ``root``'s ``data`` into every member's ``data``."""
-    for number, (lo, hi) in _numbered(arena, operation, data, BROADCAST_PIECE_BYTES):
-        slot = arena.slots(number, data.dtype, hi - lo)[root]
-        if arena.me == root:
-            slot[...] = data[lo:hi]
-        _publish_and_check(arena, number, fingerprint, waiter)
-        if arena.me != root:
-            data[lo:hi] = slot
-    return number
+    cut = _cut(arena, data, BROADCAST_PIECE_BYTES)
+    if cut is None:
+        _broadcast_once(arena, operation, data, root, fingerprint, waiter)
+        return operation
+    for number, (lo, hi) in enumerate(cut, start=operation):
+        _broadcast_once(arena, number, data[lo:hi], root, fingerprint, waiter)
+    return operation + len(cut) - 1
+
+
+def _broadcast_once(arena: Arena, operation: int, data: np.ndarray, root: int,
+                    fingerprint: Fingerprint, waiter: Waiter) -> None:
+    """:func:`broadcast` of an array that fits a slot, as one operation."""
+    slot = arena.slots(operation, data.dtype, data.size)[root]
+    if arena.me == root:
+        slot[...] = data
+    _publish_and_check(arena, operation, fingerprint, waiter)
+    if arena.me != root:
+        data[...] = slot
 
 
 def all_gather(arena: Arena, operation: int, mine: np.ndarray, outputs: Sequence[np.ndarray],
@@ -349,11 +368,12 @@ def _publish_and_check(arena: Arena, operation: int, fingerprint: Fingerprint,
     _check_fingerprints(arena, fingerprint, operation)
 
 
-def _numbered(arena: Arena, operation: int, data: np.ndarray, piece: int = PIECE_BYTES
-              ) -> list[tuple[int, tuple[int, int]]]:
-    """(operation number, (start, stop)) of each piece of ``data``, from ``operation`` on."""
-    cut = pieces(data.size, piece_elements(arena, data.dtype.itemsize, data.size, piece))
-    return list(enumerate(cut, start=operation))
+def _cut(arena: Arena, data: np.ndarray, piece: int) -> list[tuple[int, int]] | None:
+    """The (start, stop) pieces of ``data``, or None where it goes whole (most calls:
+    nothing is made for them)."""
+    count = data.size
+    elements = piece_elements(arena, data.dtype.itemsize, count, piece)
+    return None if elements >= count else pieces(count, elements)
 
 
 def _exchange(arena: Arena, operation: int, data: np.ndarray, fingerprint: Fingerprint,
