@@ -49,8 +49,7 @@ _call = _syscall()
 AVAILABLE = _call is not None
 _barrier = threading.Lock()
 #: fence() in two calls, for a caller that saves the function's own frame.
-FENCE_ENTER, FENCE_LEAVE = _barrier_acquire, _barrier_release = _barrier.acquire, \
-    _barrier.release
+FENCE_ENTER, FENCE_LEAVE = _barrier.acquire, _barrier.release
 
 
 def wait(address: int, expected: int, timeout_s: float) -> None:
@@ -82,5 +81,5 @@ def fence() -> None:
     is visible, and both sides would miss each other (the sleeper then
     wakes only at its timeout).
     """
-    _barrier_acquire()  # not a with block: its protocol costs more than the lock
-    _barrier_release()
+    FENCE_ENTER()  # not a with block: its protocol costs more than the lock
+    FENCE_LEAVE()
