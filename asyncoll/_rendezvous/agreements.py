@@ -10,7 +10,7 @@ from functools import lru_cache
 
 from asyncoll._rendezvous.base import StateBase, log
 from asyncoll._rendezvous.records import Gathering, Job, Reply, error, ranks_text
-from asyncoll._wire.compact import runs_count, unpack_runs
+from asyncoll._wire.compact import pack_runs, runs_count, unpack_runs
 from asyncoll._wire.messages import Barrier, GroupCreated, NewGroup, Ok
 from asyncoll.errors import ProtocolError
 
@@ -25,6 +25,8 @@ class Agreements(StateBase):
             return [error(conn, request_id, "configuration", refusal)]
         call = job.new_group_calls.get(rank, 0)
         job.new_group_calls[rank] = call + 1
+        if call < job.adopted_new_groups:
+            return [self._new_group_before_adoption(job, call, conn, request_id, msg)]
         key = ("new_group", call)
         gathering = job.gatherings.get(key)
         if gathering is None:
@@ -57,6 +59,10 @@ class Agreements(StateBase):
 
     def _barrier(self, job: Job, rank: int, conn: int, request_id: int, msg: Barrier,
                  now: float) -> list[Reply]:
+        done = job.adopted_barriers.get(msg.group_id)
+        if done is not None and msg.seq <= done:
+            # Sent again after an adoption: the other members completed it then.
+            return [Reply(conn, request_id, Ok())]
         key = ("barrier", msg.group_id, msg.seq)
         gathering = job.gatherings.get(key)
         # The gathering's set answers "a member?" in O(1); the group's tuple
@@ -77,6 +83,24 @@ class Agreements(StateBase):
         del job.gatherings[key]
         ok = Ok()
         return [Reply(c, r, ok) for c, r, _ in gathering.arrivals.values()]
+
+    @staticmethod
+    def _new_group_before_adoption(job: Job, call: int, conn: int, request_id: int,
+                                   msg: NewGroup) -> Reply:
+        """The answer to new_group call ``call``, which other members completed before the
+        job was adopted (this member's request was in flight when the coordinator died)."""
+        ranks = job.groups.get(call + 1)
+        if ranks is None:
+            return error(conn, request_id, "rendezvous",
+                         f"new_group call #{call + 1} in job {job.name!r} failed for the "
+                         "other ranks while the coordinator restarted; call new_group again")
+        if unpack_runs(msg.runs) != ranks:
+            return error(conn, request_id, "mismatch",
+                         f"new_group call #{call + 1} in job {job.name!r}: this rank passed "
+                         f"{_ranks_words(msg.runs)}, and the others created group "
+                         f"{call + 1} of {_ranks_words(pack_runs(ranks))}; every rank must "
+                         "call new_group with the same ranks in the same order")
+        return Reply(conn, request_id, GroupCreated(group_id=call + 1, runs=msg.runs))
 
     def _fail_if_departed(self, job: Job, key: tuple[object, ...],
                           gathering: Gathering) -> list[Reply]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from asyncoll._defaults import PROTOCOL_VERSION
 from asyncoll._rendezvous.records import MEMBER_LINES_UP_TO, Job, Member, Reply
 from asyncoll._wire.compact import pack_directory
 from asyncoll._wire.messages import Ok
@@ -51,6 +52,14 @@ class StateBase:
         if job is None or not job.running:
             return None
         return job.conn_rank.get(conn)
+
+
+def version_refusal(version: int) -> tuple[str, str] | None:
+    """Why a peer of protocol ``version`` is refused (None: it speaks this one)."""
+    if version == PROTOCOL_VERSION:
+        return None
+    return ("protocol", f"the peer speaks protocol version {version} and the coordinator "
+                        f"{PROTOCOL_VERSION}: run the same asyncoll version everywhere")
 
 
 def member_level(job: Job) -> int:

@@ -65,6 +65,9 @@ class ElasticMembership(StateBase):
                           msg: CheckMembership, now: float) -> list[Reply]:
         call = job.checks.get(rank, 0)
         job.checks[rank] = call + 1
+        if call < job.adopted_checks:
+            # Sent again after an adoption: the other members had their answer.
+            return [Reply(conn, request_id, _membership(job, bool(job.departed or job.pending)))]
         key = ("check", job.generation, call)
         gathering = job.gatherings.get(key)
         if gathering is None:
@@ -92,10 +95,7 @@ class ElasticMembership(StateBase):
         del job.gatherings[key]
         # Decided once, for every asker: the same answer even to members that
         # heard of a loss at different moments.
-        changed = bool(job.departed or job.pending or reconfiguring)
-        answer = MembershipState(changed=int(changed), generation=job.generation,
-                                 gone=tuple(sorted(job.departed)), pending=len(job.pending),
-                                 epoch=job.epoch)
+        answer = _membership(job, bool(job.departed or job.pending or reconfiguring))
         return [Reply(c, r, answer) for rank, (c, r, _) in gathering.arrivals.items()
                 if rank not in job.departed]
 
@@ -191,6 +191,8 @@ class ElasticMembership(StateBase):
         job.groups = {0: tuple(range(job.world_size))}
         job.new_group_calls.clear()
         job.checks.clear()
+        job.adopted_new_groups = job.adopted_checks = 0
+        job.adopted_barriers.clear()
         for key, other in list(job.gatherings.items()):  # agreements of the old membership
             del job.gatherings[key]
             replies += [error(c, r, "group_broken", f"{other.what} in job {job.name!r} was "
@@ -210,3 +212,9 @@ class ElasticMembership(StateBase):
         return replies + [Reply(conn, request_id, Welcome(
             rank=job.conn_rank[conn], world_size=job.world_size, directory=directory,
             generation=job.generation)) for conn, request_id in answers.items()]
+
+
+def _membership(job: Job, changed: bool) -> MembershipState:
+    return MembershipState(changed=int(changed), generation=job.generation,
+                           gone=tuple(sorted(job.departed)), pending=len(job.pending),
+                           epoch=job.epoch)

@@ -6,7 +6,7 @@ becomes pending; a rendezvous that is not complete by its deadline fails.
 
 from __future__ import annotations
 
-from asyncoll._rendezvous.base import log, member_level, packed_directory
+from asyncoll._rendezvous.base import log, member_level, version_refusal, packed_directory
 from asyncoll._rendezvous.elastic import ElasticMembership
 from asyncoll._rendezvous.records import (
     Job,
@@ -18,7 +18,6 @@ from asyncoll._rendezvous.records import (
     ranks_text,
 )
 from asyncoll._rendezvous.waiting import missing_text
-from asyncoll._defaults import PROTOCOL_VERSION
 from asyncoll._wire.messages import Join, PeerInfo, Welcome
 
 #: How stale the line on who is missing from a rendezvous may be, in seconds.
@@ -36,7 +35,7 @@ class Joins(ElasticMembership):
                         join.pid, refusal[1])
             return [error(conn, request_id, *refusal)]
         job = self._jobs.get(join.job)
-        if job is not None and job.running and job.elastic:
+        if job is not None and (job.running or job.adopting) and job.elastic:
             return self._join_pending(job, conn, request_id, join, now)
         if job is not None and job.running:
             # Its members have begun to leave (or _refuse_join would have said
@@ -62,10 +61,9 @@ class Joins(ElasticMembership):
         return self._complete(job, now)
 
     def _refuse_join(self, conn: int, join: Join) -> tuple[str, str] | None:
-        if join.version != PROTOCOL_VERSION:
-            return ("protocol", f"the peer speaks protocol version {join.version} and the "
-                                f"coordinator {PROTOCOL_VERSION}: run the same asyncoll "
-                                "version everywhere")
+        refusal = version_refusal(join.version)
+        if refusal is not None:
+            return refusal
         if conn in self._conn_job:
             return ("protocol", "this connection has already joined a job")
         if join.world_size < 1:
@@ -83,7 +81,12 @@ class Joins(ElasticMembership):
         job = self._jobs.get(join.job)
         if job is None:
             return None
-        if job.running and job.elastic:
+        if job.adopting and not (job.elastic and join.elastic):
+            return ("rendezvous", f"job {join.job!r} is being taken back by a restarted "
+                                  "coordinator from its members; only an elastic job admits "
+                                  "new processes (at its next reconfigure): use another job "
+                                  "id (ASYNCOLL_JOB_ID), or wait for it to end")
+        if (job.running or job.adopting) and job.elastic:
             if not join.elastic:
                 return ("rendezvous", f"job {join.job!r} is elastic and running: join it with "
                                       "init_process_group(elastic=True) (or ASYNCOLL_ELASTIC=1) "

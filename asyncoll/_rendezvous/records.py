@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from asyncoll._wire.messages import Error, Join, Message, PeerInfo
+from asyncoll._wire.messages import Error, Join, Message, PeerInfo, Rejoin
 
 #: Jobs up to this size log a line per member's join, leave or reconfigure;
 #: larger ones at debug level, and one line per rendezvous or generation.
@@ -35,6 +35,15 @@ class Waiter:
     order: int
     #: A pending peer's own deadline (its join's timeout); rendezvous use the job's.
     deadline: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Rejoining:
+    """A member that re-registered with a restarted coordinator, waiting for adoption."""
+
+    conn: int
+    request_id: int
+    rejoin: Rejoin
 
 
 @dataclass(slots=True)
@@ -112,6 +121,22 @@ class Job:
     #: The last line on who is missing from the rendezvous: (what it was made
     #: of, when, the line), so that N waiting peers asking cost O(N), not O(N^2).
     missing: tuple[tuple[int, int], float, str] = ((-1, -1), 0.0, "")
+    #: Being taken back by a restarted coordinator (see asyncoll._rendezvous.adoption):
+    #: the members re-registered so far, by rank, and the ranks any of them knows gone.
+    adopting: bool = False
+    #: When an adopting job is adopted with a majority, if not all come before.
+    adopt_by: float = 0.0
+    rejoins: dict[int, Rejoining] = field(default_factory=dict)
+    known_gone: set[int] = field(default_factory=set)
+    #: The Welcome directory's hash that every re-registration must share.
+    directory_digest: str = ""
+    #: What the members had completed before an adoption, for the calls they
+    #: send again after it: the most new_group calls and membership checks of
+    #: any member, and each group's last monitored barrier. 0 and empty when
+    #: not adopted, and cleared at a reconfigure.
+    adopted_new_groups: int = 0
+    adopted_checks: int = 0
+    adopted_barriers: dict[int, int] = field(default_factory=dict)
 
     def live(self) -> list[int]:
         """The ranks of the members that have not left, in order."""

@@ -32,13 +32,13 @@ reconfigures) and departures (leaves, losses, heartbeats).
 
 from __future__ import annotations
 
+from asyncoll._rendezvous.adoption import Adoption
 from asyncoll._rendezvous.agreements import Agreements
 from asyncoll._rendezvous.base import log, member_level
 from asyncoll._rendezvous.departures import (
     LEAVE_NOTICE_INTERVAL_S,
     LEAVE_NOTICE_S_PER_MEMBER,
     TOLD_AT_ONCE_UP_TO,
-    Departures,
     leave_notice_interval,
 )
 from asyncoll._rendezvous.joins import MISSING_LINE_EVERY_S, Joins
@@ -56,6 +56,7 @@ from asyncoll._wire.messages import (
     Message,
     NewGroup,
     Reconfigure,
+    Rejoin,
     Status,
     StatusReply,
     WhoIsMissing,
@@ -68,7 +69,7 @@ __all__ = ["LEAVE_NOTICE_INTERVAL_S", "LEAVE_NOTICE_S_PER_MEMBER", "MISSING_LINE
            "TOLD_AT_ONCE_UP_TO", "RendezvousState", "Reply"]
 
 
-class RendezvousState(Joins, Agreements, Departures):
+class RendezvousState(Joins, Agreements, Adoption):
     """Every job the coordinator serves, and the decisions about them."""
 
     # -- queries ---------------------------------------------------------------
@@ -100,6 +101,12 @@ class RendezvousState(Joins, Agreements, Departures):
                              hostname=w.join.hostname, pid=w.join.pid, state="pending",
                              ops=-1, heartbeat_age_s=-1.0)
                 for w in sorted(job.pending.values(), key=lambda w: w.order))
+        elif job.adopting:
+            members = tuple(
+                MemberStatus(rank=r, host=e.rejoin.host, port=e.rejoin.port,
+                             hostname=e.rejoin.hostname, pid=e.rejoin.pid, state="adopting",
+                             ops=-1, heartbeat_age_s=-1.0)
+                for r, e in sorted(job.rejoins.items()))
         else:
             members = tuple(
                 MemberStatus(rank=w.join.rank, host=w.join.host, port=w.join.port,
@@ -108,7 +115,8 @@ class RendezvousState(Joins, Agreements, Departures):
                 for w in sorted(job.waiting.values(), key=lambda w: w.order))
         groups = tuple(GroupStatus(group_id=g, ranks=ranks)
                        for g, ranks in sorted(job.groups.items()))
-        return JobStatus(job=job.name, state="running" if job.running else "waiting",
+        state = "running" if job.running else "adopting" if job.adopting else "waiting"
+        return JobStatus(job=job.name, state=state,
                          world_size=job.world_size, age_s=round(now - job.started, 3),
                          members=members, groups=groups, generation=job.generation,
                          elastic=int(job.elastic), min_size=job.min_size,
@@ -120,6 +128,8 @@ class RendezvousState(Joins, Agreements, Departures):
         """Decide what to answer to ``message``, received on connection ``conn``."""
         if isinstance(message, Join):
             return self._join(conn, request_id, message, now)
+        if isinstance(message, Rejoin):
+            return self._rejoin(conn, request_id, message, now)
         if isinstance(message, Status):
             return [Reply(conn, request_id, self.status(message.job, now))]
         if isinstance(message, WhoIsMissing):
@@ -158,6 +168,9 @@ class RendezvousState(Joins, Agreements, Departures):
         job = self._conn_job.pop(conn, None)
         if job is None:
             return []
+        if job.adopting:
+            self._drop_rejoin(job, conn)
+            return []
         if not job.running:
             waiter = job.waiting.pop(conn, None)
             if waiter is not None:
@@ -183,6 +196,9 @@ class RendezvousState(Joins, Agreements, Departures):
         lost every member whose heartbeats stopped for longer than its job allows."""
         replies: list[Reply] = []
         for job in self._live():
+            if job.adopting:
+                replies += self._expire_pending(job, now) + self._adoption_due(job, now)
+                continue
             if not job.running and now >= job.deadline:
                 replies += self._expire_rendezvous(job, now)
                 continue

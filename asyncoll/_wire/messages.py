@@ -8,7 +8,9 @@ dataclass annotations, so a malformed message is a ProtocolError, never a
 crash further in.
 
 The messages anyone may send without joining (a job's status, who is missing
-from a rendezvous) are defined in :mod:`asyncoll._wire.status`, and named here.
+from a rendezvous) are defined in :mod:`asyncoll._wire.status`, and those of
+a restarted coordinator taking a job back in :mod:`asyncoll._wire.readoption`;
+both are named here.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import msgpack  # type: ignore[import-untyped]
 from asyncoll._defaults import HEARTBEAT_TIMEOUT_S
 from asyncoll._wire.compact import pack_directory, pack_runs, unpack_directory, unpack_runs
 # Re-exported ("X as X"): every message is importable from this module.
+from asyncoll._wire.readoption import Adopted as Adopted
+from asyncoll._wire.readoption import GroupRecord as GroupRecord
+from asyncoll._wire.readoption import Rejoin as Rejoin
 from asyncoll._wire.status import GroupStatus as GroupStatus
 from asyncoll._wire.status import JobStatus as JobStatus
 from asyncoll._wire.status import MemberStatus as MemberStatus
@@ -315,16 +320,17 @@ class Error:
 
 Message = Union[Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave,
                 CheckMembership, MembershipState, Reconfigure, MemberGone, MembersLeft,
-                MembersPending, Challenge, Proof, Ok, Error, Status, StatusReply, WhoIsMissing,
-                MissingReply]
+                MembersPending, Rejoin, Adopted, Challenge, Proof, Ok, Error, Status,
+                StatusReply, WhoIsMissing, MissingReply]
 _TYPES: dict[str, type[Any]] = {cls.TYPE: cls for cls in
                                 (Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave,
                                  CheckMembership, MembershipState, Reconfigure, MemberGone,
-                                 MembersLeft, MembersPending, Challenge, Proof, Ok, Error, Status,
-                                 StatusReply, WhoIsMissing, MissingReply)}
+                                 MembersLeft, MembersPending, Rejoin, Adopted, Challenge, Proof,
+                                 Ok, Error, Status, StatusReply, WhoIsMissing, MissingReply)}
 #: Records that appear inside messages, by the name their annotations use.
 _RECORDS: dict[str, type[Any]] = {cls.__name__: cls for cls in
-                                  (PeerInfo, MemberStatus, GroupStatus, JobStatus)}
+                                  (PeerInfo, MemberStatus, GroupStatus, JobStatus,
+                                   GroupRecord)}
 
 
 def encode(message: Message, request_id: int = 0) -> bytes:

@@ -13,6 +13,9 @@ from hypothesis import strategies as st
 
 from asyncoll._defaults import MAX_CONTROL_MESSAGE_BYTES
 from asyncoll._wire.messages import (
+    Adopted,
+    GroupRecord,
+    Rejoin,
     Barrier,
     Challenge,
     CheckMembership,
@@ -103,6 +106,13 @@ EXAMPLES: list[Message] = [
     CheckMembership(timeout=30.0),
     MembershipState(changed=1, generation=2, gone=(1, 3), pending=1, epoch=5),
     Reconfigure(timeout=60.0, host="10.0.0.1", port=40001),
+    Rejoin(job="j", rank=1, world_size=4, generation=2, version=6, host="10.0.0.2",
+           port=40002, hostname="node-b", pid=77, heartbeat_timeout=10.0, elastic=1,
+           min_size=2, max_size=8, directory_digest="0f1e2d3c4b5a6978",
+           groups=(GroupRecord(group_id=0, runs=(0, 4, 1), barriers=3),
+                   GroupRecord(group_id=2, runs=(1, 2, 2), barriers=0)),
+           new_group_calls=2, checks=1, gone=(3, 1, 1), epoch=9),
+    Adopted(generation=2, members=3),
     Status(job=""),
     WhoIsMissing(job="j"),
     MissingReply(line="waiting for 1 of 2 ranks of job 'j': rank 1 has not joined"),
