@@ -10,6 +10,10 @@ from __future__ import annotations
 DEFAULT_TIMEOUT_S = 1800.0
 #: How long a client keeps retrying to reach a coordinator that is not up yet.
 CONNECT_RETRY_INTERVAL_S = 0.05
+#: A member that lost its coordinator dials again after this many seconds,
+#: doubled after each round of its addresses up to this bound, and jittered
+#: (times 0.5 to 1) so that a job's members do not all come back at once.
+RECONNECT_BACKOFF_CAP_S = 1.0
 #: Deadline of one TCP connect attempt and of a data-plane handshake.
 HANDSHAKE_TIMEOUT_S = 10.0
 #: How long destroy_process_group waits for the coordinator to acknowledge a leave.

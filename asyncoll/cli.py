@@ -50,9 +50,9 @@ def table(jobs: Sequence[JobStatus]) -> str:
     """The jobs as a text table, one row per member."""
     rows = [_COLUMNS]
     for job in jobs:
-        # An elastic job's generation counts its membership changes (reconfigures).
-        generation = f" gen {job.generation}" if job.elastic else ""
-        state = f"{job.state} {len(job.members)}/{job.world_size}{generation} {job.age_s:.0f}s"
+        # The generation counts an elastic job's membership changes (reconfigures).
+        state = (f"{job.state} {len(job.members)}/{job.world_size} gen {job.generation} "
+                 f"{job.age_s:.0f}s")
         for m in job.members:
             groups = ",".join(str(g.group_id) for g in job.groups if m.rank in g.ranks)
             beat = f"{m.heartbeat_age_s:.1f}s ago" if m.heartbeat_age_s >= 0 else "-"

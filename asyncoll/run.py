@@ -45,7 +45,7 @@ from asyncoll._runtime import hosting
 from asyncoll._runtime.runtime import runtime
 from asyncoll._defaults import DEFAULT_JOB_ID, DEFAULT_PORT, EMBEDDED_DRAIN_TIMEOUT_S
 from asyncoll._transport.shm import segment as shm
-from asyncoll._wire.endpoint import host_literal, join_host_port, split_host_port
+from asyncoll._wire.endpoint import host_literal, join_addresses, join_host_port, split_addresses
 from asyncoll.coordinator import Coordinator
 from asyncoll.errors import ConfigurationError
 
@@ -65,10 +65,12 @@ def _parser() -> argparse.ArgumentParser:
                              "(default 1)")
     parser.add_argument("--node-rank", "--node_rank", type=int, default=0,
                         help="this machine's index, 0 to nnodes-1 (default 0)")
-    parser.add_argument("--coordinator", metavar="HOST:PORT",
+    parser.add_argument("--coordinator", metavar="HOST:PORT[,HOST:PORT...]",
                         help="use this coordinator instead of starting an embedded one "
                              "(required on every node but node 0); an IPv6 address goes in "
-                             "brackets: [::1]:29500")
+                             "brackets: [::1]:29500. Several, comma-separated: the workers "
+                             "move to the next when one cannot be reached, and a restarted "
+                             "one takes the job back")
     parser.add_argument("--master-addr", default=None,
                         help="address the embedded coordinator binds and the workers use "
                              "(IPv4, IPv6 such as ::1, or a host name); with --nnodes > 1 it "
@@ -94,9 +96,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _split_address(text: str) -> tuple[str, int]:
+def _split_address(text: str) -> tuple[tuple[str, int], ...]:
     try:
-        return split_host_port(text, "--coordinator")
+        return split_addresses(text, "--coordinator")
     except ConfigurationError as exc:
         raise SystemExit(f"asyncoll-run: {exc}") from exc
 
@@ -252,10 +254,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         passed[_auth.TOKEN_VARIABLE] = token.decode(errors="surrogateescape")
     embedded: Coordinator | None = None
     if args.coordinator:
-        host, port = _split_address(args.coordinator)
+        coordinators = _split_address(args.coordinator)
     else:
         embedded = _start_coordinator(args, token)
-        host, port = embedded.host, embedded.port
+        coordinators = ((embedded.host, embedded.port),)
+    host, port = coordinators[0]
     default_job = (DEFAULT_JOB_ID if args.nnodes > 1 else
                    f"run-{socket.gethostname()}-{os.getpid()}-{time.time_ns()}")
     job = args.job_id or default_job
@@ -287,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        LOCAL_RANK=str(local), WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(n),
                        GROUP_RANK=str(args.node_rank), MASTER_ADDR=host,
                        MASTER_PORT=str(store_port), ASYNCOLL_JOB_ID=job,
-                       ASYNCOLL_COORDINATOR=join_host_port(host, port))
+                       ASYNCOLL_COORDINATOR=join_addresses(coordinators))
             if replacement:
                 del env["RANK"]  # the job numbers it when it admits it
             return subprocess.Popen([sys.executable, *target, *args.script_args], env=env)

@@ -58,6 +58,8 @@ class GroupFaults:
         self._last: dict[int, tuple[int, Fingerprint]] = {}
         #: Members that left the job, with the error of waiting for them.
         self._left: dict[int, AsyncollError] = {}
+        #: Members lost: found by the data plane or told by the coordinator.
+        self._lost: set[int] = set()
         mesh.listener = self
 
     def register(self, group_id: int, ranks: Sequence[int]) -> None:
@@ -158,6 +160,10 @@ class GroupFaults:
         self._left[peer] = left_error(peer, hostname)
         self._mesh.peer_left(peer, hostname)
 
+    def gone(self) -> set[int]:
+        """The members this rank knows left or were lost."""
+        return self._lost | self._left.keys()
+
     def someone_left(self) -> bool:
         """Whether any member left the job (the coordinator said so)."""
         return bool(self._left)
@@ -172,6 +178,7 @@ class GroupFaults:
         The other members hear it from this rank too (ABORT frames), before
         anything else this rank may send them, such as its goodbye.
         """
+        self._lost.add(peer)
         self._mesh.fail_peer(peer, error)
         for group_id, members in list(self._groups.items()):
             if peer in members and self._break(group_id, error):

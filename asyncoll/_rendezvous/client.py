@@ -1,4 +1,11 @@
-"""A peer's connection to the coordinator: requests and their replies."""
+"""A peer's connection to the coordinator: requests and their replies.
+
+The connection outlives its coordinator: when it drops, the client dials
+again, with jittered backoff, the same address or the next of the job's
+coordinator addresses, and a member re-registers (Rejoin) so that a
+restarted coordinator takes its job back. Requests wait for that within
+their own deadline, and those in flight at the drop are sent again.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,8 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Sequence
 
 from asyncoll import _auth
 from asyncoll._compat import timeout as timeout_after
@@ -15,9 +23,11 @@ from asyncoll._defaults import (
     CONNECT_RETRY_INTERVAL_S,
     HANDSHAKE_TIMEOUT_S,
     MAX_COORDINATOR_REPLY_BYTES,
+    RECONNECT_BACKOFF_CAP_S,
 )
 from asyncoll._wire.endpoint import join_host_port
 from asyncoll._wire.messages import (
+    Adopted,
     Challenge,
     Error,
     MemberGone,
@@ -25,6 +35,7 @@ from asyncoll._wire.messages import (
     MembersPending,
     Message,
     Proof,
+    Rejoin,
 )
 from asyncoll.errors import (
     AsyncollError,
@@ -38,33 +49,41 @@ from asyncoll.errors import (
 log = logging.getLogger("asyncoll.rendezvous")
 
 
-async def open_with_retry(host: str, port: int, timeout: float
-                          ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Connect to ``host:port``, retrying while it refuses, for up to ``timeout`` seconds.
+async def open_with_retry(host: str, port: int, timeout: float,
+                          fallbacks: Sequence[tuple[str, int]] = ()
+                          ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
+    """Connect to ``host:port`` or one of ``fallbacks``, retrying while they refuse, for up
+    to ``timeout`` seconds; return the streams and which address answered (0: the first).
 
     A coordinator may start after its workers (torch's store behaves the same),
-    so a refused connection is retried until the deadline.
+    so a refused connection is retried until the deadline, each address in turn.
 
     Raises:
         RendezvousTimeoutError: nothing accepted the connection in time.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    addresses = [(host, port), *fallbacks]
     last: OSError | None = None
-    while True:
+    for attempt in itertools.count():
+        index = attempt % len(addresses)
         remaining = deadline - loop.time()
         if remaining <= 0:
+            where = " or ".join(join_host_port(*a) for a in addresses)
             raise RendezvousTimeoutError(
-                f"could not reach the coordinator at {join_host_port(host, port)} within "
-                f"{timeout:.1f} s "
+                f"could not reach the coordinator at {where} within {timeout:.1f} s "
                 f"(last error: {last}); start it (asyncoll-coordinator --host {host} --port "
                 f"{port}) or check MASTER_ADDR/MASTER_PORT") from last
         try:
             async with timeout_after(min(remaining, HANDSHAKE_TIMEOUT_S)):
-                return await asyncio.open_connection(host, port)
+                reader, writer = await asyncio.open_connection(*addresses[index])
+                return reader, writer, index
         except (OSError, TimeoutError) as exc:
             last = exc if isinstance(exc, OSError) else OSError(f"connect timed out: {exc}")
-        await asyncio.sleep(min(CONNECT_RETRY_INTERVAL_S, max(0.0, deadline - loop.time())))
+        if index == len(addresses) - 1:
+            await asyncio.sleep(min(CONNECT_RETRY_INTERVAL_S,
+                                    max(0.0, deadline - loop.time())))
+    raise AssertionError("unreachable")
 
 
 async def _answer_challenge(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -111,28 +130,44 @@ async def _answer_challenge(reader: asyncio.StreamReader, writer: asyncio.Stream
 
 
 class CoordinatorClient:
-    """One control connection; many requests may be outstanding on it."""
+    """One control link to the job's coordinator; many requests may be outstanding on it.
+
+    The link outlives a coordinator's death (see the module's docstring):
+    only a coordinator's refusal, or :meth:`close`, ends it for good.
+    """
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 address: str) -> None:
+                 addresses: Sequence[tuple[str, int]], at: int = 0,
+                 token: bytes | None = None) -> None:
         self._reader = reader
         self._writer = writer
-        self.address = address
+        #: Every address the job's coordinator may answer at, in the order tried.
+        self.addresses = tuple(addresses)
+        self._at = at
+        self.address = join_host_port(*self.addresses[at])
+        self._token = token
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[Message]] = {}
+        # Each request's message too: those in flight when the link drops are sent again.
+        self._pending: dict[int, tuple[Message, asyncio.Future[Message]]] = {}
         self._closed: AsyncollError | None = None
+        self._up = asyncio.Event()
+        self._up.set()
         #: Called with each notice the coordinator sends unasked (a member gone).
         self.on_notice: Callable[[Message], None] | None = None
         #: The newest membership event the notices told of (their job's epoch).
         self.heard_epoch = 0
-        #: Called once, with the error, when the connection to the coordinator ends.
+        #: Called once, with the error, when the link ends for good.
         self.on_lost: Callable[[AsyncollError], None] | None = None
-        self._reader_task = asyncio.get_running_loop().create_task(self._read_replies())
+        #: This member's re-registration for a restarted coordinator, made anew at each
+        #: reconnection (None: not a member yet; its requests are simply sent again).
+        self.rejoin: Callable[[], Rejoin] | None = None
+        self._reader_task = asyncio.get_running_loop().create_task(self._serve())
 
     @classmethod
-    async def connect(cls, host: str, port: int, timeout: float,
-                      token: bytes | None = None) -> CoordinatorClient:
-        """Connect to the coordinator at ``host:port`` (see :func:`open_with_retry`).
+    async def connect(cls, host: str, port: int, timeout: float, token: bytes | None = None,
+                      fallbacks: Sequence[tuple[str, int]] = ()) -> CoordinatorClient:
+        """Connect to the coordinator at ``host:port``, or at one of ``fallbacks`` (see
+        :func:`open_with_retry`).
 
         Answers the coordinator's challenge with ``token`` (None: this peer has no secret).
 
@@ -141,19 +176,24 @@ class CoordinatorClient:
                 refused the one it has.
             ProtocolError: the other side is not an asyncoll coordinator.
         """
-        reader, writer = await open_with_retry(host, port, timeout)
-        address = join_host_port(host, port)
+        reader, writer, at = await open_with_retry(host, port, timeout, fallbacks)
+        addresses = ((host, port), *fallbacks)
         try:
-            await _answer_challenge(reader, writer, address, token)
+            await _answer_challenge(reader, writer, join_host_port(*addresses[at]), token)
         except BaseException:
             writer.close()
             raise
-        return cls(reader, writer, address)
+        return cls(reader, writer, addresses, at, token)
 
     @property
     def lost(self) -> AsyncollError | None:
-        """Why the connection ended (None while it is up)."""
+        """Why the link ended for good (None while it is up or reconnecting)."""
         return self._closed
+
+    @property
+    def up(self) -> bool:
+        """Whether a coordinator answers now (False while reconnecting, or ended)."""
+        return self._up.is_set()
 
     @property
     def local_host(self) -> str:
@@ -163,6 +203,9 @@ class CoordinatorClient:
     async def request(self, message: Message, timeout: float, what: str) -> Message:
         """Send ``message`` and return its reply.
 
+        While the coordinator is being reached again, the request waits for it,
+        within the same ``timeout``.
+
         Args:
             message: the request.
             timeout: seconds to wait for the reply.
@@ -170,21 +213,28 @@ class CoordinatorClient:
 
         Raises:
             AsyncollError: the coordinator answered with an error (mapped to its class).
-            RendezvousTimeoutError: no reply within ``timeout``.
-            RendezvousError: the connection to the coordinator is lost.
+            RendezvousTimeoutError: no reply within ``timeout`` (naming the addresses
+                tried, if no coordinator was reachable).
+            RendezvousError: the link to the coordinator ended for good.
         """
         if self._closed is not None:
             raise self._closed
         request_id = next(self._ids)
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
+        self._pending[request_id] = (message, future)
         try:
-            write_message(self._writer, message, request_id)
+            if self._up.is_set():
+                write_message(self._writer, message, request_id)
+            # Else it is sent once a coordinator answers (see _back_up).
             async with timeout_after(timeout) as deadline:
                 reply = await future
         except TimeoutError:
             if not deadline.expired():
                 raise  # the reply's own error, a TimeoutError too: not this deadline's
+            if not self._up.is_set():
+                raise RendezvousTimeoutError(
+                    f"{what}: no coordinator reachable within {timeout:.1f} s (tried "
+                    f"{', '.join(join_host_port(*a) for a in self.addresses)})") from None
             raise RendezvousTimeoutError(
                 f"{what}: no answer from the coordinator at {self.address} within "
                 f"{timeout:.1f} s") from None
@@ -195,12 +245,13 @@ class CoordinatorClient:
         return reply
 
     def notify(self, message: Message) -> None:
-        """Send ``message``, which the coordinator does not answer (a heartbeat)."""
-        if self._closed is None and not self._writer.is_closing():
+        """Send ``message``, which the coordinator does not answer (a heartbeat); dropped
+        while no coordinator answers."""
+        if self._up.is_set() and not self._writer.is_closing():
             write_message(self._writer, message, 0)
 
     async def close(self) -> None:
-        """Close the connection; outstanding requests fail with RendezvousError."""
+        """Close the link; outstanding requests fail with RendezvousError."""
         self._fail_pending(RendezvousError(f"the connection to the coordinator at "
                                            f"{self.address} was closed by this process"))
         self._reader_task.cancel()
@@ -211,41 +262,135 @@ class CoordinatorClient:
             async with timeout_after(HANDSHAKE_TIMEOUT_S):
                 await self._writer.wait_closed()
 
-    async def _read_replies(self) -> None:
-        error: AsyncollError
-        try:
-            while True:
-                item = await read_message(self._reader, MAX_COORDINATOR_REPLY_BYTES)
-                if item is None:
-                    error = RendezvousError(f"the coordinator at {self.address} closed the "
-                                            "connection")
-                    break
-                request_id, message = item
-                future = self._pending.get(request_id)
-                if future is not None and not future.done():
-                    future.set_result(message)
-                elif request_id == 0 and isinstance(message, (MemberGone, MembersLeft,
-                                                               MembersPending)):
-                    self._notice(message)
-                elif request_id == 0 and isinstance(message, Error):
-                    # The coordinator refused this connection as a whole.
-                    error = error_from_code(message.code, f"the coordinator at {self.address} "
-                                                          f"closed the connection: "
-                                                          f"{message.message}")
-                    break
-                else:
-                    log.debug("unexpected %s message from the coordinator (request %d)",
-                              message.TYPE, request_id)
-        except ProtocolError as exc:
-            error = exc
-        except (OSError, asyncio.IncompleteReadError) as exc:
-            error = RendezvousError(f"lost the connection to the coordinator at "
-                                    f"{self.address}: {exc}")
-            error.__cause__ = exc
+    async def _serve(self) -> None:
+        """Read replies until the link ends for good, reconnecting whenever it drops."""
+        while True:
+            error, final = await self._read_replies()
+            if final or self._closed is not None:
+                break
+            self._up.clear()
+            self._writer.close()
+            log.warning("%s; reaching a coordinator again (%s)", error,
+                        ", ".join(join_host_port(*a) for a in self.addresses))
+            refusal = await self._reconnect()
+            if refusal is None:
+                continue
+            error = refusal
+            break
         first = self._closed is None
         self._fail_pending(error)
         if first and self.on_lost is not None:
             self.on_lost(error)
+
+    async def _read_replies(self) -> tuple[AsyncollError, bool]:
+        """Read replies until the connection ends: (why, whether for good)."""
+        try:
+            while True:
+                item = await read_message(self._reader, MAX_COORDINATOR_REPLY_BYTES)
+                if item is None:
+                    return RendezvousError(f"the coordinator at {self.address} closed the "
+                                           "connection"), False
+                request_id, message = item
+                entry = self._pending.get(request_id)
+                if entry is not None and not entry[1].done():
+                    entry[1].set_result(message)
+                elif request_id == 0 and isinstance(message, (MemberGone, MembersLeft,
+                                                               MembersPending)):
+                    self._notice(message)
+                elif request_id == 0 and isinstance(message, Error):
+                    # The coordinator refused this peer as a whole.
+                    return error_from_code(message.code, f"the coordinator at {self.address} "
+                                                         f"closed the connection: "
+                                                         f"{message.message}"), True
+                else:
+                    log.debug("unexpected %s message from the coordinator (request %d)",
+                              message.TYPE, request_id)
+        except ProtocolError as exc:
+            return exc, True
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            error = RendezvousError(f"lost the connection to the coordinator at "
+                                    f"{self.address}: {exc}")
+            error.__cause__ = exc
+            return error, False
+
+    async def _reconnect(self) -> AsyncollError | None:
+        """Dial the addresses in turn, with backoff, until a coordinator takes this peer
+        back; return None then, or the refusal that ends the link."""
+        for attempt in itertools.count():
+            for offset in range(len(self.addresses)):
+                at = (self._at + offset) % len(self.addresses)
+                address = join_host_port(*self.addresses[at])
+                try:
+                    async with timeout_after(HANDSHAKE_TIMEOUT_S):
+                        reader, writer = await asyncio.open_connection(*self.addresses[at])
+                except (OSError, TimeoutError):
+                    continue
+                try:
+                    await _answer_challenge(reader, writer, address, self._token)
+                    refusal = await self._register(reader, writer, address)
+                except (AsyncollError, OSError, asyncio.IncompleteReadError) as exc:
+                    log.info("the coordinator at %s did not take this peer back: %s",
+                             address, exc)
+                    writer.close()
+                    continue
+                if refusal is not None:
+                    writer.close()
+                    return refusal
+                self._reader, self._writer, self._at, self.address = reader, writer, at, address
+                self._back_up()
+                return None
+            bound = min(RECONNECT_BACKOFF_CAP_S, CONNECT_RETRY_INTERVAL_S * 2 ** attempt)
+            await asyncio.sleep(bound * random.uniform(0.5, 1.0))
+        raise AssertionError("unreachable")
+
+    async def _register(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        address: str) -> AsyncollError | None:
+        """Re-register this member on a new connection, and wait until its job is adopted.
+
+        Returns the coordinator's refusal (it ends the link), or None once
+        adopted (or at once for a peer that is not a member yet).
+
+        Raises:
+            RendezvousTimeoutError: not adopted in time; the caller tries again.
+            RendezvousError, OSError: the connection failed; the same.
+        """
+        if self.rejoin is None:
+            return None
+        rejoin = self.rejoin()
+        request_id = next(self._ids)
+        write_message(writer, rejoin, request_id)
+        # Adoption takes at most the job's grace (its heartbeat timeout) once a majority
+        # is back; a coordinator that waits longer has not got one: try another.
+        wait = rejoin.heartbeat_timeout + HANDSHAKE_TIMEOUT_S
+        try:
+            async with timeout_after(wait):
+                while True:
+                    item = await read_message(reader, MAX_COORDINATOR_REPLY_BYTES)
+                    if item is None:
+                        raise RendezvousError(f"the coordinator at {address} closed the "
+                                              "connection before taking the job back")
+                    if item[0] == request_id:
+                        break
+        except TimeoutError:
+            raise RendezvousTimeoutError(f"the coordinator at {address} did not take job "
+                                         f"{rejoin.job!r} back within {wait:g} s") from None
+        reply = item[1]
+        if isinstance(reply, Error):
+            return error_from_code(reply.code, f"the coordinator at {address} refused to "
+                                                f"take this rank back: {reply.message}")
+        if not isinstance(reply, Adopted):
+            return ProtocolError(f"the coordinator at {address} answered a re-registration "
+                                 f"with {reply.TYPE}")
+        log.warning("re-registered with the coordinator at %s: job %r adopted (generation %d, "
+                    "%d members)", address, rejoin.job, reply.generation, reply.members)
+        return None
+
+    def _back_up(self) -> None:
+        """A coordinator answers again: send what waited for it, in order."""
+        for request_id, (message, future) in sorted(self._pending.items()):
+            if not future.done():
+                write_message(self._writer, message, request_id)
+        self._up.set()
 
     def _notice(self, message: MemberGone | MembersLeft | MembersPending) -> None:
         self.heard_epoch = max(self.heard_epoch, message.epoch)
@@ -255,6 +400,6 @@ class CoordinatorClient:
     def _fail_pending(self, error: AsyncollError) -> None:
         if self._closed is None:
             self._closed = error
-        for future in self._pending.values():
+        for _, future in self._pending.values():
             if not future.done():
                 future.set_exception(error)

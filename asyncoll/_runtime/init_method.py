@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from asyncoll._runtime.session import Rendezvous
 from asyncoll._defaults import DEFAULT_JOB_ID
-from asyncoll._wire.endpoint import host_literal, split_host_port
+from asyncoll._wire.endpoint import host_literal, split_addresses, split_host_port
 from asyncoll.errors import ConfigurationError
 
 #: Where launchers put the rank and the world size, in order of precedence:
@@ -15,7 +15,8 @@ from asyncoll.errors import ConfigurationError
 _RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
 _WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
 
-#: Where asyncoll-run's coordinator is (HOST:PORT); it takes precedence over
+#: Where asyncoll-run's coordinator is (HOST:PORT, or several, comma-separated:
+#: tried in turn when one cannot be reached); it takes precedence over
 #: MASTER_ADDR and MASTER_PORT, which asyncoll-run leaves to torch's store.
 COORDINATOR_VARIABLE = "ASYNCOLL_COORDINATOR"
 
@@ -47,9 +48,11 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
                                  f"the CPU over TCP; pass one of {ACCEPTED_BACKENDS} or None")
     url = urlsplit(init_method or "env://")
     launched = environ.get(COORDINATOR_VARIABLE) if url.scheme == "env" else None
+    fallbacks: tuple[tuple[str, int], ...] = ()
     if launched:
         # asyncoll-run's coordinator: MASTER_PORT is left to torch's store.
-        host, port = split_host_port(launched, COORDINATOR_VARIABLE)
+        (host, port), *others = split_addresses(launched, COORDINATOR_VARIABLE)
+        fallbacks = tuple(others)
     elif url.scheme == "env":
         host = host_literal(_require(environ, "MASTER_ADDR"), "MASTER_ADDR")
         port = _int_value("MASTER_PORT", _require(environ, "MASTER_PORT"))
@@ -87,7 +90,8 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
                                  f"{world_size}, max_size {max_size}")
     return Rendezvous(host=host, port=port, job=job, world_size=world_size, rank=rank,
                       timeout=timeout, may_host=rank == 0 and not launched,
-                      elastic=bool(elastic), min_size=min_size, max_size=max_size)
+                      elastic=bool(elastic), min_size=min_size, max_size=max_size,
+                      fallbacks=fallbacks)
 
 
 def _tcp_address(init_method: str, netloc: str) -> tuple[str, int]:

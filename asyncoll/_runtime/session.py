@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from asyncoll._runtime.addresses import ListenPlan, listen_plan
+from asyncoll._runtime.registration import Identity, Registration
 from asyncoll._group.faults import GroupFaults
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._runtime.settings import Settings
@@ -41,6 +42,7 @@ from asyncoll._wire.messages import (
     Message,
     NewGroup,
     Reconfigure,
+    Rejoin,
     Welcome,
     WhoIsMissing,
 )
@@ -78,6 +80,14 @@ class Rendezvous:
     elastic: bool = False
     min_size: int = 0
     max_size: int = 0
+    #: Other addresses of the job's coordinator, tried in turn after (host, port)
+    #: when it cannot be reached (ASYNCOLL_COORDINATOR=host:port,host:port).
+    fallbacks: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def bounds(self) -> tuple[bool, int, int]:
+        """(elastic, min_size, max_size)."""
+        return self.elastic, self.min_size, self.max_size
 
 
 class Session:
@@ -85,7 +95,7 @@ class Session:
 
     def __init__(self, client: CoordinatorClient, mesh: TcpMesh, welcome: Welcome,
                  job: str, timeout: float, embedded: Coordinator | None,
-                 settings: Settings) -> None:
+                 settings: Settings, bounds: tuple[bool, int, int] = (False, 0, 0)) -> None:
         self.client = client
         self.mesh = mesh
         #: Which groups are broken, and why; told of lost peers and ABORT frames.
@@ -101,7 +111,11 @@ class Session:
         self._embedded = embedded
         #: What the runtime read from the environment when this process joined.
         self.settings = settings
-        self._barriers: dict[int, int] = {}
+        address = mesh.peer_address(welcome.rank) or ("", 0)
+        #: What this member re-registers with a restarted coordinator.
+        self.registration = Registration(Identity.of(
+            welcome, job, address, mesh.hostname(welcome.rank), settings.heartbeat_timeout,
+            bounds))
         #: Set once this rank destroyed its process group or a new one replaced it.
         self.closed = False
         #: Operations started on this rank, in every group (reported in heartbeats).
@@ -120,6 +134,7 @@ class Session:
         #: The job's epoch at the last "unchanged" answer; none yet in this generation.
         self._agreed_epoch = -1
         client.on_lost = self._coordinator_lost
+        client.rejoin = self._rejoin
 
     @classmethod
     async def join(cls, where: Rendezvous, settings: Settings,
@@ -140,7 +155,7 @@ class Session:
         mesh: TcpMesh | None = None
         try:
             client = await CoordinatorClient.connect(where.host, where.port, where.timeout,
-                                                     settings.token)
+                                                     settings.token, where.fallbacks)
             mesh = TcpMesh(where.job, settings.transport)
             plan = listen_plan(client.local_host, settings.environment)
             port = await _listen(mesh, plan)
@@ -164,17 +179,20 @@ class Session:
         except BaseException:
             await _close_quietly(client, mesh, embedded)
             raise
-        return cls(client, mesh, welcome, where.job, where.timeout, embedded, settings)
+        return cls(client, mesh, welcome, where.job, where.timeout, embedded, settings,
+                   where.bounds)
 
     async def new_group(self, ranks: tuple[int, ...],
                         timeout: float) -> tuple[int, tuple[int, ...]]:
         """Agree with every rank on a new group; return (group id, its ranks)."""
         self._need_coordinator("new_group")
-        reply = await self.client.request(NewGroup.of(ranks, timeout),
-                                          timeout + COORDINATOR_GRACE_S,
-                                          f"new_group({list(ranks)})")
+        with self.registration.new_group_call():
+            reply = await self.client.request(NewGroup.of(ranks, timeout),
+                                              timeout + COORDINATOR_GRACE_S,
+                                              f"new_group({list(ranks)})")
         if not isinstance(reply, GroupCreated):
             raise ProtocolError(f"the coordinator answered new_group with {reply.TYPE}")
+        self.registration.groups[reply.group_id] = reply.ranks
         return reply.group_id, reply.ranks
 
     async def barrier(self, group_id: int, timeout: float) -> None:
@@ -184,11 +202,10 @@ class Session:
         arrive; this rank waits :data:`COORDINATOR_GRACE_S` longer for that answer.
         """
         self._need_coordinator("monitored_barrier")
-        seq = self._barriers.get(group_id, 0) + 1
-        self._barriers[group_id] = seq
-        await self.client.request(Barrier(group_id=group_id, seq=seq, timeout=timeout),
-                                  timeout + COORDINATOR_GRACE_S,
-                                  f"barrier #{seq} of group {group_id}")
+        with self.registration.barrier(group_id) as seq:
+            await self.client.request(Barrier(group_id=group_id, seq=seq, timeout=timeout),
+                                      timeout + COORDINATOR_GRACE_S,
+                                      f"barrier #{seq} of group {group_id}")
 
     def heard_of_change(self) -> bool:
         """Whether the coordinator told of a membership event that the last unchanged
@@ -211,8 +228,10 @@ class Session:
         all get the same answer, decided once by the coordinator)."""
         self.check_open("membership_changed")
         self._need_coordinator("membership_changed")
-        reply = await self.client.request(CheckMembership(timeout=timeout),
-                                          timeout + COORDINATOR_GRACE_S, "membership check")
+        with self.registration.check():
+            reply = await self.client.request(CheckMembership(timeout=timeout),
+                                              timeout + COORDINATOR_GRACE_S,
+                                              "membership check")
         if not isinstance(reply, MembershipState):
             raise ProtocolError(f"the coordinator answered a membership check with "
                                 f"{reply.TYPE}")
@@ -253,7 +272,7 @@ class Session:
                            f"{welcome.world_size} members); groups made before are closed: "
                            "make them anew after reconfigure()")
         return Session(self.client, mesh, welcome, self.job, self.timeout, self._embedded,
-                       self.settings)
+                       self.settings, self.registration.identity.bounds)
 
     async def _retire(self, reason: str) -> None:
         """Close this generation's data plane, keeping the coordinator link for the next."""
@@ -276,24 +295,34 @@ class Session:
             self.client.notify(Heartbeat(ops=self.ops))
             await asyncio.sleep(self._heartbeat_interval)
 
+    def _rejoin(self) -> Rejoin:
+        """This member's re-registration, for a restarted coordinator."""
+        self.registration.gone.update(self.faults.gone())
+        return self.registration.rejoin(max(self.client.heard_epoch, self._agreed_epoch))
+
     def _notice(self, message: Message) -> None:
         """The coordinator says a member is gone: fail what depended on it."""
         if isinstance(message, MembersLeft):
+            self.registration.gone.update(message.ranks)
             for rank in message.ranks:
                 if rank != self.rank:
                     self.faults.member_left(rank, self.mesh.hostname(rank))
             return
         if not isinstance(message, MemberGone) or message.rank == self.rank:
             return
+        self.registration.gone.add(message.rank)
+        # A coordinator that took the job back knows no address of a member that
+        # did not come back: this rank's directory does.
+        hostname = message.hostname or self.mesh.hostname(message.rank)
+        host = message.host or (self.mesh.peer_address(message.rank) or ("?", 0))[0]
         if message.how == "left":
-            self.faults.member_left(message.rank, message.hostname)
+            self.faults.member_left(message.rank, hostname)
             return
-        log.warning("rank %d on %s was lost: %s", message.rank, message.hostname,
-                    message.reason)
+        log.warning("rank %d on %s was lost: %s", message.rank, hostname, message.reason)
         self.faults.peer_lost(message.rank, PeerLostError(
-            f"rank {message.rank} on host {message.hostname} ({message.host}) was lost: "
+            f"rank {message.rank} on host {hostname} ({host}) was lost: "
             f"{message.reason} (the coordinator's notice)", rank=message.rank,
-            host=message.hostname))
+            host=hostname))
 
     @property
     def forced_algorithms(self) -> Mapping[str, str]:
@@ -360,11 +389,8 @@ class Session:
         lost = self.client.lost
         if lost is not None and not self.closed:
             raise RendezvousError(
-                f"{what} needs the coordinator at {self.client.address}, and this rank lost "
-                f"its connection to it ({lost}). asyncoll does not re-register a running job "
-                "with a restarted coordinator (the new one knows none of its groups, and "
-                "ranks cannot agree on new ones without it); collectives on existing groups "
-                "keep working over the data plane. Restart the job to create groups again.")
+                f"{what} needs the coordinator, and this rank's link to it ended for good "
+                f"({lost}); collectives on existing groups keep working over the data plane.")
 
     def _coordinator_lost(self, error: AsyncollError) -> None:
         if isinstance(error, ExcludedError):
@@ -373,8 +399,8 @@ class Session:
             log.warning("%s", error)
         elif not self.closed:
             log.warning("%s; collectives go on over the data plane, but new_group, "
-                        "monitored_barrier and the coordinator's failure notices are gone",
-                        error)
+                        "monitored_barrier and the coordinator's failure notices are gone "
+                        "for good", error)
 
     async def close(self) -> None:
         """Leave the job and close everything; never raises."""

@@ -30,7 +30,8 @@ from asyncoll._runtime.runtime import Runtime, runtime
 from asyncoll._runtime.settings import Settings
 from asyncoll._runtime.session import Rendezvous
 from asyncoll.coordinator.server import Coordinator
-from asyncoll._wire.endpoint import host_literal
+from asyncoll._runtime.init_method import COORDINATOR_VARIABLE
+from asyncoll._wire.endpoint import host_literal, split_addresses
 from asyncoll.errors import RendezvousTimeoutError
 
 log = logging.getLogger("asyncoll")
@@ -69,8 +70,13 @@ class TorchWorld:
             if rank == 0:
                 coordinator = shared.run(hosting.host_advertised(
                     _advertised_host(store, settings.environment), settings.token))
+                # Standing coordinators named in the environment take the job back
+                # if the embedded one goes (with rank 0's process, say).
+                listed = settings.environment.get(COORDINATOR_VARIABLE, "")
+                fallbacks = split_addresses(listed, COORDINATOR_VARIABLE) if listed else ()
                 published = {"host": coordinator.host, "port": coordinator.port,
-                             "job": f"torch-{uuid.uuid4().hex}"}
+                             "job": f"torch-{uuid.uuid4().hex}",
+                             "fallbacks": [list(a) for a in fallbacks]}
                 store.set(STORE_KEY, json.dumps(published))
             address: dict[str, Any] = _read_address(store, timeout)
         except BaseException:
@@ -79,7 +85,9 @@ class TorchWorld:
             raise
         where = Rendezvous(host=str(address["host"]), port=int(address["port"]),
                            job=str(address["job"]), world_size=size, rank=rank,
-                           timeout=timeout, may_host=False)
+                           timeout=timeout, may_host=False,
+                           fallbacks=tuple((str(h), int(p)) for h, p in
+                                           address.get("fallbacks", ())))
         # The session stops the coordinator when it closes, or when it fails to join.
         return cls(shared, aio.World(shared.run(shared.join(where, settings, coordinator))))
 

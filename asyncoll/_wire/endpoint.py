@@ -78,6 +78,24 @@ def split_host_port(text: str, what: str) -> tuple[str, int]:
     return host_literal(host, what), int(port_text)
 
 
+def split_addresses(text: str, what: str) -> tuple[tuple[str, int], ...]:
+    """Every (host, port) of ``host:port,host:port,...`` (see :func:`split_host_port`).
+
+    Raises:
+        ConfigurationError: an empty list, or an address that is not one.
+    """
+    items = [item for item in text.split(",") if item.strip()]
+    if not items:
+        raise ConfigurationError(f"{what}={text!r} must be HOST:PORT, or several separated by "
+                                 f"commas, e.g. {_EXAMPLE}")
+    return tuple(split_host_port(item, what) for item in items)
+
+
+def join_addresses(addresses: tuple[tuple[str, int], ...]) -> str:
+    """``host:port,host:port``: what :func:`split_addresses` reads."""
+    return ",".join(join_host_port(host, port) for host, port in addresses)
+
+
 def join_host_port(host: str, port: int) -> str:
     """``host:port``, with an IPv6 ``host`` in brackets: ``[::1]:29500``."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -13,6 +13,7 @@ import logging
 import pytest
 
 from asyncoll._defaults import PROTOCOL_VERSION
+from asyncoll.cli import table
 from asyncoll._wire.compact import pack_runs
 from asyncoll._wire.messages import (
     Adopted,
@@ -97,6 +98,7 @@ def test_a_job_is_adopted_once_every_member_re_registered_in_any_order(
     assert (status.state, status.generation, status.world_size) == ("running", 2, 4)
     assert [(m.rank, m.host, m.state) for m in status.members] == [
         (r, f"10.0.0.{r}", "running") for r in range(4)]
+    assert "job-1  running 4/4 gen 2" in table([status])  # as asyncoll status shows it
 
 
 def test_with_a_member_missing_the_job_is_adopted_at_the_grace_and_it_is_lost(

@@ -99,8 +99,8 @@ def test_table_has_a_row_per_member_with_its_groups():
     lines = table([job]).splitlines()
     assert lines[0].split() == ["JOB", "STATE", "RANK", "HOST", "DATA", "ADDRESS", "PID",
                                 "MEMBER", "GROUPS", "OPS", "HEARTBEAT"]
-    assert lines[1].split() == ["train", "running", "2/2", "12s", "0", "a", "10.0.0.1:4000",
-                                "11", "running", "0", "42", "0.5s", "ago"]
+    assert lines[1].split() == ["train", "running", "2/2", "gen", "0", "12s", "0", "a",
+                                "10.0.0.1:4000", "11", "running", "0", "42", "0.5s", "ago"]
     assert lines[2].split()[-5:] == ["12", "left", "0,1", "-", "-"]
     assert table([]).splitlines()[-1] == "(no jobs)"
 

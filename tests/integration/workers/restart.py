@@ -1,23 +1,28 @@
-"""A rank that keeps all_reducing while its coordinator is restarted.
+"""A rank that keeps all_reducing while its coordinator is restarted, or is gone.
 
-Usage: restart.py COORDINATOR WORLD_SIZE JOB GO_FILE
+Usage: restart.py COORDINATORS WORLD_SIZE JOB GO_FILE [NEW_GROUP_TIMEOUT]
 
-Prints "READY", all_reduces until GO_FILE exists (the test restarts the
-daemon before creating it), then 50 more, then tries new_group and prints
-"GROUP <error class>: <message>", and "DONE <operations>" at the end.
+COORDINATORS is ASYNCOLL_COORDINATOR's HOST:PORT[,HOST:PORT...]. Prints
+"READY", all_reduces until GO_FILE exists (the test restarts or stops the
+daemon before creating it), then 50 more, then calls new_group (with
+NEW_GROUP_TIMEOUT, default 30 s) and monitored_barrier, printing "GROUP
+created <seconds>" or "GROUP <error class> <seconds>: <message>", and
+"DONE <operations>" at the end.
 """
 
 import os
 import sys
 import time
+from datetime import timedelta
 
 import numpy as np
 
 import asyncoll as dist
 
-address, world_size, job, go_file = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-dist.init_process_group(init_method=f"tcp://{address}", world_size=world_size, job_id=job,
-                        timeout=30)
+addresses, world_size, job, go_file = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+group_timeout = float(sys.argv[5]) if len(sys.argv) > 5 else 30.0
+os.environ["ASYNCOLL_COORDINATOR"] = addresses
+dist.init_process_group(init_method="env://", world_size=world_size, job_id=job, timeout=30)
 print("READY", flush=True)
 
 
@@ -40,10 +45,15 @@ while True:
 for _ in range(50):
     check()
     done += 1
+began = time.monotonic()
 try:
-    dist.new_group([0])
-    print("GROUP created", flush=True)
+    group = dist.new_group(list(range(world_size)), timeout=timedelta(seconds=group_timeout))
+    dist.monitored_barrier(group, timeout=timedelta(seconds=group_timeout))
+    x = np.ones(10)
+    dist.all_reduce(x, group=group)
+    assert (x == world_size).all()
+    print(f"GROUP created {time.monotonic() - began:.2f}", flush=True)
 except dist.AsyncollError as exc:
-    print(f"GROUP {type(exc).__name__}: {exc}", flush=True)
+    print(f"GROUP {type(exc).__name__} {time.monotonic() - began:.2f}: {exc}", flush=True)
 dist.destroy_process_group()
 print(f"DONE {done}", flush=True)
