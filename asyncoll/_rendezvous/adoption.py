@@ -178,6 +178,7 @@ class Adoption(Departures):
         job.rejoins.clear()
         log.info("adopted job %r: %d members, generation %d", job.name, adopted.members,
                  job.generation)
+        self.tally.jobs_adopted += 1
         lost = [rank for rank in absent if rank not in job.known_gone]
         job.departed.update(rank for rank in absent if rank in job.known_gone)
         for rank in lost:

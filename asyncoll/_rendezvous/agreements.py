@@ -48,10 +48,12 @@ class Agreements(StateBase):
                     f"members ({detail}); every rank must call new_group with the same ranks "
                     "in the same order")
             log.warning("%s", text)
+            self.tally.desyncs += 1
             return [error(c, r, "mismatch", text) for c, r, _ in gathering.arrivals.values()]
         (runs,) = proposals
         group_id = call + 1
         job.groups[group_id] = unpack_runs(runs)
+        self.tally.new_group(now - gathering.started)
         log.info("job %r: group %d created with ranks %s", job.name, group_id,
                  _ranks_words(runs))
         created = GroupCreated(group_id=group_id, runs=runs)

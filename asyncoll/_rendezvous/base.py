@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from asyncoll._defaults import PROTOCOL_VERSION
+from asyncoll._rendezvous.tally import Tally
 from asyncoll._rendezvous.records import MEMBER_LINES_UP_TO, Job, Member, Reply
 from asyncoll._wire.compact import pack_directory
 from asyncoll._wire.messages import Ok
@@ -30,6 +31,8 @@ class StateBase:
         # Connections of members an elastic job went on without: why, for their next request.
         self._excluded: dict[int, str] = {}
         self._joins = 0
+        #: What the daemon's metrics report.
+        self.tally = Tally()
 
     @staticmethod
     def _answer_leaves(job: Job) -> list[Reply]:

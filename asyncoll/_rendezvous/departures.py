@@ -69,6 +69,7 @@ class Departures(ElasticMembership):
         self._conn_job.pop(conn, None)
         job.conn_rank.pop(conn, None)
         level = member_level(job) if how == "left" else logging.WARNING
+        self.tally.members_lost += how != "left"
         log.log(level, "job %r: rank %d on %s (pid %d) %s; %d of %d ranks remain", job.name,
                 rank, member.info.hostname, member.pid, how,
                 job.world_size - len(job.departed), job.world_size)

@@ -140,6 +140,7 @@ class Joins(ElasticMembership):
         job.running = True
         job.running_since = job.heartbeats_due = now
         job.groups[0] = tuple(range(job.world_size))
+        self.tally.rendezvous(now - job.started)
         log.info("job %r: rendezvous complete with %d ranks: %s", job.name, job.world_size,
                  members_text(everyone))
         return replies

@@ -55,6 +55,8 @@ class Member:
     pid: int
     ops: int = -1
     last_heartbeat: float | None = None
+    #: Operations per second between its last two heartbeats.
+    ops_rate: float = 0.0
 
 
 @dataclass(slots=True)

@@ -78,6 +78,10 @@ class RendezvousState(Joins, Agreements, Adoption):
         """The ids of the jobs that have at least one peer waiting or running."""
         return sorted({job.name for job in self._live()})
 
+    def jobs(self) -> list[Job]:
+        """Every job waiting, adopting or running: read them, do not change them."""
+        return self._live()
+
     def job_is_active(self, name: str) -> bool:
         """Whether job ``name`` still has peers waiting or members that have not left."""
         return any(job.name == name for job in self._live())
@@ -155,7 +159,11 @@ class RendezvousState(Joins, Agreements, Adoption):
             # Recorded for status; declaring silent members lost is the
             # failure detector's job, which reads the same timestamps.
             record = job.members[member]
+            if record.last_heartbeat is not None and record.ops >= 0 and (
+                    now > record.last_heartbeat):
+                record.ops_rate = (message.ops - record.ops) / (now - record.last_heartbeat)
             record.ops, record.last_heartbeat = message.ops, now
+            self.tally.heartbeats += 1
             return []
         if isinstance(message, Leave):
             return self._depart(job, member, conn, "left", now, request_id)

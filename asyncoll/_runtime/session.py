@@ -24,6 +24,7 @@ from asyncoll._defaults import (
     HEARTBEAT_INTERVAL_S,
     LEAVE_TIMEOUT_S,
     PROTOCOL_VERSION,
+    RECONNECT_BACKOFF_CAP_S,
     WAITING_REPORT_INTERVAL_S,
 )
 from asyncoll._transport.tcp.mesh import TcpMesh
@@ -408,8 +409,12 @@ class Session:
             return
         self.closed = True
         self._heartbeat.cancel()
+        # A coordinator being reached again gets a moment, not the whole leave
+        # timeout: one that never comes back (it died with rank 0) must not hold
+        # every member's exit; one that does counts this rank lost, which is harmless.
         with contextlib.suppress(AsyncollError, OSError):
-            await self.client.request(Leave(), LEAVE_TIMEOUT_S, "leave")
+            await self.client.request(Leave(), LEAVE_TIMEOUT_S if self.client.up else
+                                      RECONNECT_BACKOFF_CAP_S, "leave")
         self._stop_groups()
         await _close_quietly(self.client, self.mesh, self._embedded, self.job)
 

@@ -37,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--token-file",
                         help="file holding the shared secret every peer must prove "
                              "(default: ASYNCOLL_TOKEN, if set)")
+    parser.add_argument("--metrics-port", type=int, default=None,
+                        help="serve Prometheus metrics on http://HOST:PORT/metrics, HOST "
+                             "being --host (0 picks a free one; needs prometheus_client)")
+    parser.add_argument("--metrics-port-file",
+                        help="write the bound metrics port to this file once listening")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
@@ -70,14 +75,20 @@ async def _serve(args: argparse.Namespace) -> int:
                     "%d can join any job, read its addresses and disturb it. Pass "
                     "--token-file (and give the workers ASYNCOLL_TOKEN) unless this network "
                     "is trusted. ***", host, args.port)
-    coordinator = Coordinator(host, args.port, token)
     try:
+        coordinator = Coordinator(host, args.port, token, args.metrics_port)
         await coordinator.start()
+    except ConfigurationError as exc:
+        log.error("%s", exc)
+        return 2
     except OSError as exc:
         log.error("cannot listen on %s: %s", join_host_port(host, args.port), exc)
+        await coordinator.stop()
         return 1
     if args.port_file:
         _write_port_file(args.port_file, coordinator.port)
+    if args.metrics_port_file and coordinator.metrics is not None:
+        _write_port_file(args.metrics_port_file, coordinator.metrics.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -13,6 +13,7 @@ from asyncoll._rendezvous.control import read_message, write_message
 from asyncoll._rendezvous.state import Reply, RendezvousState
 from asyncoll._defaults import COORDINATOR_TICK_S, DEFAULT_PORT, HANDSHAKE_TIMEOUT_S
 from asyncoll._wire.endpoint import join_host_port
+from asyncoll.coordinator.metrics import MetricsServer
 from asyncoll._wire.messages import Challenge, Error, Proof, encode_head, frame
 from asyncoll.errors import AuthenticationError, ProtocolError
 
@@ -33,8 +34,15 @@ class Coordinator:
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-                 token: bytes | None = None) -> None:
-        """Serve on ``host:port``; with ``token``, every connection must prove it."""
+                 token: bytes | None = None, metrics_port: int | None = None) -> None:
+        """Serve on ``host:port``; with ``token``, every connection must prove it.
+
+        With ``metrics_port`` (0: a free one), Prometheus metrics are served on
+        ``host:metrics_port/metrics`` too (see asyncoll.coordinator.metrics).
+
+        Raises:
+            ConfigurationError: metrics are asked for and prometheus_client is missing.
+        """
         self.host = host
         self.port = port
         self._token = token
@@ -44,6 +52,8 @@ class Coordinator:
         self._server: asyncio.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._handlers: set[asyncio.Task[None]] = set()
+        self.metrics = (None if metrics_port is None else
+                        MetricsServer(self._state, host, metrics_port))
 
     async def start(self) -> None:
         """Bind and start serving; ``self.port`` is then the bound port.
@@ -56,12 +66,16 @@ class Coordinator:
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         log.info("coordinator listening on %s", join_host_port(self.host, self.port))
+        if self.metrics is not None:
+            await self.metrics.start()
 
     async def stop(self) -> None:
         """Stop accepting, close every connection and wait for the handlers to end."""
         if self._server is None:
             return
         self._server.close()
+        if self.metrics is not None:
+            await self.metrics.stop()
         if self._ticker is not None:
             self._ticker.cancel()
         for writer in list(self._writers.values()):

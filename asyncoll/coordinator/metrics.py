@@ -1,0 +1,152 @@
+"""Prometheus metrics of a coordinator, served on ``/metrics`` (``--metrics-port``).
+
+Read from the coordinator's state at each scrape, in its event loop (the
+state is not shared with another thread); served by a minimal HTTP/1.0
+responder on the same loop. Needs ``prometheus_client``
+(``pip install asyncoll[metrics]``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from asyncoll._compat import timeout as timeout_after
+from asyncoll._defaults import HANDSHAKE_TIMEOUT_S
+from asyncoll._rendezvous.state import RendezvousState
+from asyncoll._wire.endpoint import join_host_port
+from asyncoll.errors import ConfigurationError
+
+log = logging.getLogger("asyncoll.coordinator")
+
+#: Latency buckets, seconds: a small job's rendezvous is milliseconds, a large
+#: one's or one waiting for a slow process many seconds.
+BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0)
+#: The most bytes of a request's head read before answering.
+MAX_REQUEST_BYTES = 8192
+
+
+def _client() -> Any:
+    try:
+        import prometheus_client
+        import prometheus_client.core  # noqa: F401  (the metric families)
+    except ImportError:
+        raise ConfigurationError("--metrics-port needs prometheus_client: pip install "
+                                 "'asyncoll[metrics]' (or prometheus_client)") from None
+    return prometheus_client
+
+
+class _Collector:
+    """Every metric, made anew from the coordinator's state at each scrape."""
+
+    def __init__(self, state: RendezvousState) -> None:
+        client = _client()
+        self._state = state
+        self._core = client.core
+        state.tally.observing = True
+        self._histograms = {
+            name: client.Histogram(f"asyncoll_{name}_seconds", text, buckets=BUCKETS,
+                                   registry=None)
+            for name, text in (("rendezvous", "Time from a job's first join to its "
+                                              "rendezvous' completion."),
+                               ("new_group", "Time from a new_group's first call to the "
+                                             "group's creation."))}
+
+    def collect(self) -> Iterator[Any]:
+        core, state, tally = self._core, self._state, self._state.tally
+        for name, values in zip(("rendezvous", "new_group"), tally.drain(), strict=True):
+            for value in values:
+                self._histograms[name].observe(value)
+            yield from self._histograms[name].collect()
+        for name, value, text in (
+                ("heartbeats", tally.heartbeats, "Heartbeats received."),
+                ("members_lost", tally.members_lost, "Members lost (not left): "
+                                                     "disconnected, silent, or not back after "
+                                                     "a coordinator restart."),
+                ("desyncs", tally.desyncs, "Agreements that failed because ranks disagreed."),
+                ("jobs_adopted", tally.jobs_adopted, "Running jobs taken back after a "
+                                                     "restart.")):
+            counter = core.CounterMetricFamily(f"asyncoll_{name}", text)
+            counter.add_metric([], value)
+            yield counter
+        jobs = core.GaugeMetricFamily("asyncoll_jobs", "Jobs, by state.", labels=["state"])
+        members = core.GaugeMetricFamily("asyncoll_members", "Members and waiting processes "
+                                         "of each job, by state.", labels=["job", "state"])
+        rate = core.GaugeMetricFamily("asyncoll_job_operations_per_second", "Operations "
+                                      "per second of each running job: its live members' "
+                                      "rates between their last two heartbeats, summed.",
+                                      labels=["job"])
+        ops = core.GaugeMetricFamily("asyncoll_job_operations", "Operations each running "
+                                     "job's live members reported, summed.", labels=["job"])
+        by_state: dict[str, int] = {"waiting": 0, "running": 0, "adopting": 0}
+        for job in state.jobs():
+            kind = "running" if job.running else "adopting" if job.adopting else "waiting"
+            by_state[kind] += 1
+            counts = {"waiting": len(job.waiting), "pending": len(job.pending),
+                      "adopting": len(job.rejoins)}
+            if job.running:
+                live = job.live()
+                counts["running"], counts["gone"] = len(live), len(job.departed)
+                rate.add_metric([job.name], sum(job.members[r].ops_rate for r in live))
+                ops.add_metric([job.name], sum(max(job.members[r].ops, 0) for r in live))
+            for member_state, count in counts.items():
+                members.add_metric([job.name, member_state], count)
+        for kind, count in by_state.items():
+            jobs.add_metric([kind], count)
+        yield from (jobs, members, rate, ops)
+
+
+class MetricsServer:
+    """``/metrics`` of a coordinator's state, on ``host:port`` (0: a free port)."""
+
+    def __init__(self, state: RendezvousState, host: str, port: int) -> None:
+        client = _client()
+        self.host, self.port = host, port
+        self._registry = client.CollectorRegistry()
+        self._registry.register(_Collector(state))
+        self._render = client.generate_latest
+        self._content_type = client.CONTENT_TYPE_LATEST
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        """Bind and serve; ``self.port`` is then the bound port.
+
+        Raises:
+            OSError: the address cannot be bound.
+        """
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("metrics on http://%s/metrics", join_host_port(self.host, self.port))
+
+    async def stop(self) -> None:
+        """Stop serving."""
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(asyncio.TimeoutError):
+                async with timeout_after(HANDSHAKE_TIMEOUT_S):
+                    await self._server.wait_closed()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with timeout_after(HANDSHAKE_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
+            words = head[:MAX_REQUEST_BYTES].split(b"\r\n", 1)[0].split()
+            if len(words) >= 2 and words[0] == b"GET" and words[1].split(b"?")[0] == (
+                    b"/metrics"):
+                status, kind, body = "200 OK", self._content_type, self._render(self._registry)
+            else:
+                status, kind, body = "404 Not Found", "text/plain", b"try /metrics\n"
+            writer.write(f"HTTP/1.0 {status}\r\nContent-Type: {kind}\r\nContent-Length: "
+                         f"{len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+            async with timeout_after(HANDSHAKE_TIMEOUT_S):
+                await writer.drain()
+        except (OSError, TimeoutError, asyncio.IncompleteReadError,
+                asyncio.LimitOverrunError) as exc:
+            log.debug("metrics request from %s failed: %s",
+                      writer.get_extra_info("peername"), exc)
+        finally:
+            writer.close()
