@@ -13,12 +13,13 @@ from asyncoll import _auth
 from asyncoll._compat import loop_factory
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._defaults import DEFAULT_PORT
-from asyncoll._wire.messages import JobStatus, Status, StatusReply
+from asyncoll._rendezvous.stragglers import Straggler
+from asyncoll._wire.messages import JobStatus, Status, StatusReply, StragglerStatus
 from asyncoll._wire.endpoint import join_host_port, split_host_port
 from asyncoll.errors import AsyncollError, ConfigurationError
 
 _COLUMNS = ("JOB", "STATE", "RANK", "HOST", "DATA ADDRESS", "PID", "MEMBER", "GROUPS", "OPS",
-            "HEARTBEAT")
+            "HEARTBEAT", "OPERATION")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,6 +31,9 @@ def _parser() -> argparse.ArgumentParser:
                         "address goes in brackets: [::1]:29500")
     status.add_argument("--job", default="", help="only this job")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.add_argument("--stragglers", action="store_true",
+                        help="print each group's straggler instead: the rank its other "
+                             "members wait for, from the heartbeats' sampled arrival times")
     status.add_argument("--timeout", type=float, default=5.0,
                         help="seconds to wait for the coordinator (default 5)")
     return parser
@@ -58,12 +62,27 @@ def table(jobs: Sequence[JobStatus]) -> str:
             beat = f"{m.heartbeat_age_s:.1f}s ago" if m.heartbeat_age_s >= 0 else "-"
             rows.append((job.job, state, str(m.rank) if m.rank >= 0 else "-", m.hostname,
                          join_host_port(m.host, m.port), str(m.pid), m.state, groups or "-",
-                         str(m.ops) if m.ops >= 0 else "-", beat))
+                         str(m.ops) if m.ops >= 0 else "-", beat, m.operation or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     if not jobs:
         lines.append("(no jobs)")
+    lines += [f"! job {job.job}: {line}" for job in jobs for line in job.stuck]
     return "\n".join(lines)
+
+
+def straggler_lines(jobs: Sequence[JobStatus]) -> str:
+    """Each job's stragglers in words, one line each (or that it has none)."""
+    lines = []
+    for job in jobs:
+        found = [_straggler_text(s) for s in job.stragglers]
+        lines += [f"job {job.job}: {text}" for text in found] or [
+            f"job {job.job}: no straggler"]
+    return "\n".join(lines) if lines else "(no jobs)"
+
+
+def _straggler_text(s: StragglerStatus) -> str:
+    return Straggler(s.group_id, s.rank, s.last, s.operations, s.median_late_s * 1e6).text()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -84,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         loop.close()
     if args.json:
         print(json.dumps([asdict(job) for job in jobs], indent=2))
+    elif args.stragglers:
+        print(straggler_lines(jobs))
     else:
         print(table(jobs))
     return 0

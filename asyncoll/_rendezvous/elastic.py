@@ -8,6 +8,7 @@ gets a Welcome with the new directory (see :mod:`asyncoll._rendezvous.state`).
 from __future__ import annotations
 
 from asyncoll._rendezvous.base import StateBase, log, member_level, packed_directory
+from asyncoll._rendezvous.stragglers import Arrivals
 from asyncoll._rendezvous.records import (
     Gathering,
     Job,
@@ -193,6 +194,9 @@ class ElasticMembership(StateBase):
         job.checks.clear()
         job.adopted_new_groups = job.adopted_checks = 0
         job.adopted_barriers.clear()
+        job.arrivals = Arrivals()  # of the old ranks and groups
+        for member in everyone:
+            member.doing = None
         for key, other in list(job.gatherings.items()):  # agreements of the old membership
             del job.gatherings[key]
             replies += [error(c, r, "group_broken", f"{other.what} in job {job.name!r} was "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from asyncoll._rendezvous.stragglers import Arrivals, Clock, Doing
 from asyncoll._wire.messages import Error, Join, Message, PeerInfo, Rejoin
 
 #: Jobs up to this size log a line per member's join, leave or reconfigure;
@@ -57,6 +58,9 @@ class Member:
     last_heartbeat: float | None = None
     #: Operations per second between its last two heartbeats.
     ops_rate: float = 0.0
+    #: What its last heartbeat said it was doing, and its clock's offset.
+    doing: Doing | None = None
+    clock: Clock = field(default_factory=Clock)
 
 
 @dataclass(slots=True)
@@ -139,6 +143,8 @@ class Job:
     adopted_new_groups: int = 0
     adopted_checks: int = 0
     adopted_barriers: dict[int, int] = field(default_factory=dict)
+    #: The members' sampled arrival times, for its stragglers.
+    arrivals: Arrivals = field(default_factory=Arrivals)
 
     def live(self) -> list[int]:
         """The ranks of the members that have not left, in order."""

@@ -41,8 +41,9 @@ from asyncoll._rendezvous.departures import (
     TOLD_AT_ONCE_UP_TO,
     leave_notice_interval,
 )
+from asyncoll._rendezvous.heartbeats import heard, stuck
 from asyncoll._rendezvous.joins import MISSING_LINE_EVERY_S, Joins
-from asyncoll._rendezvous.records import Job, Reply, error, ranks_text
+from asyncoll._rendezvous.records import Job, Member, Reply, error, ranks_text
 from asyncoll._wire.messages import (
     Barrier,
     CheckMembership,
@@ -59,6 +60,7 @@ from asyncoll._wire.messages import (
     Rejoin,
     Status,
     StatusReply,
+    StragglerStatus,
     WhoIsMissing,
 )
 from asyncoll.errors import timed_out_words
@@ -99,7 +101,7 @@ class RendezvousState(Joins, Agreements, Adoption):
                              hostname=m.info.hostname, pid=m.pid,
                              state="left" if r in job.departed else "running", ops=m.ops,
                              heartbeat_age_s=-1.0 if m.last_heartbeat is None else
-                             round(now - m.last_heartbeat, 3))
+                             round(now - m.last_heartbeat, 3), operation=_operation(m, now))
                 for r, m in sorted(job.members.items())) + tuple(
                 MemberStatus(rank=-1, host=w.join.host, port=w.join.port,
                              hostname=w.join.hostname, pid=w.join.pid, state="pending",
@@ -124,7 +126,11 @@ class RendezvousState(Joins, Agreements, Adoption):
                          world_size=job.world_size, age_s=round(now - job.started, 3),
                          members=members, groups=groups, generation=job.generation,
                          elastic=int(job.elastic), min_size=job.min_size,
-                         max_size=job.max_size)
+                         max_size=job.max_size, stuck=tuple(stuck(job, now)) if job.running
+                         else (), stragglers=tuple(
+                             StragglerStatus(s.group_id, s.rank, s.last, s.operations,
+                                             round(s.median_late_us / 1e6, 6))
+                             for s in job.arrivals.stragglers()))
 
     # -- requests --------------------------------------------------------------
 
@@ -158,11 +164,7 @@ class RendezvousState(Joins, Agreements, Adoption):
         if isinstance(message, Heartbeat):
             # Recorded for status; declaring silent members lost is the
             # failure detector's job, which reads the same timestamps.
-            record = job.members[member]
-            if record.last_heartbeat is not None and record.ops >= 0 and (
-                    now > record.last_heartbeat):
-                record.ops_rate = (message.ops - record.ops) / (now - record.last_heartbeat)
-            record.ops, record.last_heartbeat = message.ops, now
+            heard(job, member, message, now)
             self.tally.heartbeats += 1
             return []
         if isinstance(message, Leave):
@@ -230,3 +232,13 @@ class RendezvousState(Joins, Agreements, Adoption):
                     replies += [error(c, r, gathering.timeout_code, text)
                                 for c, r, _ in gathering.arrivals.values()]
         return replies
+
+
+def _operation(member: Member, now: float) -> str:
+    """What ``member``'s last heartbeat said it was doing, in words."""
+    op = member.doing
+    if op is None:
+        return ""
+    how = "running for" if op.running else "done, started"
+    tail = "" if op.running else " ago"
+    return f"{op.collective} #{op.seq} of group {op.group_id}, {how} {now - op.since:.0f} s{tail}"

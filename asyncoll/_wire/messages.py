@@ -34,6 +34,7 @@ from asyncoll._wire.status import MemberStatus as MemberStatus
 from asyncoll._wire.status import MissingReply as MissingReply
 from asyncoll._wire.status import Status as Status
 from asyncoll._wire.status import StatusReply as StatusReply
+from asyncoll._wire.status import StragglerStatus as StragglerStatus
 from asyncoll._wire.status import WhoIsMissing as WhoIsMissing
 from asyncoll.errors import ProtocolError
 
@@ -169,10 +170,25 @@ class Barrier:
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
-    """Peer -> coordinator, every few seconds, unanswered: alive, ``ops`` operations so far."""
+    """Peer -> coordinator, every few seconds, unanswered: alive, ``ops`` operations so far.
+
+    Also what the rank is doing: its oldest unfinished operation (``running``
+    1), or else its last one (``group_id`` -1: none yet), started ``age_us``
+    before ``clock_us``, the rank's clock when it sent this; and ``samples``,
+    (group id, seq, when entered on the rank's clock, us) triples, flattened,
+    of the operations it sampled since its last heartbeat (see
+    asyncoll._rendezvous.stragglers).
+    """
 
     TYPE: ClassVar[str] = "heartbeat"
     ops: int
+    clock_us: int = 0
+    group_id: int = -1
+    seq: int = 0
+    collective: str = ""
+    running: int = 0
+    age_us: int = 0
+    samples: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,7 +346,7 @@ _TYPES: dict[str, type[Any]] = {cls.TYPE: cls for cls in
 #: Records that appear inside messages, by the name their annotations use.
 _RECORDS: dict[str, type[Any]] = {cls.__name__: cls for cls in
                                   (PeerInfo, MemberStatus, GroupStatus, JobStatus,
-                                   GroupRecord)}
+                                   GroupRecord, StragglerStatus)}
 
 
 def encode(message: Message, request_id: int = 0) -> bytes:
@@ -454,6 +470,10 @@ def _check(owner: str, name: str, annotation: Any, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, _SCALARS[ann]):
             raise ProtocolError(f"{owner}.{name} must be {ann}, got {value!r}")
         return float(value) if ann == "float" else value  # type: ignore[arg-type]
+    if ann == "tuple[str, ...]":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ProtocolError(f"{owner}.{name} must be a list of strings, got {value!r}")
+        return tuple(value)
     if ann == "tuple[int, ...]":
         if not isinstance(value, list) or not all(
                 isinstance(v, int) and not isinstance(v, bool) for v in value):

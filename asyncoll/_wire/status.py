@@ -51,6 +51,9 @@ class MemberStatus:
     ops: int
     #: Seconds since its last heartbeat (-1: none yet).
     heartbeat_age_s: float
+    #: Its operation, as its last heartbeat told ("all_reduce #813 of group 0,
+    #: running for 14 s"; "" if none yet).
+    operation: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,18 @@ class GroupStatus:
 
     group_id: int
     ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StragglerStatus:
+    """A rank its group's other members wait for (see asyncoll._rendezvous.stragglers)."""
+
+    group_id: int
+    rank: int
+    #: Sampled operations it arrived last and late in, of ``operations``.
+    last: int
+    operations: int
+    median_late_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +91,9 @@ class JobStatus:
     elastic: int = 0
     min_size: int = 0
     max_size: int = 0
+    #: Ranks that others have waited on for seconds, in words (see MemberStatus.operation).
+    stuck: tuple[str, ...] = ()
+    stragglers: tuple[StragglerStatus, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -131,7 +131,7 @@ def test_status_lists_pending_processes(h):
     start(h, 2)
     h.send(20, elastic_join(20))
     lines = table(h.state.status(JOB, h.now).jobs).splitlines()
-    assert [line.split()[-5:-3] for line in lines[1:]] == [["1001", "running"],
+    assert [line.split()[-6:-4] for line in lines[1:]] == [["1001", "running"],
                                                           ["1002", "running"],
                                                           ["1020", "pending"]]
     assert all("running 3/2 gen 0" in line for line in lines[1:])

@@ -98,10 +98,10 @@ def test_table_has_a_row_per_member_with_its_groups():
                     (GroupStatus(0, (0, 1)), GroupStatus(1, (1,))))
     lines = table([job]).splitlines()
     assert lines[0].split() == ["JOB", "STATE", "RANK", "HOST", "DATA", "ADDRESS", "PID",
-                                "MEMBER", "GROUPS", "OPS", "HEARTBEAT"]
+                                "MEMBER", "GROUPS", "OPS", "HEARTBEAT", "OPERATION"]
     assert lines[1].split() == ["train", "running", "2/2", "gen", "0", "12s", "0", "a",
-                                "10.0.0.1:4000", "11", "running", "0", "42", "0.5s", "ago"]
-    assert lines[2].split()[-5:] == ["12", "left", "0,1", "-", "-"]
+                                "10.0.0.1:4000", "11", "running", "0", "42", "0.5s", "ago", "-"]
+    assert lines[2].split()[-6:] == ["12", "left", "0,1", "-", "-", "-"]
     assert table([]).splitlines()[-1] == "(no jobs)"
 
 
