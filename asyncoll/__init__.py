@@ -125,6 +125,7 @@ __all__ = [
     "get_group_rank",
     "get_process_group_ranks",
     "get_rank",
+    "get_straggler_report",
     "get_world_size",
     "group",
     "init_process_group",

@@ -27,6 +27,7 @@ from asyncoll._runtime.runtime import runtime
 from asyncoll._runtime.settings import Settings
 from asyncoll._runtime.session import Session
 from asyncoll._defaults import DEFAULT_TIMEOUT_S
+from asyncoll._wire.status import StragglerStatus
 from asyncoll.errors import CollectiveError, ConfigurationError
 from asyncoll.group import AsyncProcessGroup, seconds
 from asyncoll.types import ReduceOp
@@ -80,6 +81,12 @@ class World(AsyncProcessGroup):
                 raise
             heard[0] = 1  # lost or left, meanwhile or before: the coordinator gathers all
         return bool(heard[0]) and await self.session.membership_changed(limit)
+
+    async def straggler_report(self, timeout: float | timedelta | None = None
+                               ) -> list[StragglerStatus]:
+        """Each group's straggler, as the coordinator sees them from every rank's sampled
+        arrival times (empty: none); see asyncoll.get_straggler_report."""
+        return list(await self.session.stragglers(seconds(timeout, self.timeout)))
 
     async def reconfigure(self, timeout: float | timedelta | None = None) -> World:
         """Go on with the live members and admit the pending processes: the next world.

@@ -31,6 +31,7 @@ from asyncoll._api.world import (
     get_group_rank as get_group_rank,
     get_process_group_ranks as get_process_group_ranks,
 )
+from asyncoll._wire.status import StragglerStatus
 from asyncoll.errors import CollectiveError, ConfigurationError
 from asyncoll.group import WORLD, AsyncProcessGroup, seconds
 from asyncoll.types import ReduceOp
@@ -116,6 +117,19 @@ def reconfigure(timeout: float | timedelta | None = None) -> None:
     """
     with _lock:
         world.current = _run(world.default().reconfigure(timeout))
+
+
+def get_straggler_report(timeout: float | timedelta | None = None) -> list[StragglerStatus]:
+    """Each group's straggler: the rank its other members wait for (empty: none).
+
+    The coordinator finds it from every rank's heartbeats, which carry the
+    times the rank entered a sample of its operations: a rank that came last,
+    over 1 ms after the one before, in at least 10 % of a group's last
+    sampled operations (and in most of its late ones). Each entry names the
+    group, the rank, how many of the sampled operations it came last in, of
+    how many, and its median lateness in seconds.
+    """
+    return list(_run(world.default().straggler_report(timeout)))
 
 
 def get_generation() -> int:

@@ -44,6 +44,9 @@ from asyncoll._wire.messages import (
     NewGroup,
     Reconfigure,
     Rejoin,
+    Status,
+    StatusReply,
+    StragglerStatus,
     Welcome,
     WhoIsMissing,
 )
@@ -239,6 +242,15 @@ class Session:
         if not reply.changed:
             self._agreed_epoch = max(self._agreed_epoch, reply.epoch)
         return bool(reply.changed)
+
+    async def stragglers(self, timeout: float) -> tuple[StragglerStatus, ...]:
+        """The coordinator's stragglers of this job (see asyncoll._rendezvous.stragglers)."""
+        self._need_coordinator("get_straggler_report")
+        reply = await self.client.request(Status(job=self.job), timeout, "straggler report")
+        if not isinstance(reply, StatusReply):
+            raise ProtocolError(f"the coordinator answered a status with {reply.TYPE}")
+        mine = [job for job in reply.jobs if job.running_generation(self.generation)]
+        return mine[0].stragglers if mine else ()
 
     async def reconfigure(self, timeout: float) -> Session:
         """Agree with the live members and the pending processes on the next membership.

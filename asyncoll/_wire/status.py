@@ -95,6 +95,11 @@ class JobStatus:
     stuck: tuple[str, ...] = ()
     stragglers: tuple[StragglerStatus, ...] = ()
 
+    def running_generation(self, generation: int) -> bool:
+        """Whether this is the job running at ``generation`` (not a newer rendezvous of
+        the same id, say)."""
+        return self.state == "running" and self.generation == generation
+
 
 @dataclass(frozen=True, slots=True)
 class StatusReply:

@@ -81,6 +81,10 @@ class _Collector:
                                       labels=["job"])
         ops = core.GaugeMetricFamily("asyncoll_job_operations", "Operations each running "
                                      "job's live members reported, summed.", labels=["job"])
+        straggling = core.GaugeMetricFamily(
+            "asyncoll_straggler_share", "Each group's straggler: the share of the group's "
+            "last sampled operations it arrived last and late in (no sample: none).",
+            labels=["job", "group", "rank"])
         by_state: dict[str, int] = {"waiting": 0, "running": 0, "adopting": 0}
         for job in state.jobs():
             kind = "running" if job.running else "adopting" if job.adopting else "waiting"
@@ -92,11 +96,14 @@ class _Collector:
                 counts["running"], counts["gone"] = len(live), len(job.departed)
                 rate.add_metric([job.name], sum(job.members[r].ops_rate for r in live))
                 ops.add_metric([job.name], sum(max(job.members[r].ops, 0) for r in live))
+            for s in job.arrivals.stragglers():
+                straggling.add_metric([job.name, str(s.group_id), str(s.rank)],
+                                      s.last / s.operations)
             for member_state, count in counts.items():
                 members.add_metric([job.name, member_state], count)
         for kind, count in by_state.items():
             jobs.add_metric([kind], count)
-        yield from (jobs, members, rate, ops)
+        yield from (jobs, members, rate, ops, straggling)
 
 
 class MetricsServer:
