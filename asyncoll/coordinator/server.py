@@ -52,6 +52,9 @@ class Coordinator:
         self._server: asyncio.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._handlers: set[asyncio.Task[None]] = set()
+        # Set by stop(): the members it disconnects are not lost, they will be
+        # back with the next coordinator (and 4096 of them would be 4096 warnings).
+        self._stopping = False
         self.metrics = (None if metrics_port is None else
                         MetricsServer(self._state, host, metrics_port))
 
@@ -73,6 +76,7 @@ class Coordinator:
         """Stop accepting, close every connection and wait for the handlers to end."""
         if self._server is None:
             return
+        self._stopping = True
         self._server.close()
         if self.metrics is not None:
             await self.metrics.stop()
@@ -131,7 +135,8 @@ class Coordinator:
         finally:
             self._handlers.discard(task)
             del self._writers[conn]
-            self._send(self._state.disconnect(conn, asyncio.get_running_loop().time()))
+            if not self._stopping:
+                self._send(self._state.disconnect(conn, asyncio.get_running_loop().time()))
             writer.close()
 
     async def _authenticate(self, conn: int, reader: asyncio.StreamReader,

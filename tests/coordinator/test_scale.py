@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+import hashlib
 import logging
 
 import pytest
@@ -20,6 +22,7 @@ from asyncoll._wire.messages import (
     Barrier,
     CheckMembership,
     GroupCreated,
+    GroupRecord,
     Join,
     Leave,
     MemberGone,
@@ -30,9 +33,11 @@ from asyncoll._wire.messages import (
     Ok,
     PeerInfo,
     Reconfigure,
+    Rejoin,
     Welcome,
     WhoIsMissing,
 )
+from asyncoll._wire.compact import pack_runs
 from asyncoll.coordinator import Coordinator
 
 pytestmark = pytest.mark.timeout(120)
@@ -201,3 +206,56 @@ def test_an_elastic_job_of_2048_goes_on_without_a_lost_member():
     assert {w.generation for w in welcomes} == {1}  # type: ignore[union-attr]
     peers = welcomes[0].peers  # type: ignore[union-attr]
     assert [p.port - 30000 for p in peers] == survivors  # survivors keep their order
+
+
+async def test_a_restarted_coordinator_takes_back_a_job_of_1024_light_members(caplog):
+    """Every member reconnects at once and re-registers; one adoption, a few log lines."""
+    size = 1024
+    first = Coordinator("127.0.0.1", 0)
+    await first.start()
+    port = first.port
+    clients: list[CoordinatorClient] = []
+    restarted: Coordinator | None = None
+    try:
+        clients = list(await asyncio.gather(*(
+            CoordinatorClient.connect("127.0.0.1", port, timeout=60) for _ in range(size))))
+        welcomes = await asyncio.gather(*(c.request(light_join(i, size), 60, "join")
+                                          for i, c in enumerate(clients)))
+        created = await asyncio.gather(*(c.request(NewGroup.of(tuple(range(size)), 60.0), 60,
+                                                   "new_group") for c in clients))
+        assert set(created) == {GroupCreated.of(1, tuple(range(size)))}
+        digest = hashlib.blake2b(welcomes[0].directory, digest_size=8).hexdigest()  # type: ignore[union-attr]
+        for i, (client, welcome) in enumerate(zip(clients, welcomes)):
+            client.rejoin = functools.partial(light_rejoin, i, welcome.rank, size, digest)  # type: ignore[union-attr]
+        with caplog.at_level(logging.INFO, logger="asyncoll.coordinator"):
+            await first.stop()  # it says so in a line, not one per member
+            restarted = Coordinator("127.0.0.1", port)
+            await restarted.start()
+            for _ in range(600):
+                if all(c.up for c in clients):
+                    break
+                await asyncio.sleep(0.05)
+            assert all(c.up for c in clients)
+            created = await asyncio.gather(*(c.request(NewGroup.of((0, 1), 60.0), 60,
+                                                       "new_group") for c in clients))
+            assert set(created) == {GroupCreated.of(2, (0, 1))}
+        lines = [r.getMessage() for r in caplog.records if r.name == "asyncoll.coordinator"]
+        assert len(lines) < 10, lines[:20]
+        assert "adopted job 'big': 1024 members, generation 0" in lines
+    finally:
+        await asyncio.gather(*(c.close() for c in clients))
+        await first.stop()
+        if restarted is not None:
+            await restarted.stop()
+
+
+def light_rejoin(i: int, rank: int, size: int, digest: str) -> Rejoin:
+    """Member ``i``'s re-registration as rank ``rank``, after one new_group of everyone."""
+    join = light_join(i, size)
+    everyone = pack_runs(tuple(range(size)))
+    return Rejoin(job=join.job, rank=rank, world_size=size, generation=0,
+                  version=PROTOCOL_VERSION, host=join.host, port=join.port,
+                  hostname=join.hostname, pid=join.pid, heartbeat_timeout=600.0, elastic=0,
+                  min_size=0, max_size=0, directory_digest=digest,
+                  groups=(GroupRecord(0, everyone, 0), GroupRecord(1, everyone, 0)),
+                  new_group_calls=1, checks=0, gone=(), epoch=0)

@@ -40,7 +40,7 @@ def test_metrics_show_the_jobs_members_and_its_operation_rate(tmp_path: Path):
     port = int((tmp_path / "metrics.port").read_text())
     stop = tmp_path / "stop"
     env = dict(os.environ, ASYNCOLL_HEARTBEAT_TIMEOUT="1")  # a heartbeat each 0.25 s
-    procs = [subprocess.Popen([sys.executable, str(WORKERS / "busy.py"), daemon.address, "2",
+    procs = [subprocess.Popen([sys.executable, str(WORKERS / "reducing.py"), daemon.address, "2",
                                "m", str(stop)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     try:

@@ -1,11 +1,8 @@
-"""A rank that all_reduces until STOP_FILE exists, then leaves.
+"""A worker that does three all_reduces, then holds its place in the job for a while.
 
-Usage: busy.py COORDINATOR WORLD_SIZE JOB STOP_FILE
-
-Prints "READY" once it joined.
+Usage: busy.py INIT_METHOD WORLD_SIZE JOB SECONDS
 """
 
-import os
 import sys
 import time
 
@@ -13,17 +10,9 @@ import numpy as np
 
 import asyncoll as dist
 
-address, world_size, job, stop_file = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-dist.init_process_group(init_method=f"tcp://{address}", world_size=world_size, job_id=job,
-                        timeout=30)
-print("READY", flush=True)
-give_up = time.monotonic() + 60
-while True:
-    x = np.ones(4)
-    dist.all_reduce(x)
-    flag = np.array([os.path.exists(stop_file) or time.monotonic() > give_up], dtype=np.uint8)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    if flag[0]:
-        break
-    time.sleep(0.001)
+init, world_size, job, hold = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+dist.init_process_group(init_method=init, world_size=world_size, job_id=job, timeout=30)
+for _ in range(3):
+    dist.all_reduce(np.ones(10))
+time.sleep(hold)
 dist.destroy_process_group()
