@@ -6,10 +6,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl
 from collections.abc import Callable
 
 from asyncoll import _auth
 from asyncoll._compat import timeout as timeout_after
+from asyncoll._tls import handshake as tls_handshake
+from asyncoll._tls.context import Tls
 from asyncoll._rendezvous.control import read_message, write_message
 from asyncoll._defaults import (
     CONNECT_RETRY_INTERVAL_S,
@@ -38,15 +41,17 @@ from asyncoll.errors import (
 log = logging.getLogger("asyncoll.rendezvous")
 
 
-async def open_with_retry(host: str, port: int, timeout: float
+async def open_with_retry(host: str, port: int, timeout: float, tls: Tls | None = None
                           ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Connect to ``host:port``, retrying while it refuses, for up to ``timeout`` seconds.
 
     A coordinator may start after its workers (torch's store behaves the same),
-    so a refused connection is retried until the deadline.
+    so a refused connection is retried until the deadline. With ``tls``, the
+    connection speaks TLS; a failed TLS handshake is not retried.
 
     Raises:
         RendezvousTimeoutError: nothing accepted the connection in time.
+        AuthenticationError: the TLS handshake failed (the message says why).
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -61,18 +66,28 @@ async def open_with_retry(host: str, port: int, timeout: float
                 f"{port}) or check MASTER_ADDR/MASTER_PORT") from last
         try:
             async with timeout_after(min(remaining, HANDSHAKE_TIMEOUT_S)):
-                return await asyncio.open_connection(host, port)
+                if tls is None:
+                    return await asyncio.open_connection(host, port)
+                return await asyncio.open_connection(
+                    host, port, ssl=tls.client, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
+        except ssl.SSLError as exc:
+            raise tls_handshake.refusal(exc, f"the coordinator at {join_host_port(host, port)}",
+                                        mutual=tls is not None and tls.mutual) from exc
         except (OSError, TimeoutError) as exc:
             last = exc if isinstance(exc, OSError) else OSError(f"connect timed out: {exc}")
         await asyncio.sleep(min(CONNECT_RETRY_INTERVAL_S, max(0.0, deadline - loop.time())))
 
 
 async def _answer_challenge(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                            address: str, token: bytes | None) -> None:
+                            address: str, token: bytes | None, tls: Tls | None = None) -> None:
     """Read the coordinator's challenge and, if it asks, prove the shared secret."""
     try:
         async with timeout_after(HANDSHAKE_TIMEOUT_S):
             item = await read_message(reader)
+            if item is not None and isinstance(item[1], Error):  # a TLS coordinator's refusal
+                raise error_from_code(item[1].code, item[1].message)
+            if item is None and tls is not None:
+                raise tls_handshake.closed_after_handshake(f"the coordinator at {address}")
             if item is None or not isinstance(item[1], Challenge):
                 raise ProtocolError(f"{address} did not greet like an asyncoll coordinator")
             challenge = item[1]
@@ -95,6 +110,9 @@ async def _answer_challenge(reader: asyncio.StreamReader, writer: asyncio.Stream
     except TimeoutError:
         raise RendezvousTimeoutError(f"the coordinator at {address} did not finish the "
                                      f"handshake within {HANDSHAKE_TIMEOUT_S} s") from None
+    except ssl.SSLError as exc:
+        raise tls_handshake.refusal(exc, f"the coordinator at {address}",
+                                    mutual=tls is not None and tls.mutual) from exc
     except (OSError, asyncio.IncompleteReadError) as exc:
         raise RendezvousError(f"lost the connection to the coordinator at {address} during "
                               f"the handshake: {exc}") from exc
@@ -131,20 +149,22 @@ class CoordinatorClient:
 
     @classmethod
     async def connect(cls, host: str, port: int, timeout: float,
-                      token: bytes | None = None) -> CoordinatorClient:
+                      token: bytes | None = None, tls: Tls | None = None
+                      ) -> CoordinatorClient:
         """Connect to the coordinator at ``host:port`` (see :func:`open_with_retry`).
 
-        Answers the coordinator's challenge with ``token`` (None: this peer has no secret).
+        Answers the coordinator's challenge with ``token`` (None: this peer has no secret),
+        over TLS with ``tls`` (None: plain TCP).
 
         Raises:
             AuthenticationError: the coordinator needs a secret this peer lacks, or
                 refused the one it has.
             ProtocolError: the other side is not an asyncoll coordinator.
         """
-        reader, writer = await open_with_retry(host, port, timeout)
+        reader, writer = await open_with_retry(host, port, timeout, tls)
         address = join_host_port(host, port)
         try:
-            await _answer_challenge(reader, writer, address, token)
+            await _answer_challenge(reader, writer, address, token, tls)
         except BaseException:
             writer.close()
             raise

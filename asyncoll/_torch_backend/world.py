@@ -68,7 +68,8 @@ class TorchWorld:
         try:
             if rank == 0:
                 coordinator = shared.run(hosting.host_advertised(
-                    _advertised_host(store, settings.environment), settings.token))
+                    _advertised_host(store, settings.environment), settings.token,
+                    settings.tls))
                 published = {"host": coordinator.host, "port": coordinator.port,
                              "job": f"torch-{uuid.uuid4().hex}"}
                 store.set(STORE_KEY, json.dumps(published))
