@@ -85,7 +85,8 @@ async def _answer_challenge(reader: asyncio.StreamReader, writer: asyncio.Stream
         async with timeout_after(HANDSHAKE_TIMEOUT_S):
             item = await read_message(reader)
             if item is not None and isinstance(item[1], Error):  # a TLS coordinator's refusal
-                raise error_from_code(item[1].code, item[1].message)
+                raise error_from_code(item[1].code, f"the coordinator at {address} refused "
+                                                    f"this peer: {item[1].message}")
             if item is None and tls is not None:
                 raise tls_handshake.closed_after_handshake(f"the coordinator at {address}")
             if item is None or not isinstance(item[1], Challenge):

@@ -59,8 +59,8 @@ class Coordinator:
             self._server = await asyncio.start_server(self._serve_connection, self.host,
                                                       self.port, backlog=LISTEN_BACKLOG)
         else:
-            refusal = Error(code="authentication", message=requires_tls_words(
-                f"the coordinator at {join_host_port(self.host, self.port)}"))
+            refusal = Error(code="authentication",
+                            message=requires_tls_words("the coordinator"))
             self._server = TlsServer(self._tls, self._stream_protocol, encode(refusal),
                                      "the coordinator")
             await self._server.start(self.host, self.port, LISTEN_BACKLOG)
