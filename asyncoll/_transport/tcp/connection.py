@@ -205,7 +205,7 @@ class PeerConnection(asyncio.BufferedProtocol):
         # when its bytes have left the payload's memory. (TLS pauses at a size
         # >= high, not > high, and would stay paused with nothing queued at 0;
         # what it holds is encrypted, so the payload is free once it is taken.)
-        tls = transport.get_extra_info("ssl_object") is not None
+        tls = self._owner.settings.tls is not None
         self.transport.set_write_buffer_limits(high=1 if tls else 0, low=0)
         if self.peer is None:
             # Accepted: challenge the dialer before anything else.

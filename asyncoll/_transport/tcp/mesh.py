@@ -363,7 +363,7 @@ class TcpMesh:
             transport = connection.transport if connection is not None else None
             if connection is None or transport is None or transport.is_closing():
                 continue
-            tls = transport.get_extra_info("ssl_object") is not None
+            tls = self.settings.tls is not None
             if (connection.ready.done() and (transport.can_write_eof() or tls)
                     and id(state) not in lost):
                 # GOODBYE after this rank's last frames, so the peer can tell
