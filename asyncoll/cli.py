@@ -12,6 +12,7 @@ from dataclasses import asdict
 from asyncoll import _auth
 from asyncoll._compat import loop_factory
 from asyncoll._rendezvous.client import CoordinatorClient
+from asyncoll._runtime.settings import tls_from_environment
 from asyncoll._defaults import DEFAULT_PORT
 from asyncoll._rendezvous.stragglers import Straggler
 from asyncoll._wire.messages import JobStatus, Status, StatusReply, StragglerStatus
@@ -40,8 +41,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _fetch(host: str, port: int, job: str, timeout: float) -> tuple[JobStatus, ...]:
+    # Only a client: a CA alone is enough to check the coordinator's certificate.
     client = await CoordinatorClient.connect(host, port, timeout,
-                                             _auth.token_from_environment(os.environ))
+                                             _auth.token_from_environment(os.environ),
+                                             tls=tls_from_environment(os.environ, listens=False))
     try:
         reply = await client.request(Status(job=job), timeout, "status")
     finally:

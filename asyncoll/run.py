@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from asyncoll import _auth
 from asyncoll._runtime import hosting
 from asyncoll._runtime.runtime import runtime
+from asyncoll._runtime.settings import tls_from_environment
 from asyncoll._defaults import DEFAULT_JOB_ID, DEFAULT_PORT, EMBEDDED_DRAIN_TIMEOUT_S
 from asyncoll._transport.shm import segment as shm
 from asyncoll._wire.endpoint import host_literal, join_addresses, join_host_port, split_addresses
@@ -226,12 +227,15 @@ def _check(args: argparse.Namespace) -> None:
 def _start_coordinator(args: argparse.Namespace, token: bytes | None) -> Coordinator:
     try:
         host = host_literal(args.master_addr or "127.0.0.1", "--master-addr")
+        # The workers inherit the ASYNCOLL_TLS_* variables; the coordinator they
+        # reach must speak TLS as they do.
+        tls = tls_from_environment(os.environ)
     except ConfigurationError as exc:
         raise SystemExit(f"asyncoll-run: {exc}") from exc
     port = args.master_port if args.master_port is not None else (
         DEFAULT_PORT if args.nnodes > 1 else 0)
     try:
-        return runtime().run(hosting.start(host, port, token))
+        return runtime().run(hosting.start(host, port, token, tls))
     except OSError as exc:
         raise SystemExit(f"asyncoll-run: cannot start a coordinator on "
                          f"{join_host_port(host, port)}: {exc}") from exc

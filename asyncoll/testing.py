@@ -77,7 +77,7 @@ async def run_ranks(world_size: int, body: Callable[[World], Awaitable[T]], *,
     settings = Settings.from_environment()
     hosts = min(hosts or PRETEND_HOSTS, world_size)
     host = loopback or LOOPBACK
-    coordinator = await hosting.start(host, 0, settings.token)
+    coordinator = await hosting.start(host, 0, settings.token, settings.tls)
     job = f"test-{next(_jobs)}"
     try:
         async with timeout_after(timeout):

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol, TypeVar
 
 from asyncoll._group.faults import GroupFaults
+from asyncoll._tls.context import Tls
 from asyncoll._transport.base import MeshControl
 
 T = TypeVar("T")
@@ -62,6 +63,10 @@ class Membership(Protocol):
     @property
     def links_bytes(self) -> int:
         """The largest operation a cross-host group runs over direct links (0: none)."""
+
+    @property
+    def tls(self) -> Tls | None:
+        """TLS on every data connection, direct links included (None: off), read at join."""
 
     @property
     def hierarchy(self) -> bool:

@@ -109,6 +109,7 @@ class GroupLinks:
     def __init__(self, session: Membership, group_id: int, ranks: tuple[int, ...],
                  capacity: int, scratch: Scratch) -> None:
         self._session = session
+        self._tls = session.tls
         self._group_id = group_id
         self._ranks = ranks
         self._scratch = scratch
@@ -203,7 +204,7 @@ class GroupLinks:
             hosts = [mesh.peer_address(rank) for rank in self._ranks]
             dialling = Dialling(server, me, cookie, [
                 (host[0] if host else "", int(entry[0]), int(entry[1]))
-                for host, entry in zip(hosts, directory)])
+                for host, entry in zip(hosts, directory)], self._tls)
             self.links = DirectLinks(sockets,  # type: ignore[arg-type]
                                      EAGER_POLLS if local <= processors() else 0, dialling)
             self._session.on_close(self.close)
@@ -223,12 +224,12 @@ class GroupLinks:
         """
         sockets: dict[int, object] = {}
         accepting = link_opening.accept(server, cookie,  # type: ignore[arg-type]
-                                        {me - 1}) if me > 0 else None
+                                        {me - 1}, self._tls) if me > 0 else None
         if me + 1 < n:
             address = self._session.mesh.peer_address(self._ranks[me + 1])
             assert address is not None
             sockets[me + 1] = await link_opening.dial(
-                address[0], int(directory[me + 1][0]), int(directory[me + 1][1]), me)
+                address[0], int(directory[me + 1][0]), int(directory[me + 1][1]), me, self._tls)
         if accepting is not None:
             sockets.update(await accepting)
         return sockets

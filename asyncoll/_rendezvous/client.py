@@ -14,10 +14,13 @@ import contextlib
 import itertools
 import logging
 import random
+import ssl
 from collections.abc import Callable, Sequence
 
 from asyncoll import _auth
 from asyncoll._compat import timeout as timeout_after
+from asyncoll._tls import handshake as tls_handshake
+from asyncoll._tls.context import Tls
 from asyncoll._rendezvous.control import read_message, write_message
 from asyncoll._defaults import (
     CONNECT_RETRY_INTERVAL_S,
@@ -50,16 +53,18 @@ log = logging.getLogger("asyncoll.rendezvous")
 
 
 async def open_with_retry(host: str, port: int, timeout: float,
-                          fallbacks: Sequence[tuple[str, int]] = ()
+                          fallbacks: Sequence[tuple[str, int]] = (), tls: Tls | None = None
                           ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
     """Connect to ``host:port`` or one of ``fallbacks``, retrying while they refuse, for up
     to ``timeout`` seconds; return the streams and which address answered (0: the first).
 
     A coordinator may start after its workers (torch's store behaves the same),
     so a refused connection is retried until the deadline, each address in turn.
+    With ``tls``, the connection speaks TLS; a failed TLS handshake is not retried.
 
     Raises:
         RendezvousTimeoutError: nothing accepted the connection in time.
+        AuthenticationError: the TLS handshake failed (the message says why).
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -76,8 +81,12 @@ async def open_with_retry(host: str, port: int, timeout: float,
                 f"{port}) or check MASTER_ADDR/MASTER_PORT") from last
         try:
             async with timeout_after(min(remaining, HANDSHAKE_TIMEOUT_S)):
-                reader, writer = await asyncio.open_connection(*addresses[index])
+                reader, writer = await _dial(*addresses[index], tls)
                 return reader, writer, index
+        except ssl.SSLError as exc:
+            where = join_host_port(*addresses[index])
+            raise tls_handshake.refusal(exc, f"the coordinator at {where}",
+                                        mutual=tls is not None and tls.mutual) from exc
         except (OSError, TimeoutError) as exc:
             last = exc if isinstance(exc, OSError) else OSError(f"connect timed out: {exc}")
         if index == len(addresses) - 1:
@@ -86,12 +95,26 @@ async def open_with_retry(host: str, port: int, timeout: float,
     raise AssertionError("unreachable")
 
 
+async def _dial(host: str, port: int, tls: Tls | None
+                ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Open a connection to ``host:port``, over TLS with ``tls``."""
+    if tls is None:
+        return await asyncio.open_connection(host, port)
+    return await asyncio.open_connection(host, port, ssl=tls.client,
+                                         ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
+
+
 async def _answer_challenge(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                            address: str, token: bytes | None) -> None:
+                            address: str, token: bytes | None, tls: Tls | None = None) -> None:
     """Read the coordinator's challenge and, if it asks, prove the shared secret."""
     try:
         async with timeout_after(HANDSHAKE_TIMEOUT_S):
             item = await read_message(reader)
+            if item is not None and isinstance(item[1], Error):  # a TLS coordinator's refusal
+                raise error_from_code(item[1].code, f"the coordinator at {address} refused "
+                                                    f"this peer: {item[1].message}")
+            if item is None and tls is not None:
+                raise tls_handshake.closed_after_handshake(f"the coordinator at {address}")
             if item is None or not isinstance(item[1], Challenge):
                 raise ProtocolError(f"{address} did not greet like an asyncoll coordinator")
             challenge = item[1]
@@ -114,6 +137,9 @@ async def _answer_challenge(reader: asyncio.StreamReader, writer: asyncio.Stream
     except TimeoutError:
         raise RendezvousTimeoutError(f"the coordinator at {address} did not finish the "
                                      f"handshake within {HANDSHAKE_TIMEOUT_S} s") from None
+    except ssl.SSLError as exc:
+        raise tls_handshake.refusal(exc, f"the coordinator at {address}",
+                                    mutual=tls is not None and tls.mutual) from exc
     except (OSError, asyncio.IncompleteReadError) as exc:
         raise RendezvousError(f"lost the connection to the coordinator at {address} during "
                               f"the handshake: {exc}") from exc
@@ -138,7 +164,7 @@ class CoordinatorClient:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  addresses: Sequence[tuple[str, int]], at: int = 0,
-                 token: bytes | None = None) -> None:
+                 token: bytes | None = None, tls: Tls | None = None) -> None:
         self._reader = reader
         self._writer = writer
         #: Every address the job's coordinator may answer at, in the order tried.
@@ -146,6 +172,7 @@ class CoordinatorClient:
         self._at = at
         self.address = join_host_port(*self.addresses[at])
         self._token = token
+        self._tls = tls
         self._ids = itertools.count(1)
         # Each request's message too: those in flight when the link drops are sent again.
         self._pending: dict[int, tuple[Message, asyncio.Future[Message]]] = {}
@@ -165,25 +192,27 @@ class CoordinatorClient:
 
     @classmethod
     async def connect(cls, host: str, port: int, timeout: float, token: bytes | None = None,
-                      fallbacks: Sequence[tuple[str, int]] = ()) -> CoordinatorClient:
+                      fallbacks: Sequence[tuple[str, int]] = (), tls: Tls | None = None
+                      ) -> CoordinatorClient:
         """Connect to the coordinator at ``host:port``, or at one of ``fallbacks`` (see
         :func:`open_with_retry`).
 
-        Answers the coordinator's challenge with ``token`` (None: this peer has no secret).
+        Answers the coordinator's challenge with ``token`` (None: this peer has no secret),
+        over TLS with ``tls`` (None: plain TCP).
 
         Raises:
             AuthenticationError: the coordinator needs a secret this peer lacks, or
                 refused the one it has.
             ProtocolError: the other side is not an asyncoll coordinator.
         """
-        reader, writer, at = await open_with_retry(host, port, timeout, fallbacks)
+        reader, writer, at = await open_with_retry(host, port, timeout, fallbacks, tls)
         addresses = ((host, port), *fallbacks)
         try:
-            await _answer_challenge(reader, writer, join_host_port(*addresses[at]), token)
+            await _answer_challenge(reader, writer, join_host_port(*addresses[at]), token, tls)
         except BaseException:
             writer.close()
             raise
-        return cls(reader, writer, addresses, at, token)
+        return cls(reader, writer, addresses, at, token, tls)
 
     @property
     def lost(self) -> AsyncollError | None:
@@ -322,11 +351,11 @@ class CoordinatorClient:
                 address = join_host_port(*self.addresses[at])
                 try:
                     async with timeout_after(HANDSHAKE_TIMEOUT_S):
-                        reader, writer = await asyncio.open_connection(*self.addresses[at])
+                        reader, writer = await _dial(*self.addresses[at], self._tls)
                 except (OSError, TimeoutError):
                     continue
                 try:
-                    await _answer_challenge(reader, writer, address, self._token)
+                    await _answer_challenge(reader, writer, address, self._token, self._tls)
                     refusal = await self._register(reader, writer, address)
                 except (AsyncollError, OSError, asyncio.IncompleteReadError) as exc:
                     log.info("the coordinator at %s did not take this peer back: %s",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from asyncoll._defaults import MAX_CONTROL_MESSAGE_BYTES
+from asyncoll._tls.handshake import looks_like_tls, plaintext_peer_words
 from asyncoll._wire.messages import LENGTH, Message, decode_body, encode
 from asyncoll.errors import ProtocolError
 
@@ -31,6 +32,8 @@ async def read_message(reader: asyncio.StreamReader,
             return None
         raise
     (size,) = LENGTH.unpack(prefix)
+    if size > max_bytes and looks_like_tls(prefix):
+        raise ProtocolError(plaintext_peer_words("the connection"))
     if size > max_bytes:
         raise ProtocolError(f"control message of {size} bytes is over the limit of "
                             f"{max_bytes} bytes")

@@ -17,6 +17,7 @@ import logging
 
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._defaults import HANDSHAKE_TIMEOUT_S
+from asyncoll._tls.context import Tls
 from asyncoll._wire.endpoint import join_host_port, wildcard
 from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import RendezvousError
@@ -24,19 +25,20 @@ from asyncoll.errors import RendezvousError
 log = logging.getLogger("asyncoll")
 
 
-async def start(host: str, port: int, token: bytes | None) -> Coordinator:
-    """Start a coordinator listening on ``host:port`` (0: a free port).
+async def start(host: str, port: int, token: bytes | None,
+                tls: Tls | None = None) -> Coordinator:
+    """Start a coordinator listening on ``host:port`` (0: a free port), with ``tls`` if set.
 
     Raises:
         OSError: it cannot listen there.
     """
-    coordinator = Coordinator(host, port, token)
+    coordinator = Coordinator(host, port, token, tls)
     await coordinator.start()
     return coordinator
 
 
-async def host_unless_listening(host: str, port: int, token: bytes | None
-                                ) -> Coordinator | None:
+async def host_unless_listening(host: str, port: int, token: bytes | None,
+                                tls: Tls | None = None) -> Coordinator | None:
     """Host the coordinator at ``host:port`` unless something listens there.
 
     This is env:// with RANK=0. A daemon already listening there is used
@@ -51,7 +53,7 @@ async def host_unless_listening(host: str, port: int, token: bytes | None
         probe.close()
         return None
     try:
-        coordinator = await start(host, port, token)
+        coordinator = await start(host, port, token, tls)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             return None  # another process won the race; use its coordinator
@@ -62,7 +64,8 @@ async def host_unless_listening(host: str, port: int, token: bytes | None
     return coordinator
 
 
-async def host_advertised(host: str, token: bytes | None) -> Coordinator:
+async def host_advertised(host: str, token: bytes | None,
+                          tls: Tls | None = None) -> Coordinator:
     """Host a coordinator on a free port, reached by the other ranks at ``host``.
 
     Where ``host`` is not an address of this machine (NAT, a container), it
@@ -72,11 +75,11 @@ async def host_advertised(host: str, token: bytes | None) -> Coordinator:
         RendezvousError: it cannot listen.
     """
     try:
-        return await start(host, 0, token)
+        return await start(host, 0, token, tls)
     except OSError as exc:
         if exc.errno != errno.EADDRNOTAVAIL:
             raise RendezvousError(f"rank 0 could not start asyncoll's coordinator on "
                                   f"{host}: {exc}") from exc
-    coordinator = await start(wildcard(host), 0, token)
+    coordinator = await start(wildcard(host), 0, token, tls)
     coordinator.host = host
     return coordinator

@@ -84,7 +84,7 @@ class Runtime:
         """
         if embedded is None and where.may_host:
             embedded = await hosting.host_unless_listening(where.host, where.port,
-                                                           settings.token)
+                                                           settings.token, settings.tls)
             if embedded is not None and where.elastic:
                 log.warning("job %r is elastic but its coordinator runs in this process "
                             "(rank 0): if it dies, the others cannot go on. Run the job "

@@ -27,6 +27,7 @@ from asyncoll._defaults import (
     RECONNECT_BACKOFF_CAP_S,
     WAITING_REPORT_INTERVAL_S,
 )
+from asyncoll._tls.context import Tls
 from asyncoll._transport.tcp.mesh import TcpMesh
 from asyncoll._wire.endpoint import wildcard
 from asyncoll._wire.messages import (
@@ -159,7 +160,8 @@ class Session:
         mesh: TcpMesh | None = None
         try:
             client = await CoordinatorClient.connect(where.host, where.port, where.timeout,
-                                                     settings.token, where.fallbacks)
+                                                     settings.token, where.fallbacks,
+                                                     settings.tls)
             mesh = TcpMesh(where.job, settings.transport)
             plan = listen_plan(client.local_host, settings.environment)
             port = await _listen(mesh, plan)
@@ -356,6 +358,11 @@ class Session:
     def links_bytes(self) -> int:
         """The largest operation a cross-host group runs over direct links (0: none)."""
         return self.settings.transport.links_bytes
+
+    @property
+    def tls(self) -> Tls | None:
+        """TLS on every data connection, direct links included (None: off), read at join."""
+        return self.settings.transport.tls
 
     @property
     def hierarchy(self) -> bool:

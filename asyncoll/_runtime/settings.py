@@ -18,6 +18,8 @@ from types import MappingProxyType
 from asyncoll import _auth
 from asyncoll._algorithms import selection
 from asyncoll._defaults import HEARTBEAT_TIMEOUT_S
+from asyncoll._tls import context as tls_context
+from asyncoll._tls.context import Tls
 from asyncoll._transport.shm import arena
 from asyncoll._transport.shm import segment as shm
 from asyncoll._transport.settings import (
@@ -45,6 +47,9 @@ class Settings:
 
     #: The job's shared secret (ASYNCOLL_TOKEN; None when unset or empty).
     token: bytes | None = None
+    #: TLS (ASYNCOLL_TLS_CERT, ASYNCOLL_TLS_KEY, ASYNCOLL_TLS_CA; None when none is set),
+    #: its files read when the settings are.
+    tls: Tls | None = field(default=None, compare=False)
     #: Seconds of silence after which the coordinator declares a member lost
     #: (ASYNCOLL_HEARTBEAT_TIMEOUT).
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT_S
@@ -67,10 +72,11 @@ class Settings:
             ConfigurationError: a variable's value is not valid; the message names both.
         """
         token = _auth.token_from_environment(environ)
-        return cls(token=token, heartbeat_timeout=_heartbeat_timeout(environ),
+        tls = tls_from_environment(environ)
+        return cls(token=token, tls=tls, heartbeat_timeout=_heartbeat_timeout(environ),
                    forced_algorithms=MappingProxyType(
                        selection.parse_forced(environ.get("ASYNCOLL_ALGORITHM", ""))),
-                   transport=_transport(environ, token),
+                   transport=_transport(environ, token, tls),
                    hostname=environ.get("ASYNCOLL_HOSTNAME", ""),
                    environment=MappingProxyType(dict(environ)))
 
@@ -89,7 +95,18 @@ def _heartbeat_timeout(environ: Mapping[str, str]) -> float:
     return value
 
 
-def _transport(environ: Mapping[str, str], token: bytes | None) -> TransportSettings:
+def tls_from_environment(environ: Mapping[str, str], listens: bool = True) -> Tls | None:
+    """TLS as ``environ``'s ASYNCOLL_TLS_* variables set it, its files read (None: off).
+
+    Raises:
+        ConfigurationError: a file cannot be used, or the variables are incomplete.
+    """
+    found = tls_context.TlsSettings.from_environment(environ)
+    return tls_context.load(found, listens=listens) if found is not None else None
+
+
+def _transport(environ: Mapping[str, str], token: bytes | None,
+               tls: Tls | None) -> TransportSettings:
     ring = _positive(environ, "ASYNCOLL_SHM_BYTES", SHM_RING_BYTES)
     if ring < shm.MIN_RING_BYTES:
         raise ConfigurationError(f"ASYNCOLL_SHM_BYTES must be at least {shm.MIN_RING_BYTES}, "
@@ -98,7 +115,7 @@ def _transport(environ: Mapping[str, str], token: bytes | None) -> TransportSett
     slot = _positive(environ, "ASYNCOLL_ARENA_BYTES", ARENA_SLOT_BYTES, smallest=0)
     enabled = shm.AVAILABLE and environ.get("ASYNCOLL_SHM", "1") != "0"
     return TransportSettings(
-        token=token, shm_min_bytes=smallest if enabled else 0, shm_ring_bytes=ring,
+        token=token, tls=tls, shm_min_bytes=smallest if enabled else 0, shm_ring_bytes=ring,
         early_limit_bytes=_positive(environ, "ASYNCOLL_MAX_EARLY_BYTES", EARLY_LIMIT_BYTES),
         arena_slot_bytes=slot if enabled and arena.supported() else 0,
         arena_sized_to_room="ASYNCOLL_ARENA_BYTES" not in environ,

@@ -69,7 +69,8 @@ class TorchWorld:
         try:
             if rank == 0:
                 coordinator = shared.run(hosting.host_advertised(
-                    _advertised_host(store, settings.environment), settings.token))
+                    _advertised_host(store, settings.environment), settings.token,
+                    settings.tls))
                 # Standing coordinators named in the environment take the job back
                 # if the embedded one goes (with rank 0's process, say).
                 listed = settings.environment.get(COORDINATOR_VARIABLE, "")

@@ -12,13 +12,53 @@ from __future__ import annotations
 
 import select
 import socket
+import ssl
 from collections import deque
 
+from asyncoll._tls import handshake as tls_handshake
 from asyncoll._transport.link_errors import LinkLost
-from asyncoll._transport.link_opening import GREETING, Dialling, start_dial
+from asyncoll._transport.link_opening import (
+    GREETING,
+    Dialling,
+    accept_secure,
+    open_secure,
+    start_dial,
+)
 
 #: Each connection's read buffer: small records arrive whole in one recv.
 READ_BYTES = 64 << 10
+#: What a non-blocking send or recv raises when it would block (TLS: its own two).
+WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+#: TLS has no scatter-gather send: buffers up to this many bytes in all are joined into one.
+_JOIN_BYTES = 64 << 10
+
+
+def transmit(sock: socket.socket, buffers: list[memoryview]) -> int:
+    """Send what ``sock`` takes now of ``buffers``, in order; return how many bytes.
+
+    Raises what a non-blocking send raises (see :data:`WOULD_BLOCK`).
+    """
+    if not isinstance(sock, ssl.SSLSocket):
+        return sock.sendmsg(buffers)
+    # A TLS send that would block must be retried with the same bytes at the
+    # front, as many or more: the queue only grows at its end, and joins stop
+    # at the same buffer, so the next try starts with this one's bytes.
+    first = buffers[0]
+    if first.nbytes >= _JOIN_BYTES or len(buffers) == 1:
+        return sock.send(first)
+    joined, total = [], 0
+    for buffer in buffers:
+        if total + buffer.nbytes > _JOIN_BYTES:
+            break
+        joined.append(buffer)
+        total += buffer.nbytes
+    return sock.send(b"".join(joined))
+
+
+def pending(sock: socket.socket) -> bool:
+    """Whether ``sock`` holds bytes already read from the network (TLS: a record's rest),
+    which poll() does not report."""
+    return isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
 
 
 class Peer:
@@ -119,7 +159,15 @@ class Connections:
             return peer
         host, port, cookie = dialling.addresses[index]
         try:
-            sock, greeting = start_dial(host, port, cookie, dialling.me)
+            if dialling.tls is None:
+                sock, greeting = start_dial(host, port, cookie, dialling.me)
+            else:
+                sock, greeting = open_secure(dialling.tls, host, port), GREETING.pack(
+                    cookie, dialling.me)
+        except ssl.SSLError as exc:
+            raise LinkLost(index, "could not be opened: " + str(tls_handshake.refusal(
+                exc, f"member {index} at {host}:{port}", mutual=dialling.tls is not None
+                and dialling.tls.mutual))) from None
         except OSError as exc:
             raise LinkLost(index, f"could not be opened: {exc}") from None
         peer = self._attach(index, sock)
@@ -137,6 +185,11 @@ class Connections:
                 return
             except OSError:
                 return  # a connection reset before it was taken: nothing to take
+            if self._dialling.tls is not None:
+                secure = accept_secure(self._dialling.tls, sock)
+                if secure is None:
+                    continue
+                sock = secure
             sock.setblocking(False)
             fd = sock.fileno()
             self._by_fd[fd] = Peer(-1, sock)
@@ -149,7 +202,7 @@ class Connections:
         assert sock is not None and self._dialling is not None
         try:
             got = sock.recv_into(stranger.view[stranger.end:GREETING.size])
-        except (BlockingIOError, InterruptedError):
+        except WOULD_BLOCK:
             return None
         except OSError:
             got = 0
@@ -197,8 +250,8 @@ class Connections:
             assert sock is not None
             while peer.out:
                 try:
-                    sent = sock.sendmsg(list(peer.out)[:64])
-                except (BlockingIOError, InterruptedError):
+                    sent = transmit(sock, list(peer.out)[:64])
+                except WOULD_BLOCK:
                     break
                 except OSError as exc:
                     raise LinkLost(peer.index, f"failed: {exc}") from None

@@ -33,12 +33,20 @@ from __future__ import annotations
 
 import select
 import socket
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from asyncoll._defaults import PROTOCOL_VERSION
-from asyncoll._transport.link_connections import READ_BYTES, Connections, Peer
+from asyncoll._transport.link_connections import (
+    READ_BYTES,
+    WOULD_BLOCK,
+    Connections,
+    Peer,
+    pending,
+    transmit,
+)
 from asyncoll._transport.link_errors import LinkAborted, LinkLost, LinkMismatch, LinksExpired
 from asyncoll._transport.link_opening import Dialling
 from asyncoll._wire.frames import (
@@ -128,8 +136,8 @@ class DirectLinks(Connections):
                 self._queued.add(index)
             return
         try:
-            sent = peer.sock.sendmsg([header, payload])
-        except (BlockingIOError, InterruptedError):
+            sent = transmit(peer.sock, [header, payload])
+        except WOULD_BLOCK:
             sent = 0
         except OSError as exc:
             raise LinkLost(index, f"failed: {exc}") from None
@@ -185,7 +193,9 @@ class DirectLinks(Connections):
         record = pack_header(_ABORT, 0, operation, 0, len(payload)) + payload
         for peer in self._peers.values():
             try:
-                if peer.sock is not None:
+                # (A TLS send must not cut in before one that waits to be retried.)
+                if peer.sock is not None and not (peer.out and
+                                                  isinstance(peer.sock, ssl.SSLSocket)):
                     peer.sock.send(record)
             except OSError:
                 pass
@@ -278,13 +288,15 @@ class DirectLinks(Connections):
                     peer.target_got += got
                     if peer.target_got == target.nbytes:
                         self._finish_record(peer)
-                    return
+                    if not pending(sock):
+                        return
+                    continue
                 if peer.start:
                     leftover = peer.end - peer.start
                     peer.buffer[:leftover] = peer.buffer[peer.start:peer.end]
                     peer.start, peer.end = 0, leftover
                 got = sock.recv_into(peer.view[peer.end:])
-            except (BlockingIOError, InterruptedError):
+            except WOULD_BLOCK:
                 return
             except OSError as exc:
                 self._closed(peer, f"broke: {exc}")
@@ -293,7 +305,7 @@ class DirectLinks(Connections):
                 self._closed(peer, "was closed by the peer")
                 return
             peer.end += got
-            if peer.end < len(peer.buffer):
+            if peer.end < len(peer.buffer) and not pending(sock):
                 self._parse(peer)
                 return
 

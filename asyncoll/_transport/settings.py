@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from asyncoll._tls.context import Tls
 
 #: Payloads at least this large go through shared memory by default.
 SHM_MIN_BYTES = 64 << 10
@@ -26,6 +28,8 @@ class TransportSettings:
 
     #: The job's shared secret: data connections must prove it (None: no secret).
     token: bytes | None = None
+    #: TLS on every data connection, direct links included (None: off).
+    tls: Tls | None = field(default=None, compare=False)
     #: Payloads this large go through shared memory to same-host peers (0: never).
     shm_min_bytes: int = SHM_MIN_BYTES
     #: The ring a sender makes for each same-host peer.

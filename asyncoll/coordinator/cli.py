@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from asyncoll import _auth
 from asyncoll._compat import loop_factory
 from asyncoll._defaults import DEFAULT_PORT
+from asyncoll._tls import context as tls_context
 from asyncoll._wire.endpoint import host_literal, join_host_port
 from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import ConfigurationError
@@ -42,6 +43,15 @@ def _parser() -> argparse.ArgumentParser:
                              "being --host (0 picks a free one; needs prometheus_client)")
     parser.add_argument("--metrics-port-file",
                         help="write the bound metrics port to this file once listening")
+    parser.add_argument("--tls-cert", metavar="PEM",
+                        help="this coordinator's certificate: TLS on every connection "
+                             "(default: ASYNCOLL_TLS_CERT, if set)")
+    parser.add_argument("--tls-key", metavar="PEM",
+                        help="the certificate's private key (default: ASYNCOLL_TLS_KEY)")
+    parser.add_argument("--tls-ca", metavar="PEM",
+                        help="the CA that signed every peer's certificate: mutual TLS, "
+                             "peers without such a certificate are refused (default: "
+                             "ASYNCOLL_TLS_CA)")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
@@ -62,21 +72,31 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+def _tls(args: argparse.Namespace) -> tls_context.Tls | None:
+    """TLS as the flags say, each flag not given taken from its ASYNCOLL_TLS_* variable."""
+    settings = tls_context.TlsSettings.from_environment({
+        tls_context.CERT_VARIABLE: args.tls_cert or os.environ.get(tls_context.CERT_VARIABLE, ""),
+        tls_context.KEY_VARIABLE: args.tls_key or os.environ.get(tls_context.KEY_VARIABLE, ""),
+        tls_context.CA_VARIABLE: args.tls_ca or os.environ.get(tls_context.CA_VARIABLE, "")})
+    return tls_context.load(settings) if settings is not None else None
+
+
 async def _serve(args: argparse.Namespace) -> int:
     try:
         host = host_literal(args.host, "--host")
         token = (_auth.read_token_file(args.token_file) if args.token_file
                  else _auth.token_from_environment(os.environ))
+        tls = _tls(args)
     except ConfigurationError as exc:
         log.error("%s", exc)
         return 2
-    if token is None and not _is_loopback(host):
+    if token is None and not (tls is not None and tls.mutual) and not _is_loopback(host):
         log.warning("*** listening on %s WITHOUT a shared secret: anyone who can reach port "
                     "%d can join any job, read its addresses and disturb it. Pass "
                     "--token-file (and give the workers ASYNCOLL_TOKEN) unless this network "
                     "is trusted. ***", host, args.port)
     try:
-        coordinator = Coordinator(host, args.port, token, args.metrics_port)
+        coordinator = Coordinator(host, args.port, token, tls, metrics_port=args.metrics_port)
         await coordinator.start()
     except ConfigurationError as exc:
         log.error("%s", exc)

@@ -13,8 +13,10 @@ from asyncoll._rendezvous.control import read_message, write_message
 from asyncoll._rendezvous.state import Reply, RendezvousState
 from asyncoll._defaults import COORDINATOR_TICK_S, DEFAULT_PORT, HANDSHAKE_TIMEOUT_S
 from asyncoll._wire.endpoint import join_host_port
+from asyncoll._tls.context import Tls
+from asyncoll._tls.handshake import TlsServer, requires_tls_words
+from asyncoll._wire.messages import Challenge, Error, Proof, encode, encode_head, frame
 from asyncoll.coordinator.metrics import MetricsServer
-from asyncoll._wire.messages import Challenge, Error, Proof, encode_head, frame
 from asyncoll.errors import AuthenticationError, ProtocolError
 
 log = logging.getLogger("asyncoll.coordinator")
@@ -34,8 +36,10 @@ class Coordinator:
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-                 token: bytes | None = None, metrics_port: int | None = None) -> None:
-        """Serve on ``host:port``; with ``token``, every connection must prove it.
+                 token: bytes | None = None, tls: Tls | None = None,
+                 metrics_port: int | None = None) -> None:
+        """Serve on ``host:port``; with ``token``, every connection must prove it; with
+        ``tls``, every connection speaks TLS (mutual with a CA).
 
         With ``metrics_port`` (0: a free one), Prometheus metrics are served on
         ``host:metrics_port/metrics`` too (see asyncoll.coordinator.metrics).
@@ -46,10 +50,11 @@ class Coordinator:
         self.host = host
         self.port = port
         self._token = token
+        self._tls = tls
         self._state = RendezvousState()
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._conn_ids = itertools.count(1)
-        self._server: asyncio.Server | None = None
+        self._server: asyncio.Server | TlsServer | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         # Set by stop(): the members it disconnects are not lost, they will be
@@ -64,8 +69,15 @@ class Coordinator:
         Raises:
             OSError: the address cannot be bound (in use, not local).
         """
-        self._server = await asyncio.start_server(self._serve_connection, self.host, self.port,
-                                                  backlog=LISTEN_BACKLOG)
+        if self._tls is None:
+            self._server = await asyncio.start_server(self._serve_connection, self.host,
+                                                      self.port, backlog=LISTEN_BACKLOG)
+        else:
+            refusal = Error(code="authentication",
+                            message=requires_tls_words("the coordinator"))
+            self._server = TlsServer(self._tls, self._stream_protocol, encode(refusal),
+                                     "the coordinator")
+            await self._server.start(self.host, self.port, LISTEN_BACKLOG)
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         log.info("coordinator listening on %s", join_host_port(self.host, self.port))
@@ -108,6 +120,10 @@ class Coordinator:
         while self._state.job_is_active(job) and loop.time() < deadline:
             await asyncio.sleep(COORDINATOR_TICK_S)
         return not self._state.job_is_active(job)
+
+    def _stream_protocol(self) -> asyncio.StreamReaderProtocol:
+        """What asyncio.start_server gives each connection, for one that speaks TLS."""
+        return asyncio.StreamReaderProtocol(asyncio.StreamReader(), self._serve_connection)
 
     async def _serve_connection(self, reader: asyncio.StreamReader,
                                 writer: asyncio.StreamWriter) -> None:

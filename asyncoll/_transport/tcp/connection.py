@@ -20,6 +20,7 @@ import socket
 from collections.abc import Awaitable
 from typing import Protocol, cast
 
+from asyncoll._tls.handshake import looks_like_tls, plaintext_peer_words
 from asyncoll._transport.tcp import handshake
 from asyncoll._transport.base import Tag
 from asyncoll._transport.inbox import Inbox, Receive
@@ -201,8 +202,11 @@ class PeerConnection(asyncio.BufferedProtocol):
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # Pause as soon as anything is queued, so a send is reported done only
-        # when its bytes have left the payload's memory.
-        self.transport.set_write_buffer_limits(high=0)
+        # when its bytes have left the payload's memory. (TLS pauses at a size
+        # >= high, not > high, and would stay paused with nothing queued at 0;
+        # what it holds is encrypted, so the payload is free once it is taken.)
+        tls = self._owner.settings.tls is not None
+        self.transport.set_write_buffer_limits(high=1 if tls else 0, low=0)
         if self.peer is None:
             # Accepted: challenge the dialer before anything else.
             self._nonce = handshake.new_nonce()
@@ -253,6 +257,8 @@ class PeerConnection(asyncio.BufferedProtocol):
             if self._frame is None:
                 if end - pos < HEADER_SIZE:
                     break
+                if self.peer is None and looks_like_tls(bytes(stage[pos:pos + 2])):
+                    raise ProtocolError(plaintext_peer_words("a data connection"))
                 self._start_frame(unpack_header(stage[pos:pos + HEADER_SIZE]))
                 pos += HEADER_SIZE
             else:

@@ -10,6 +10,8 @@ Nothing else is read from a connection before its handshake is done.
 from __future__ import annotations
 
 from asyncoll import _auth
+from asyncoll._tls.handshake import requires_tls_words
+from asyncoll._wire.frames import FrameKind, encode_abort, pack_header
 from asyncoll.errors import AuthenticationError, ProtocolError
 
 #: The largest CHALLENGE and HELLO_ACK payloads.
@@ -20,6 +22,13 @@ MAX_ACK_BYTES = 128
 def new_nonce() -> str:
     """A fresh challenge."""
     return _auth.new_nonce()
+
+
+def requires_tls() -> bytes:
+    """The ABORT frame a TLS data port sends a peer without TLS (which waits for a
+    CHALLENGE) to say why it is refused."""
+    words = encode_abort("authentication", requires_tls_words("this rank's data port"))
+    return pack_header(FrameKind.ABORT, 0, 0, 0, len(words)) + words
 
 
 def hello(token: bytes | None, job: str, rank: int, challenge: str) -> tuple[bytes, str]:

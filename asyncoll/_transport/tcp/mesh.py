@@ -20,12 +20,15 @@ import asyncio
 import contextlib
 import errno
 import logging
+import ssl
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._defaults import HANDSHAKE_TIMEOUT_S, LINGER_S
+from asyncoll._tls import handshake as tls_handshake
 from asyncoll._transport.base import Consumer, Listener, Tag
+from asyncoll._transport.tcp import handshake
 from asyncoll._transport.tcp.connection import PeerConnection
 from asyncoll._transport.inbox import EarlyCount, Inbox
 from asyncoll._transport.settings import TransportSettings
@@ -102,7 +105,7 @@ class TcpMesh:
         self._rank = -1
         self._size = 0
         self._peers: dict[int, _Peer] = {}
-        self._server: asyncio.Server | None = None
+        self._server: asyncio.Server | tls_handshake.TlsServer | None = None
         self._accepted: set[PeerConnection] = set()
         #: Channels failed here: their sends and receives fail at once.
         self._failed_channels: dict[int, AsyncollError] = {}
@@ -143,7 +146,7 @@ class TcpMesh:
         error: OSError | None = None
         for port in ports:
             try:
-                self._server = await self.loop.create_server(self._accept, host, port)
+                self._server = await self._start_server(host, port)
             except OSError as exc:
                 if exc.errno != errno.EADDRINUSE:
                     raise
@@ -151,6 +154,16 @@ class TcpMesh:
                 continue
             return int(self._server.sockets[0].getsockname()[1])
         raise error or OSError(errno.EADDRINUSE, "no port to bind")
+
+    async def _start_server(self, host: str, port: int
+                            ) -> asyncio.Server | tls_handshake.TlsServer:
+        tls = self.settings.tls
+        if tls is None:
+            return await self.loop.create_server(self._accept, host, port)
+        server = tls_handshake.TlsServer(tls, self._accept, handshake.requires_tls(),
+                                         "this rank's data port")
+        await server.start(host, port)
+        return server
 
     def set_directory(self, rank: int, peers: dict[int, tuple[str, int, str]]) -> None:
         """Record this process's rank and every peer's (host, port, hostname)."""
@@ -292,6 +305,14 @@ class TcpMesh:
         if state.leaving:
             state.fail(state.inbox.departed(state.hostname))
             return
+        if self.settings.tls is not None and not connection.ready.done():
+            # The dialer's TLS handshake passed, and the acceptor refused it after.
+            address = join_host_port(*state.address) if state.address else "?"
+            other = f"rank {peer}'s data port at {address}"
+            state.fail(tls_handshake.refusal(exc, other, mutual=self.settings.tls.mutual)
+                       if isinstance(exc, ssl.SSLError)
+                       else tls_handshake.closed_after_handshake(other))
+            return
         how = f"broke: {exc}" if exc else "was closed without a goodbye"
         address = "{}:{}".format(*state.address) if state.address else "?"
         error = PeerLostError(f"rank {peer} on host {state.hostname} ({address}) was lost: "
@@ -342,7 +363,8 @@ class TcpMesh:
             transport = connection.transport if connection is not None else None
             if connection is None or transport is None or transport.is_closing():
                 continue
-            if (connection.ready.done() and transport.can_write_eof()
+            tls = self.settings.tls is not None
+            if (connection.ready.done() and (transport.can_write_eof() or tls)
                     and id(state) not in lost):
                 # GOODBYE after this rank's last frames, so the peer can tell
                 # leaving from dying; then half-close and keep reading (and
@@ -351,9 +373,14 @@ class TcpMesh:
                 # yet read on the other side, such as the ABORTs just sent.
                 asyncio.ensure_future(connection.send_frame(
                     FrameKind.GOODBYE, (0, 0, 0), memoryview(b""))).add_done_callback(_retrieve)
-                transport.write_eof()
                 connection.half_closed = True
                 connection.read_from_peer(True)  # drain, even past the early-frame bound
+                if tls:
+                    # TLS has no half-close: closing sends what is queued, then its
+                    # close_notify, and reads (discarding) until the peer's comes.
+                    transport.close()
+                else:
+                    transport.write_eof()
                 lingering.append(connection.closed)
             else:
                 transport.close()
@@ -418,11 +445,20 @@ class TcpMesh:
         connection: PeerConnection | None = None
         try:
             async with timeout_after(HANDSHAKE_TIMEOUT_S):
+                tls = self.settings.tls
                 _, connection = await self.loop.create_connection(
-                    lambda: PeerConnection(self, peer), host, port)
+                    lambda: PeerConnection(self, peer), host, port,
+                    ssl=tls.client if tls is not None else None,
+                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if tls is not None else None)
                 self._attach(state, connection)
                 await connection.ready
             state.settled.set()
+        except ssl.SSLError as exc:  # the TLS handshake failed
+            refused = tls_handshake.refusal(
+                exc, f"rank {peer}'s data port at {join_host_port(host, port)}",
+                mutual=self.settings.tls is not None and self.settings.tls.mutual)
+            log.warning("%s", refused)
+            state.fail(refused)
         except AsyncollError as exc:  # refused by the peer during the handshake
             log.warning("rank %d refused this rank's data connection: %s", peer, exc)
             state.fail(exc)
