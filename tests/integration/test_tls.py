@@ -10,6 +10,7 @@ each side's error says what happened and what to set; none waits for a deadline.
 from __future__ import annotations
 
 import asyncio
+import signal
 import ssl
 
 import numpy as np
@@ -26,6 +27,7 @@ from asyncoll.testing import run_ranks
 
 from . import certificates
 from .conftest import Daemon, finish, start_probe
+from .test_coordinator_restart import assert_made_a_group, run_workers, stop_all
 
 pytestmark = [pytest.mark.timeout(120), certificates.NEEDS_OPENSSL]
 
@@ -235,3 +237,27 @@ def test_tls_settings_reach_the_transport_and_the_coordinator(certs):
     settings = Settings.from_environment(certs.environment())
     assert settings.tls is not None and settings.transport.tls is settings.tls
     assert TlsServer.__name__ == "TlsServer"
+
+
+def test_members_over_tls_are_taken_back_by_a_restarted_tls_coordinator(tmp_path, certs,
+                                                                          monkeypatch):
+    """Reconnection (issue 28, part 1) speaks TLS too, with the same certificates."""
+    for name, value in certs.environment().items():
+        monkeypatch.setenv(name, value)
+    flags = ("--tls-cert", str(certs.cert), "--tls-key", str(certs.key), "--tls-ca",
+             str(certs.ca))
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    first = Daemon(tmp_path / "first", *flags)
+    second = None
+    go = tmp_path / "go"
+    procs = run_workers(first.address, go)
+    try:
+        first.stop(signal.SIGKILL)
+        second = Daemon(tmp_path / "second", *flags, "--port", str(first.port))
+        second.wait_for_log("adopted job 'restarted': 2 members, generation 0")
+        go.touch()
+        outcomes = [finish(proc, timeout=60) for proc in procs]
+    finally:
+        stop_all(procs, first, second)
+    assert_made_a_group(outcomes, second.address)
