@@ -18,6 +18,7 @@ from asyncoll._runtime.registration import Identity, Registration
 from asyncoll._group.faults import GroupFaults
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._runtime.settings import Settings
+from asyncoll._runtime import tracing
 from asyncoll._defaults import (
     COORDINATOR_GRACE_S,
     EMBEDDED_DRAIN_TIMEOUT_S,
@@ -46,6 +47,7 @@ from asyncoll._wire.messages import (
     Welcome,
     WhoIsMissing,
 )
+from asyncoll._wire.status import DumpTrace
 from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import (
     AsyncollError,
@@ -101,6 +103,10 @@ class Session:
         #: Which groups are broken, and why; told of lost peers and ABORT frames.
         self.faults = GroupFaults(mesh)
         self.rank = welcome.rank
+        #: This rank's flight recorder (None: ASYNCOLL_TRACE_BUFFER=0); a group broken
+        #: for a timeout, a lost peer or a desync makes it write itself out.
+        self.recorder = tracing.recorder_for(settings, welcome.rank, job)
+        self.faults.on_break = None if self.recorder is None else self.recorder.alarm
         self.world_size = welcome.world_size
         #: The job's membership this session belongs to (one more per reconfigure).
         self.generation = welcome.generation
@@ -301,7 +307,12 @@ class Session:
         return self.registration.rejoin(max(self.client.heard_epoch, self._agreed_epoch))
 
     def _notice(self, message: Message) -> None:
-        """The coordinator says a member is gone: fail what depended on it."""
+        """The coordinator says a member is gone: fail what depended on it (or asks for
+        the flight recorder: asyncoll status --dump)."""
+        if isinstance(message, DumpTrace):
+            if self.recorder is not None:
+                self.recorder.dump("asked through the coordinator (asyncoll status --dump)")
+            return
         if isinstance(message, MembersLeft):
             self.registration.gone.update(message.ranks)
             for rank in message.ranks:
