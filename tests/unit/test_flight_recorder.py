@@ -7,6 +7,7 @@ import io
 import logging
 import os
 import pickle
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -261,3 +262,21 @@ def test_dump_request_travels_the_wire() -> None:
 
     assert decode_body(encoded[4:], 1 << 16) == (0, DumpTrace(job="j"))
     assert os.path.basename(flight.PREFIX + "3") == "asyncoll_trace_rank_3"
+
+
+def test_sigusr1_handler_dumps_every_live_recorder_then_runs_the_one_it_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from asyncoll._runtime import tracing
+
+    called: list[int] = []
+    monkeypatch.setattr(tracing, "_installed", True)  # not this test process's own handler
+    monkeypatch.setattr(tracing, "_previous", lambda signum, frame: called.append(signum))
+    settings = Settings.from_environment({"ASYNCOLL_TRACE_DIR": str(tmp_path)})
+    recorder = tracing.recorder_for(settings, 5, "job")
+
+    tracing.on_signal(signal.SIGUSR1, None)
+
+    assert recorder is not None and (tmp_path / "asyncoll_trace_rank_5").exists()
+    assert called == [signal.SIGUSR1]
+    assert tracing.recorder_for(Settings.from_environment({"ASYNCOLL_TRACE_BUFFER": "0"}),
+                                0, "job") is None
