@@ -1,4 +1,6 @@
-"""``asyncoll``: the operator's command. ``asyncoll status`` shows a coordinator's jobs."""
+"""``asyncoll``: the operator's command. ``asyncoll status`` shows a coordinator's jobs
+(``--dump``: and asks their members to write out their flight recorders); ``asyncoll trace
+DIR`` shows who waits for whom in the flight recorder dumps in DIR."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._runtime.settings import tls_from_environment
 from asyncoll._defaults import DEFAULT_PORT
 from asyncoll._rendezvous.stragglers import Straggler
-from asyncoll._wire.messages import JobStatus, Status, StatusReply, StragglerStatus
+from asyncoll._wire.messages import DumpTrace, JobStatus, Status, StatusReply, StragglerStatus
 from asyncoll._wire.endpoint import join_host_port, split_host_port
 from asyncoll.errors import AsyncollError, ConfigurationError
 
@@ -37,16 +39,24 @@ def _parser() -> argparse.ArgumentParser:
                              "members wait for, from the heartbeats' sampled arrival times")
     status.add_argument("--timeout", type=float, default=5.0,
                         help="seconds to wait for the coordinator (default 5)")
+    status.add_argument("--dump", action="store_true",
+                        help="also ask every running member to write out its flight "
+                        "recorder (to its ASYNCOLL_TRACE_DIR)")
+    trace = commands.add_parser("trace", help="show the last operation of every rank in "
+                                "a folder of flight recorder dumps, and who waits for whom")
+    trace.add_argument("directory", help="the dumps' folder (ASYNCOLL_TRACE_DIR)")
     return parser
 
 
-async def _fetch(host: str, port: int, job: str, timeout: float) -> tuple[JobStatus, ...]:
+async def _fetch(host: str, port: int, job: str, timeout: float,
+                 dump: bool = False) -> tuple[JobStatus, ...]:
     # Only a client: a CA alone is enough to check the coordinator's certificate.
     client = await CoordinatorClient.connect(host, port, timeout,
                                              _auth.token_from_environment(os.environ),
                                              tls=tls_from_environment(os.environ, listens=False))
     try:
-        reply = await client.request(Status(job=job), timeout, "status")
+        request = DumpTrace(job=job) if dump else Status(job=job)
+        reply = await client.request(request, timeout, "status")
     finally:
         await client.close()
     assert isinstance(reply, StatusReply)
@@ -91,6 +101,8 @@ def _straggler_text(s: StragglerStatus) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``asyncoll``."""
     args = _parser().parse_args(argv)
+    if args.command == "trace":
+        return _trace(args.directory)
     try:
         host, port = split_host_port(args.coordinator, "--coordinator")
     except ConfigurationError as exc:
@@ -98,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     loop = loop_factory()()
     try:
-        jobs = loop.run_until_complete(_fetch(host, port, args.job, args.timeout))
+        jobs = loop.run_until_complete(_fetch(host, port, args.job, args.timeout, args.dump))
     except AsyncollError as exc:
         print(f"asyncoll: {exc}", file=sys.stderr)
         return 1
@@ -110,4 +122,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(straggler_lines(jobs))
     else:
         print(table(jobs))
+    if args.dump:
+        asked = sum(1 for job in jobs for m in job.members if m.state == "running")
+        print(f"asked {asked} running members to write out their flight recorders",
+              file=sys.stderr)
+    return 0
+
+
+def _trace(directory: str) -> int:
+    """``asyncoll trace DIR``: the table of who waits for whom, from the dumps in DIR."""
+    import pickle
+
+    from asyncoll._group import flight, waits  # the data plane's: loaded only here
+
+    try:
+        dumps = flight.read_dir(directory)
+    except (OSError, pickle.UnpicklingError, EOFError) as exc:
+        print(f"asyncoll: cannot read the flight recorder dumps in {directory}: {exc}",
+              file=sys.stderr)
+        return 1
+    if not dumps:
+        print(f"asyncoll: {directory} holds no flight recorder dump (files named "
+              f"{flight.PREFIX}<rank>)", file=sys.stderr)
+        return 1
+    print(waits.summary(dumps))
     return 0

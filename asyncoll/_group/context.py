@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol, TypeVar
 
 from asyncoll._group.faults import GroupFaults
+from asyncoll._group.recorder import Recorder
 from asyncoll._tls.context import Tls
 from asyncoll._transport.base import MeshControl
 
@@ -35,6 +36,8 @@ class Membership(Protocol):
     #: Whether this rank destroyed its process group or had it replaced (check_open
     #: raises, saying which).
     closed: bool
+    #: The flight recorder of this rank's operations (None: ASYNCOLL_TRACE_BUFFER=0).
+    recorder: Recorder | None
 
     @property
     def rank(self) -> int:

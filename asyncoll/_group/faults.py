@@ -25,7 +25,7 @@ failed does not wait for data that will never come.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from asyncoll._group.mismatch import desync, left_error, size_mismatch, stale
 from asyncoll._transport.base import MeshControl, Tag
@@ -60,6 +60,8 @@ class GroupFaults:
         self._left: dict[int, AsyncollError] = {}
         #: Members lost: found by the data plane or told by the coordinator.
         self._lost: set[int] = set()
+        #: Told of each group's breaking error, once (the flight recorder's alarm).
+        self.on_break: Callable[[AsyncollError], None] | None = None
         mesh.listener = self
 
     def register(self, group_id: int, ranks: Sequence[int]) -> None:
@@ -257,6 +259,8 @@ class GroupFaults:
         if seq:
             self._broken_in[group_id] = seq
         self._mesh.fail_channel(group_id, error)
+        if self.on_break is not None:
+            self.on_break(error)
         return True
 
     def _send_aborts(self, group_id: int, seq: int, error: AsyncollError,

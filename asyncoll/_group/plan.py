@@ -96,6 +96,9 @@ class Plan(collections.abc.Coroutine):  # type: ignore[type-arg]
         self.kernel = kernel
         #: Whether it was counted as on its way to the loop (Runner.handed).
         self.handed = False
+        recorder = runner.recorder
+        #: The caller's stack, where the flight recorder keeps stacks (else None).
+        self.stack = recorder.caller_stack() if recorder is not None else None
         self._runner = runner
         self._coroutine: Coroutine[Any, Any, None] | None = None
 

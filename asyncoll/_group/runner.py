@@ -14,6 +14,7 @@ the group's own thread, or over the transport).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from asyncoll._compat import timeout as timeout_after
 from asyncoll._group.context import Membership
 from asyncoll._group.fast_path import FastPath
 from asyncoll._group.plan import Kernel, Plan
+from asyncoll._group.recorder import ENDED, PATH, STARTED
 from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import (
     AsyncollError,
@@ -58,6 +60,10 @@ class Runner:
         # by one thread each (the caller's, the loop's), so no lock is needed.
         self.handed = 0
         self.finished = 0
+        #: This rank's flight recorder (None: off), told of every operation's steps.
+        self.recorder = session.recorder
+        if self.recorder is not None:
+            self.recorder.add_group(group_id, ranks)
 
     def __repr__(self) -> str:
         return self._named
@@ -127,14 +133,21 @@ class Runner:
             self._admit(what, seq)
         # Taking note is safe from this thread; checking frames kept early is the loop's.
         faults.begin(group_id, seq, fingerprint, scan=False)
+        recorder = self.recorder
+        entry = None if recorder is None else recorder.started(
+            group_id, seq, what, fingerprint, self._fast.algorithm, limit)
         mesh = session.mesh
         if mesh.has_early:
             session.call_soon(faults.scan, group_id)
         try:
             self.on_fast_path(what, seq, limit, kernel, arrays, fingerprint)
         except BaseException as exc:
+            if recorder is not None and entry is not None:
+                recorder.failed(entry, exc)
             self._failed(exc, what, seq, from_loop=False)
             raise
+        if entry is not None:
+            entry[ENDED] = _now()
         faults.complete(group_id, seq, scan=False)
         if mesh.has_early:
             session.call_soon(faults.scan, group_id)
@@ -192,10 +205,23 @@ class Runner:
         previous, done = self._tail, asyncio.get_running_loop().create_future()
         self._tail = done
         faults, group_id = self._session.faults, self._group_id
+        recorder = self.recorder
+        entry = None if recorder is None else recorder.scheduled(group_id, seq, what,
+                                                                 fingerprint, limit, plan.stack)
         try:
             if previous is not None:
                 await previous  # always resolved with None, in a finally
-            self._admit(what, seq)
+            try:
+                self._admit(what, seq)
+            except BaseException:
+                if recorder is not None and entry is not None:
+                    # An operation refused never ran: to torch's analyzer it must not
+                    # look as if this rank had reached it.
+                    recorder.forget(entry)
+                    entry = None
+                raise
+            if entry is not None:
+                entry[STARTED] = _now()
             team = Team(self._session.mesh, self._ranks, group_id, seq,
                         fingerprint=fingerprint)
             faults.begin(group_id, seq, fingerprint)
@@ -205,6 +231,8 @@ class Runner:
                 team = team.phase(fast.set_up_phases)  # those before were the set-up's
             # A path that could not be set up leaves the operation to the transport's
             # algorithm, on every member.
+            if entry is not None:
+                entry[PATH] = fast.algorithm if kernel is not None and fast.ready else "loop"
             if kernel is not None and fast.ready:
                 await self._in_own_thread(what, seq, limit, kernel, plan.arrays, fingerprint)
             else:
@@ -212,8 +240,12 @@ class Runner:
                                            lambda t: plan.transport(t, plan.arrays))
             if plan.finish is not None:
                 plan.finish(team.me)
+            if entry is not None:
+                entry[ENDED] = _now()
             faults.complete(group_id, seq)
         except BaseException as exc:
+            if recorder is not None and entry is not None:
+                recorder.failed(entry, exc)
             self._failed(exc, what, seq, from_loop=True)
             raise
         finally:
@@ -252,6 +284,9 @@ class Runner:
         return CollectiveTimeoutError(
             f"{what} #{seq} on {self._named} did not complete within {limit:g} s; still "
             f"waiting for {_ranks_phrase(silent)}. {timed_out_words(limit)}")
+
+
+_now = time.time_ns
 
 
 def _ranks_phrase(ranks: list[int]) -> str:

@@ -32,6 +32,7 @@ from asyncoll._wire.endpoint import join_host_port
 from asyncoll._wire.messages import (
     Adopted,
     Challenge,
+    DumpTrace,
     Error,
     MemberGone,
     MembersLeft,
@@ -326,6 +327,9 @@ class CoordinatorClient:
                 elif request_id == 0 and isinstance(message, (MemberGone, MembersLeft,
                                                                MembersPending)):
                     self._notice(message)
+                elif request_id == 0 and isinstance(message, DumpTrace):
+                    if self.on_notice is not None:
+                        self.on_notice(message)  # no membership event: no epoch
                 elif request_id == 0 and isinstance(message, Error):
                     # The coordinator refused this peer as a whole.
                     return error_from_code(message.code, f"the coordinator at {self.address} "

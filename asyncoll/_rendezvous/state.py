@@ -47,6 +47,7 @@ from asyncoll._rendezvous.records import Job, Member, Reply, error, ranks_text
 from asyncoll._wire.messages import (
     Barrier,
     CheckMembership,
+    DumpTrace,
     GroupStatus,
     Heartbeat,
     Join,
@@ -142,6 +143,8 @@ class RendezvousState(Joins, Agreements, Adoption):
             return self._rejoin(conn, request_id, message, now)
         if isinstance(message, Status):
             return [Reply(conn, request_id, self.status(message.job, now))]
+        if isinstance(message, DumpTrace):
+            return self._dump_traces(conn, request_id, message.job, now)
         if isinstance(message, WhoIsMissing):
             return [Reply(conn, request_id, MissingReply(line=self._missing(message.job, now)))]
         excluded = self._excluded.get(conn)
@@ -171,6 +174,15 @@ class RendezvousState(Joins, Agreements, Adoption):
             return self._depart(job, member, conn, "left", now, request_id)
         return [error(conn, request_id, "protocol",
                        f"the coordinator does not accept {message.TYPE} messages")]
+
+    def _dump_traces(self, conn: int, request_id: int, job: str, now: float) -> list[Reply]:
+        """Ask the running members of ``job`` ("" every job) to write out their flight
+        recorders; answer with the jobs' status."""
+        notices = [Reply(member.conn, 0, DumpTrace(job=j.name)) for j in self._live()
+                   if j.running and (not job or j.name == job)
+                   for rank, member in sorted(j.members.items()) if rank not in j.departed]
+        log.info("asking %d members to write out their flight recorders", len(notices))
+        return notices + [Reply(conn, request_id, self.status(job, now))]
 
     def disconnect(self, conn: int, now: float) -> list[Reply]:
         """Connection ``conn`` closed: forget its peer, failing what waits on it."""

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from asyncoll._runtime import hosting
+from asyncoll._runtime import hosting, tracing
 from asyncoll._runtime.loop import LoopThread
 from asyncoll._runtime.settings import Settings
 from asyncoll._runtime.session import Rendezvous, Session
@@ -122,5 +122,7 @@ def runtime() -> Runtime:
             if _runtime is None:
                 _runtime = Runtime()
                 atexit.register(_runtime.shutdown)
+                # Only the main thread may install it; the first use usually comes from there.
+                tracing.install_signal_handler()
             current = _runtime
     return current

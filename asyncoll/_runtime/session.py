@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import errno
 import logging
 import os
 import socket
@@ -13,11 +12,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from asyncoll._runtime.addresses import ListenPlan, listen_plan
+from asyncoll._runtime.addresses import listen_plan
+from asyncoll._runtime.joining import listen, report_while_waiting
 from asyncoll._runtime.registration import Identity, Registration
 from asyncoll._group.faults import GroupFaults
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._runtime.settings import Settings
+from asyncoll._runtime import tracing
 from asyncoll._defaults import (
     COORDINATOR_GRACE_S,
     EMBEDDED_DRAIN_TIMEOUT_S,
@@ -25,11 +26,9 @@ from asyncoll._defaults import (
     LEAVE_TIMEOUT_S,
     PROTOCOL_VERSION,
     RECONNECT_BACKOFF_CAP_S,
-    WAITING_REPORT_INTERVAL_S,
 )
 from asyncoll._tls.context import Tls
 from asyncoll._transport.tcp.mesh import TcpMesh
-from asyncoll._wire.endpoint import wildcard
 from asyncoll._wire.messages import (
     Barrier,
     CheckMembership,
@@ -40,7 +39,6 @@ from asyncoll._wire.messages import (
     MemberGone,
     MembersLeft,
     MembershipState,
-    MissingReply,
     Message,
     NewGroup,
     Reconfigure,
@@ -49,13 +47,12 @@ from asyncoll._wire.messages import (
     StatusReply,
     StragglerStatus,
     Welcome,
-    WhoIsMissing,
 )
+from asyncoll._wire.status import DumpTrace
 from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import (
     AsyncollError,
     ClosedError,
-    ConfigurationError,
     ExcludedError,
     MismatchError,
     PeerLostError,
@@ -106,6 +103,10 @@ class Session:
         #: Which groups are broken, and why; told of lost peers and ABORT frames.
         self.faults = GroupFaults(mesh)
         self.rank = welcome.rank
+        #: This rank's flight recorder (None: ASYNCOLL_TRACE_BUFFER=0); a group broken
+        #: for a timeout, a lost peer or a desync makes it write itself out.
+        self.recorder = tracing.recorder_for(settings, welcome.rank, job)
+        self.faults.on_break = None if self.recorder is None else self.recorder.alarm
         self.world_size = welcome.world_size
         #: The job's membership this session belongs to (one more per reconfigure).
         self.generation = welcome.generation
@@ -164,7 +165,7 @@ class Session:
                                                      settings.tls)
             mesh = TcpMesh(where.job, settings.transport)
             plan = listen_plan(client.local_host, settings.environment)
-            port = await _listen(mesh, plan)
+            port = await listen(mesh, plan)
             join = Join(job=where.job, rank=where.rank, world_size=where.world_size,
                         host=plan.advertise, port=port,
                         hostname=settings.hostname or socket.gethostname(),
@@ -172,7 +173,7 @@ class Session:
                         heartbeat_timeout=settings.heartbeat_timeout,
                         elastic=int(where.elastic), min_size=where.min_size,
                         max_size=where.max_size)
-            reporter = asyncio.ensure_future(_report_while_waiting(client, where.job))
+            reporter = asyncio.ensure_future(report_while_waiting(client, where.job))
             try:
                 welcome = await client.request(join, where.timeout + COORDINATOR_GRACE_S,
                                                f"rendezvous of job {where.job!r}")
@@ -271,7 +272,7 @@ class Session:
         mesh = TcpMesh(self.job, self.settings.transport)
         try:
             plan = listen_plan(self.client.local_host, self.settings.environment)
-            port = await _listen(mesh, plan)
+            port = await listen(mesh, plan)
             welcome = await self.client.request(
                 Reconfigure(timeout=timeout, host=plan.advertise, port=port),
                 timeout + COORDINATOR_GRACE_S, f"reconfigure of job {self.job!r}")
@@ -316,7 +317,12 @@ class Session:
         return self.registration.rejoin(max(self.client.heard_epoch, self._agreed_epoch))
 
     def _notice(self, message: Message) -> None:
-        """The coordinator says a member is gone: fail what depended on it."""
+        """The coordinator says a member is gone: fail what depended on it (or asks for
+        the flight recorder: asyncoll status --dump)."""
+        if isinstance(message, DumpTrace):
+            if self.recorder is not None:
+                self.recorder.dump("asked through the coordinator (asyncoll status --dump)")
+            return
         if isinstance(message, MembersLeft):
             self.registration.gone.update(message.ranks)
             for rank in message.ranks:
@@ -441,39 +447,6 @@ class Session:
 def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
-
-
-async def _report_while_waiting(client: CoordinatorClient, job: str) -> None:
-    """Log who is missing every few seconds while the rendezvous waits."""
-    while True:
-        await asyncio.sleep(WAITING_REPORT_INTERVAL_S)
-        try:
-            reply = await client.request(WhoIsMissing(job=job), WAITING_REPORT_INTERVAL_S,
-                                         "who is missing")
-        except AsyncollError:
-            return  # the join request reports the failure
-        if isinstance(reply, MissingReply) and reply.line:
-            log.warning("%s", reply.line)
-
-
-async def _listen(mesh: TcpMesh, plan: ListenPlan) -> int:
-    """Bind the data port as ``plan`` says; return the port."""
-    ports = plan.ports if plan.ports is not None else (0,)
-    try:
-        return await mesh.listen(plan.bind, ports)
-    except OSError as exc:
-        if exc.errno == errno.EADDRNOTAVAIL:
-            # An advertised address that is not local (NAT, a container's
-            # published address): listen everywhere, advertise it all the same.
-            log.info("%s is not an address of this host; listening on every interface",
-                     plan.bind)
-            try:
-                return await mesh.listen(wildcard(plan.bind), ports)
-            except OSError as retry:
-                exc = retry
-        where = f"ports {ports.start}-{ports.stop - 1}" if isinstance(ports, range) else "a port"
-        raise ConfigurationError(f"cannot listen for peers on {plan.bind} ({plan.source}) at "
-                                 f"{where}: {exc}") from exc
 
 
 async def _close_quietly(client: CoordinatorClient | None, mesh: TcpMesh | None,

@@ -33,6 +33,8 @@ from asyncoll._transport.settings import (
 from asyncoll.errors import ConfigurationError
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+#: Operations each rank's flight recorder keeps by default (torch's default too).
+TRACE_BUFFER = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,13 @@ class Settings:
     #: The name ranks tell which of them share a host by (ASYNCOLL_HOSTNAME; "":
     #: the machine's hostname): ranks of one name share memory.
     hostname: str = ""
+    #: The flight recorder (asyncoll._group.recorder): operations each rank keeps
+    #: (ASYNCOLL_TRACE_BUFFER; 0: off), where ranks write them (ASYNCOLL_TRACE_DIR;
+    #: "": a folder of the job's under the system's temporary folder), and whether
+    #: each keeps its caller's Python stack (ASYNCOLL_TRACE_STACKS=1).
+    trace_buffer: int = TRACE_BUFFER
+    trace_dir: str = ""
+    trace_stacks: bool = False
     #: The environment as read, for the launch variables.
     environment: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False,
                                              repr=False)
@@ -78,6 +87,10 @@ class Settings:
                        selection.parse_forced(environ.get("ASYNCOLL_ALGORITHM", ""))),
                    transport=_transport(environ, token, tls),
                    hostname=environ.get("ASYNCOLL_HOSTNAME", ""),
+                   trace_buffer=_positive(environ, "ASYNCOLL_TRACE_BUFFER", TRACE_BUFFER, 0,
+                                          "operations (0 turns the flight recorder off)"),
+                   trace_dir=environ.get("ASYNCOLL_TRACE_DIR", ""),
+                   trace_stacks=_flag(environ, "ASYNCOLL_TRACE_STACKS"),
                    environment=MappingProxyType(dict(environ)))
 
 
@@ -123,7 +136,8 @@ def _transport(environ: Mapping[str, str], token: bytes | None,
         hierarchy=environ.get("ASYNCOLL_HIERARCHY", "1") != "0")
 
 
-def _positive(environ: Mapping[str, str], name: str, default: int, smallest: int = 1) -> int:
+def _positive(environ: Mapping[str, str], name: str, default: int, smallest: int = 1,
+              unit: str = "bytes") -> int:
     text = environ.get(name)
     if text is None:
         return default
@@ -133,5 +147,12 @@ def _positive(environ: Mapping[str, str], name: str, default: int, smallest: int
         value = -1
     if value < smallest:
         kind = "a positive number" if smallest == 1 else "a number (0 or more)"
-        raise ConfigurationError(f"{name} must be {kind} of bytes, got {text!r}")
+        raise ConfigurationError(f"{name} must be {kind} of {unit}, got {text!r}")
     return value
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool:
+    text = environ.get(name, "0")
+    if text not in ("0", "1", ""):
+        raise ConfigurationError(f"{name} must be 1 (on) or 0 (off), got {text!r}")
+    return text == "1"

@@ -28,6 +28,7 @@ from asyncoll._wire.compact import pack_directory, pack_runs, unpack_directory, 
 from asyncoll._wire.readoption import Adopted as Adopted
 from asyncoll._wire.readoption import GroupRecord as GroupRecord
 from asyncoll._wire.readoption import Rejoin as Rejoin
+from asyncoll._wire.status import DumpTrace as DumpTrace
 from asyncoll._wire.status import GroupStatus as GroupStatus
 from asyncoll._wire.status import JobStatus as JobStatus
 from asyncoll._wire.status import MemberStatus as MemberStatus
@@ -337,12 +338,13 @@ class Error:
 Message = Union[Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave,
                 CheckMembership, MembershipState, Reconfigure, MemberGone, MembersLeft,
                 MembersPending, Rejoin, Adopted, Challenge, Proof, Ok, Error, Status,
-                StatusReply, WhoIsMissing, MissingReply]
+                StatusReply, WhoIsMissing, MissingReply, DumpTrace]
 _TYPES: dict[str, type[Any]] = {cls.TYPE: cls for cls in
                                 (Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave,
                                  CheckMembership, MembershipState, Reconfigure, MemberGone,
                                  MembersLeft, MembersPending, Rejoin, Adopted, Challenge, Proof,
-                                 Ok, Error, Status, StatusReply, WhoIsMissing, MissingReply)}
+                                 Ok, Error, Status, StatusReply, WhoIsMissing, MissingReply,
+                                 DumpTrace)}
 #: Records that appear inside messages, by the name their annotations use.
 _RECORDS: dict[str, type[Any]] = {cls.__name__: cls for cls in
                                   (PeerInfo, MemberStatus, GroupStatus, JobStatus,

@@ -1,7 +1,8 @@
 """Control-plane messages that anyone may send the coordinator without joining.
 
-A job's status (for operators, and the peers waiting in its rendezvous) and
-who is missing from a rendezvous. They are encoded like every other message:
+A job's status (for operators, and the peers waiting in its rendezvous),
+who is missing from a rendezvous, and asking a job's members to write out
+their flight recorders. They are encoded like every other message:
 :mod:`asyncoll._wire.messages` lists them and names them too.
 """
 
@@ -24,6 +25,16 @@ class WhoIsMissing:
     """Peer -> coordinator: who has not joined job ``job`` yet? (a waiting peer asks)."""
 
     TYPE: ClassVar[str] = "who_is_missing"
+    job: str
+
+
+@dataclass(frozen=True, slots=True)
+class DumpTrace:
+    """Anyone -> coordinator: ask every running member of job ``job`` ("" for every job)
+    to write out its flight recorder (answered with a StatusReply of those jobs); and
+    coordinator -> each of those members, as a notice (id 0): write it out."""
+
+    TYPE: ClassVar[str] = "dump_trace"
     job: str
 
 

@@ -18,6 +18,7 @@ from asyncoll._wire.messages import (
     Rejoin,
     Barrier,
     Challenge,
+    DumpTrace,
     CheckMembership,
     Error,
     GroupCreated,
@@ -83,6 +84,7 @@ MESSAGES: st.SearchStrategy[Message] = st.one_of(
     st.builds(Status, job=TEXT),
     st.builds(WhoIsMissing, job=TEXT),
     st.builds(MissingReply, line=TEXT),
+    st.builds(DumpTrace, job=TEXT),
 )
 
 EXAMPLES: list[Message] = [
@@ -116,6 +118,7 @@ EXAMPLES: list[Message] = [
     Status(job=""),
     WhoIsMissing(job="j"),
     MissingReply(line="waiting for 1 of 2 ranks of job 'j': rank 1 has not joined"),
+    DumpTrace(job="j"),
     StatusReply(jobs=(JobStatus("j", "running", 2, 3.5,
                                 (MemberStatus(0, "10.0.0.1", 40001, "a", 9, "running", 12, 0.5),),
                                 (GroupStatus(0, (0, 1)),)),)),

@@ -1,0 +1,282 @@
+"""The flight recorder's ring, its dumps in torch's format, and reading them back."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import logging
+import os
+import pickle
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from asyncoll._group import flight, waits
+from asyncoll._group.recorder import ENDED, Recorder
+from asyncoll._runtime.settings import Settings
+from asyncoll._wire.frames import Fingerprint
+from asyncoll._wire.frames import Operation as Kind
+from asyncoll._wire.messages import DumpTrace, StatusReply, decode_body, encode
+from asyncoll.errors import (
+    CollectiveTimeoutError,
+    ConfigurationError,
+    GroupBrokenError,
+    PeerLostError,
+)
+from tests.unit.test_rendezvous_state import Harness, by_conn, notices
+
+pytestmark = pytest.mark.timeout(60)
+
+#: A 4-byte float32 all_reduce (sum), on the arena.
+SMALL = Fingerprint(Kind.ALL_REDUCE, 11, 1, 3, -1, 1)
+#: The keys torch 2.13's recorder writes in every entry (a gloo dump, read back).
+TORCH_ENTRY_KEYS = {"record_id", "pg_id", "process_group", "collective_seq_id", "p2p_seq_id",
+                    "op_id", "profiling_name", "time_created_ns", "input_sizes",
+                    "input_dtypes", "output_sizes", "output_dtypes", "state",
+                    "time_discovered_started_ns", "time_discovered_completed_ns", "retired",
+                    "timeout_ms", "is_p2p", "frames"}
+
+
+def run(recorder: Recorder, group: int, ops: int, fail_last: BaseException | None = None,
+        fingerprint: Fingerprint = SMALL) -> None:
+    """Record ``ops`` completed operations of ``group`` (the last failing, if given)."""
+    for seq in range(1, ops + 1):
+        entry = recorder.started(group, seq, "all_reduce", fingerprint, "arena", 5.0)
+        if seq == ops and fail_last is not None:
+            recorder.failed(entry, fail_last)
+        else:
+            entry[ENDED] = entry[7] + 1000
+
+
+def job_of(tmp_path: Path, behind: int = 2, size: int = 3, ops: int = 4) -> None:
+    """Dumps of ``size`` ranks of one group; rank ``behind`` never reached the last op."""
+    for rank in range(size):
+        recorder = Recorder(100, rank, str(tmp_path))
+        recorder.add_group(0, range(size))
+        if rank == behind:
+            run(recorder, 0, ops - 1)
+        else:
+            run(recorder, 0, ops, CollectiveTimeoutError("timed out"))
+        recorder.dump("test")
+
+
+# -- the ring -------------------------------------------------------------------------
+
+
+def test_ring_keeps_the_last_operations_oldest_first(tmp_path: Path) -> None:
+    recorder = Recorder(3, 0, str(tmp_path))
+    run(recorder, 0, 5)
+
+    kept = recorder.entries()
+
+    assert [e[0] for e in kept] == [2, 3, 4]
+    assert [e[2] for e in kept] == [3, 4, 5]
+    assert all(flight.state_of(e) == flight.COMPLETED for e in kept)
+
+
+def test_current_is_the_oldest_operation_started_and_not_ended(tmp_path: Path) -> None:
+    recorder = Recorder(10, 0, str(tmp_path))
+    assert recorder.current() is None
+    run(recorder, 0, 2)
+    stuck = recorder.started(7, 3, "broadcast", SMALL, "links", 5.0)
+    recorder.started(8, 1, "all_reduce", SMALL, "arena", 5.0)
+    recorder.scheduled(7, 4, "all_reduce", SMALL, 5.0, None)
+
+    group, seq, what, since = recorder.current()  # type: ignore[misc]
+
+    assert (group, seq, what) == (7, 3, "broadcast")
+    assert since == stuck[8] / 1e9
+
+
+def test_a_refused_operation_is_forgotten(tmp_path: Path) -> None:
+    recorder = Recorder(10, 0, str(tmp_path))
+    entry = recorder.scheduled(0, 1, "all_reduce", SMALL, 5.0, None)
+
+    recorder.forget(entry)
+
+    assert recorder.entries() == []
+
+
+def test_capacity_below_one_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="at least 1 operation, got 0"):
+        Recorder(0, 0, str(tmp_path))
+
+
+def test_stacks_are_kept_only_when_asked(tmp_path: Path) -> None:
+    plain = Recorder(4, 0, str(tmp_path)).started(0, 1, "all_reduce", SMALL, "arena", 5.0)
+    traced = Recorder(4, 0, str(tmp_path), stacks=True).started(0, 1, "all_reduce", SMALL,
+                                                               "arena", 5.0)
+
+    assert plain[11] is None
+    assert any(name == "test_stacks_are_kept_only_when_asked" for name, _, _ in traced[11])
+
+
+# -- writing out ----------------------------------------------------------------------
+
+
+def test_a_timeout_writes_the_recorder_out_once_per_change(tmp_path: Path) -> None:
+    recorder = Recorder(10, 3, str(tmp_path))
+    run(recorder, 0, 2, CollectiveTimeoutError("late"))
+    path = tmp_path / "asyncoll_trace_rank_3"
+    assert path.exists()
+    path.unlink()
+
+    recorder.alarm(PeerLostError("again, nothing new"))
+    assert not path.exists()
+    recorder.alarm(GroupBrokenError("not an alarm"))
+    run(recorder, 1, 1)
+    recorder.alarm(GroupBrokenError("not an alarm"))
+    assert not path.exists()
+    recorder.alarm(PeerLostError("something new"))
+    assert path.exists()
+
+
+def test_dump_has_torch_keys_and_names_sizes_dtypes_and_states(tmp_path: Path) -> None:
+    recorder = Recorder(10, 1, str(tmp_path), job="j")
+    recorder.add_group(0, [0, 1])
+    run(recorder, 0, 2, CollectiveTimeoutError("late"))
+
+    dump = flight.load(recorder.dump("asked") or "")
+
+    assert dump["version"] == "2.10"
+    assert dump["pg_config"] == {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}
+    first, last = dump["entries"]
+    assert TORCH_ENTRY_KEYS <= first.keys()
+    assert first["profiling_name"] == "nccl:all_reduce"
+    assert (first["input_sizes"], first["input_dtypes"]) == ([[1]], ["Float"])
+    assert (first["state"], last["state"]) == ("completed", "failed")
+    assert last["asyncoll"]["error"] == "CollectiveTimeoutError"
+    assert last["asyncoll"]["path"] == "arena"
+    assert dump["pg_status"]["0"]["last_completed_collective"] == 1
+
+
+@pytest.mark.parametrize("kind, elements, name, sizes", [
+    (Kind.ALL_GATHER, 8, "all_gather", ([[4]], [[8]])),
+    (Kind.ALL_GATHER, 7, "all_gather_v", ([[7]], [[7]])),
+    (Kind.REDUCE_SCATTER, 8, "reduce_scatter", ([[8]], [[4]])),
+    (Kind.BARRIER, 0, "barrier", ([], [])),
+    (Kind.GATHER, 0, "gather", ([[0]], [[0]])),
+    (Kind.ALL_GATHER_OBJECT, 0, "all_gather_v", ([[0]], [[0]])),
+])
+def test_sizes_are_those_every_member_agrees_on(kind: Kind, elements: int, name: str,
+                                                sizes: tuple[Any, Any], tmp_path: Path) -> None:
+    recorder = Recorder(4, 0, str(tmp_path))
+    recorder.add_group(0, [0, 1])
+    run(recorder, 0, 1, fingerprint=Fingerprint(kind, 11, 0, 0, -1, elements))
+
+    (entry,) = flight.torch_dump(0, recorder.entries(), recorder.groups)["entries"]
+
+    assert entry["profiling_name"] == f"nccl:{name}"
+    assert (entry["input_sizes"], entry["output_sizes"]) == sizes
+
+
+def test_loading_refuses_a_pickle_that_names_a_class(tmp_path: Path) -> None:
+    path = tmp_path / "asyncoll_trace_rank_0"
+    path.write_bytes(pickle.dumps({"entries": [], "x": argparse.Namespace()}))
+
+    with pytest.raises(pickle.UnpicklingError, match="plain data only.*Namespace"):
+        flight.load(str(path))
+
+
+# -- reading back -------------------------------------------------------------------
+
+
+def test_trace_table_names_the_rank_the_others_wait_for(tmp_path: Path) -> None:
+    job_of(tmp_path)
+
+    table = waits.summary(flight.read_dir(str(tmp_path)))
+
+    lines = table.splitlines()
+    assert lines[1].split()[:4] == ["0", "0", "all_reduce", "#4"]
+    assert lines[1].endswith("rank 2")
+    assert lines[3].split()[:5] == ["2", "0", "all_reduce", "#3", "completed"]
+    assert lines[-1].startswith("ranks 0, 1 wait for rank 2, which did not reach")
+
+
+def test_trace_table_says_so_when_no_one_waits(tmp_path: Path) -> None:
+    job_of(tmp_path, behind=-1)
+
+    assert "reached by every member" in waits.summary(flight.read_dir(str(tmp_path)))
+
+
+def test_torchs_analyzer_names_the_rank_that_skipped(tmp_path: Path) -> None:
+    pytest.importorskip("torch.distributed.flight_recorder.components.builder")
+    from torch.distributed.flight_recorder.components.builder import build_db
+    from torch.distributed.flight_recorder.components.config_manager import JobConfig
+    from torch.distributed.flight_recorder.components.loader import read_dir
+
+    job_of(tmp_path)
+    args = JobConfig().parse_args([str(tmp_path)])
+    said = io.StringIO()
+    handler = logging.StreamHandler(said)
+    logging.getLogger("Flight Recorder").addHandler(handler)
+    try:
+        details, version = read_dir(args)
+        db = build_db(details, args, version)
+    finally:
+        logging.getLogger("Flight Recorder").removeHandler(handler)
+
+    assert version == "2.10"
+    assert "missing ranks: {2}" in said.getvalue()
+    assert [(c.collective_seq_id, c.missing_ranks) for c in db.collectives] == [
+        (1, None), (2, None), (3, None), (4, {2})]
+
+
+# -- settings and the coordinator's part ------------------------------------------------
+
+
+def test_settings_read_the_recorder_variables() -> None:
+    default = Settings.from_environment({})
+    given = Settings.from_environment({"ASYNCOLL_TRACE_BUFFER": "0",
+                                       "ASYNCOLL_TRACE_DIR": "/x", "ASYNCOLL_TRACE_STACKS": "1"})
+
+    assert (default.trace_buffer, default.trace_dir, default.trace_stacks) == (2000, "", False)
+    assert (given.trace_buffer, given.trace_dir, given.trace_stacks) == (0, "/x", True)
+    with pytest.raises(ConfigurationError, match="ASYNCOLL_TRACE_BUFFER must be .* got '-1'"):
+        Settings.from_environment({"ASYNCOLL_TRACE_BUFFER": "-1"})
+    with pytest.raises(ConfigurationError, match="ASYNCOLL_TRACE_STACKS must be 1"):
+        Settings.from_environment({"ASYNCOLL_TRACE_STACKS": "yes"})
+
+
+def test_dump_request_is_a_notice_to_every_running_member_of_the_job_and_a_status_reply(
+        ) -> None:
+    h = Harness()
+    asked = h.start_job(3)
+    for conn in (11, 12):
+        h.join(conn, world_size=2, job="other")
+
+    replies = h.send(99, DumpTrace(job="job-1"))
+
+    told = notices(replies)
+    assert set(told) == set(asked.values())
+    assert all(messages == [DumpTrace(job="job-1")] for messages in told.values())
+    (answer,) = by_conn(replies).values()
+    assert isinstance(answer.message, StatusReply)
+    assert [job.job for job in answer.message.jobs] == ["job-1"]
+
+
+def test_dump_request_travels_the_wire() -> None:
+    encoded = encode(DumpTrace(job="j"), 0)
+
+    assert decode_body(encoded[4:], 1 << 16) == (0, DumpTrace(job="j"))
+    assert os.path.basename(flight.PREFIX + "3") == "asyncoll_trace_rank_3"
+
+
+def test_sigusr1_handler_dumps_every_live_recorder_then_runs_the_one_it_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from asyncoll._runtime import tracing
+
+    called: list[int] = []
+    monkeypatch.setattr(tracing, "_installed", True)  # not this test process's own handler
+    monkeypatch.setattr(tracing, "_previous", lambda signum, frame: called.append(signum))
+    settings = Settings.from_environment({"ASYNCOLL_TRACE_DIR": str(tmp_path)})
+    recorder = tracing.recorder_for(settings, 5, "job")
+
+    tracing.on_signal(signal.SIGUSR1, None)
+
+    assert recorder is not None and (tmp_path / "asyncoll_trace_rank_5").exists()
+    assert called == [signal.SIGUSR1]
+    assert tracing.recorder_for(Settings.from_environment({"ASYNCOLL_TRACE_BUFFER": "0"}),
+                                0, "job") is None
