@@ -124,10 +124,11 @@ def get_straggler_report(timeout: float | timedelta | None = None) -> list[Strag
 
     The coordinator finds it from every rank's heartbeats, which carry the
     times the rank entered a sample of its operations: a rank that came last,
-    over 1 ms after the one before, in at least 10 % of a group's last
-    sampled operations (and in most of its late ones). Each entry names the
-    group, the rank, how many of the sampled operations it came last in, of
-    how many, and its median lateness in seconds.
+    over 5 ms after the one before, in at least 10 % of a group's last
+    sampled operations, and in far more of its late ones than its part of the
+    group. Each entry names the group, the rank, how many of the sampled
+    operations it came last in, of how many, and its median lateness in
+    seconds.
     """
     return list(_run(world.default().straggler_report(timeout)))
 

@@ -25,7 +25,7 @@ import pickle
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
 from asyncoll._group import flight
@@ -134,21 +134,41 @@ class Recorder:
         kept.sort(key=lambda e: e[ID])
         return kept
 
-    def current(self) -> tuple[int, int, str, float] | None:
-        """The oldest operation started here and not ended: (group id, seq, collective,
-        when it started, as time.time() seconds); None when none is running.
+    def report(self, after: int, every: int, limit: int, groups: Container[int]
+               ) -> tuple[tuple[int, int, str, bool, int] | None, int, list[int]]:
+        """What a heartbeat tells of this rank's operations, in one look through the ring
+        (some tens of microseconds for the default 2000: for a heartbeat, not for every
+        operation).
 
-        It looks through the whole ring (some tens of microseconds for the
-        default 2000): meant for a heartbeat, not for every operation.
+        Returns:
+            - its oldest operation started and not ended, or else its newest: (group
+              id, seq, collective, still running, started at, time.time_ns()), or None;
+            - the newest record id seen, for the next call's ``after``;
+            - (group id, seq, created at in microseconds), flattened, of the last
+              ``limit`` operations of ``groups`` recorded after ``after`` whose seq is
+              a multiple of ``every`` (see asyncoll._rendezvous.stragglers).
         """
-        oldest: list[Any] | None = None
+        running: list[Any] | None = None
+        newest: list[Any] | None = None
+        sampled: list[list[Any]] = []
         for entry in list(self._ring):
-            if entry is not None and entry[STARTED] and not entry[ENDED] and (
-                    oldest is None or entry[ID] < oldest[ID]):
-                oldest = entry
-        if oldest is None:
-            return None
-        return oldest[GROUP], oldest[SEQ], oldest[WHAT], oldest[STARTED] / 1e9
+            if entry is None:
+                continue
+            if entry[STARTED] and not entry[ENDED] and (
+                    running is None or entry[ID] < running[ID]):
+                running = entry
+            if newest is None or entry[ID] > newest[ID]:
+                newest = entry
+            if entry[ID] > after and entry[SEQ] % every == 0 and entry[GROUP] in groups:
+                sampled.append(entry)
+        sampled.sort(key=lambda e: e[ID])
+        samples = [v for e in sampled[-limit:] for v in (e[GROUP], e[SEQ], e[CREATED] // 1000)]
+        mark = newest[ID] if newest is not None else after
+        shown = running or newest
+        if shown is None:
+            return None, mark, samples
+        return ((shown[GROUP], shown[SEQ], shown[WHAT], shown is running,
+                 shown[STARTED] or shown[CREATED]), mark, samples)
 
     # -- writing out -------------------------------------------------------------------
 

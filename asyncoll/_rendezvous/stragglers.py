@@ -8,8 +8,8 @@ send time and the coordinator's receive time: the rank's clock offset plus
 the shortest transit), and once every member of the group has sent an
 operation's time, notes which one arrived last and how much after the one
 before it. A rank that arrived last, late by more than :data:`LATE_US`, in
-a large share of a group's recent operations, and in most of its late
-ones, is its straggler.
+a large share of a group's recent operations, and in far more of its late
+ones than its part of the group, is its straggler.
 
 Plain data and pure functions, driven by the state machine
 (asyncoll._rendezvous.heartbeats).
@@ -26,14 +26,17 @@ from dataclasses import dataclass, field
 SAMPLE_EVERY = 8
 #: The most samples a heartbeat carries (the newest).
 SAMPLES_PER_HEARTBEAT = 256
-#: An operation whose last rank arrived this long after the one before was late.
-LATE_US = 1000.0
+#: An operation whose last rank arrived this long after the one before was late:
+#: beyond a rank descheduled for a time slice or two, which any rank meets.
+LATE_US = 5000.0
 #: Sampled operations kept per group, and the least number judged on.
 WINDOW = 1000
 ENOUGH = 20
 #: A straggler arrived last and late in at least this share of the window's
-#: operations, and in at least half of the late ones.
+#: operations, and in a share of the late ones well above its part of the group
+#: (at least twice its part, between half and three quarters of them).
 STRAGGLER_SHARE = 0.1
+LATE_SHARE_BOUNDS = (0.5, 0.75)
 #: Samples waiting for the rest of their group (beyond: the oldest are dropped).
 OPEN_LIMIT = 4096
 #: Heartbeats whose clock difference is kept, for a rank's clock offset.
@@ -91,6 +94,8 @@ class Arrivals:
     open: dict[tuple[int, int], dict[int, float]] = field(default_factory=dict)
     #: group -> (rank last and late, or -1; how late, us), newest last.
     windows: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
+    #: group -> its size.
+    sizes: dict[int, int] = field(default_factory=dict)
 
     def arrived(self, group_id: int, seq: int, rank: int, at_us: float, size: int) -> None:
         """Rank ``rank`` entered operation ``seq`` of a group of ``size`` at ``at_us``."""
@@ -109,6 +114,7 @@ class Arrivals:
         (last, last_at), before = order[-1], order[-2][1] if len(order) > 1 else order[-1][1]
         late = last_at - before
         window = self.windows.setdefault(group_id, deque(maxlen=WINDOW))
+        self.sizes[group_id] = size
         window.append((last if late > LATE_US else -1, late))
 
     def stragglers(self) -> list[Straggler]:
@@ -122,8 +128,10 @@ class Arrivals:
                 if rank >= 0:
                     late.setdefault(rank, []).append(how_late)
             total = sum(len(times) for times in late.values())
+            low, high = LATE_SHARE_BOUNDS
+            most = min(high, max(low, 2 / self.sizes.get(group_id, 2))) * total
             for rank, times in sorted(late.items()):
-                if len(times) >= STRAGGLER_SHARE * len(window) and 2 * len(times) >= total:
+                if len(times) >= STRAGGLER_SHARE * len(window) and len(times) >= most:
                     found.append(Straggler(group_id, rank, len(times), len(window),
                                            statistics.median(times)))
         return found

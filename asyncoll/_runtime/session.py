@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -17,6 +18,7 @@ from asyncoll._runtime.joining import listen, report_while_waiting
 from asyncoll._runtime.registration import Identity, Registration
 from asyncoll._group.faults import GroupFaults
 from asyncoll._rendezvous.client import CoordinatorClient
+from asyncoll._rendezvous.stragglers import SAMPLE_EVERY, SAMPLES_PER_HEARTBEAT
 from asyncoll._runtime.settings import Settings
 from asyncoll._runtime import tracing
 from asyncoll._defaults import (
@@ -306,9 +308,16 @@ class Session:
             executor.shutdown(wait=False)
 
     async def _beat(self) -> None:
-        """Tell the coordinator, every few seconds, that this rank is alive and how busy."""
+        """Tell the coordinator, every few seconds, that this rank is alive, how busy, and
+        (from the flight recorder) what it is doing."""
+        sampled = -1
         while True:
-            self.client.notify(Heartbeat(ops=self.ops))
+            if self.recorder is None:
+                self.client.notify(Heartbeat(ops=self.ops))
+            else:
+                doing, sampled, samples = self.recorder.report(
+                    sampled, SAMPLE_EVERY, SAMPLES_PER_HEARTBEAT, self.registration.groups)
+                self.client.notify(heartbeat(self.ops, doing, samples))
             await asyncio.sleep(self._heartbeat_interval)
 
     def _rejoin(self) -> Rejoin:
@@ -461,3 +470,16 @@ async def _close_quietly(client: CoordinatorClient | None, mesh: TcpMesh | None,
         await client.close()
     if embedded is not None:
         await embedded.stop()
+
+
+def heartbeat(ops: int, doing: tuple[int, int, str, bool, int] | None,
+              samples: list[int]) -> Heartbeat:
+    """The heartbeat of a rank that started ``ops`` operations, is ``doing`` one (see
+    Recorder.report) and sampled ``samples``."""
+    clock_us = time.time_ns() // 1000
+    if doing is None:
+        return Heartbeat(ops=ops, clock_us=clock_us, samples=tuple(samples))
+    group_id, seq, collective, running, started_ns = doing
+    return Heartbeat(ops=ops, clock_us=clock_us, group_id=group_id, seq=seq,
+                     collective=collective, running=int(running),
+                     age_us=max(0, clock_us - started_ns // 1000), samples=tuple(samples))

@@ -76,18 +76,24 @@ def test_ring_keeps_the_last_operations_oldest_first(tmp_path: Path) -> None:
     assert all(flight.state_of(e) == flight.COMPLETED for e in kept)
 
 
-def test_current_is_the_oldest_operation_started_and_not_ended(tmp_path: Path) -> None:
-    recorder = Recorder(10, 0, str(tmp_path))
-    assert recorder.current() is None
-    run(recorder, 0, 2)
-    stuck = recorder.started(7, 3, "broadcast", SMALL, "links", 5.0)
-    recorder.started(8, 1, "all_reduce", SMALL, "arena", 5.0)
-    recorder.scheduled(7, 4, "all_reduce", SMALL, 5.0, None)
+def test_a_report_shows_the_oldest_running_operation_and_the_new_samples(
+        tmp_path: Path) -> None:
+    recorder = Recorder(100, 0, str(tmp_path))
+    assert recorder.report(-1, 8, 256, {0, 7}) == (None, -1, [])
+    run(recorder, 0, 17)  # seqs 1-17 of group 0, completed
+    doing, mark, samples = recorder.report(-1, 8, 256, {0, 7})
+    assert doing is not None and doing[:4] == (0, 17, "all_reduce", False)
+    assert [samples[i:i + 2] for i in range(0, len(samples), 3)] == [[0, 8], [0, 16]]
+    stuck = recorder.started(7, 24, "broadcast", SMALL, "links", 5.0)
+    recorder.started(8, 32, "all_reduce", SMALL, "arena", 5.0)  # not a coordinator group
+    recorder.scheduled(7, 25, "all_reduce", SMALL, 5.0, None)
 
-    group, seq, what, since = recorder.current()  # type: ignore[misc]
+    doing, mark2, samples = recorder.report(mark, 8, 256, {0, 7})
 
-    assert (group, seq, what) == (7, 3, "broadcast")
-    assert since == stuck[8] / 1e9
+    assert doing == (7, 24, "broadcast", True, stuck[8])
+    assert mark2 == mark + 3
+    assert samples == [7, 24, stuck[7] // 1000]  # only what came after the last report
+    assert recorder.report(mark, 8, 1, {0, 7})[2] == samples  # the newest, at most 1
 
 
 def test_a_refused_operation_is_forgotten(tmp_path: Path) -> None:
