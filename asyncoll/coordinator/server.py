@@ -115,6 +115,8 @@ class Coordinator:
 
     async def wait_until_idle(self, job: str, timeout: float) -> bool:
         """Wait up to ``timeout`` s for every member of ``job`` to leave; True if they did."""
+        if self._server is None:
+            return True  # stopped (or never started): nobody can leave any more
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while self._state.job_is_active(job) and loop.time() < deadline:
