@@ -17,13 +17,21 @@ new_group and barrier: first request to last answer; leave: first Leave to
 the job closed), then the daemon's peak RSS and total CPU seconds. The client
 process shares the machine (2 cores here), so wall times include its work:
 the daemon's CPU is what grows with the coordinator's own cost.
+
+With ``--restart`` the daemon is then killed (SIGKILL) and started again on
+its port, and one more phase is timed, "adopt": from the new daemon
+listening until every member has re-registered (the job is taken back, issue
+28) and a second new_group of all ranks is answered.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import hashlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -34,12 +42,15 @@ from pathlib import Path
 from asyncoll._compat import loop_factory
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._defaults import PROTOCOL_VERSION
+from asyncoll._wire.compact import pack_runs
 from asyncoll._wire.messages import (
     Barrier,
     GroupCreated,
+    GroupRecord,
     Join,
     Leave,
     Message,
+    Rejoin,
     Status,
     StatusReply,
 )
@@ -47,6 +58,8 @@ from asyncoll._wire.messages import (
 TIMEOUT_S = 600.0
 #: Print each phase's time as it ends (--verbose).
 VERBOSE = False
+#: Kill and restart the daemon after the barrier, and time the adoption (--restart).
+RESTART = False
 #: Connections opened at once (below asyncio's default listen backlog of 100).
 CONNECTING = 64
 
@@ -64,17 +77,30 @@ class Daemon:
 
     def __init__(self, python: str) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="asyncoll-scale-")
+        self._python = python
+        self.port = 0
+        self._start()
+
+    def _start(self) -> None:
         port_file = Path(self._dir.name) / "port"
+        port_file.unlink(missing_ok=True)
         self.process = subprocess.Popen(
-            [python, "-m", "asyncoll.coordinator", "--port", "0", "--port-file",
-             str(port_file), "--log-level", "WARNING"], stdin=subprocess.DEVNULL,
+            [self._python, "-m", "asyncoll.coordinator", "--port", str(self.port),
+             "--port-file", str(port_file), "--log-level", "WARNING"],
+            stdin=subprocess.DEVNULL,
             cwd=self._dir.name)  # not this checkout: -m would import its asyncoll first
         deadline = time.monotonic() + 30
         while not port_file.exists():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the coordinator did not start")
-            time.sleep(0.05)
+            time.sleep(0.005)
         self.port = int(port_file.read_text())
+
+    def restart(self) -> None:
+        """Kill the daemon (SIGKILL) and start a new one on its port."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+        self._start()
 
     def peak_rss_mb(self) -> float:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
@@ -170,12 +196,37 @@ async def one_job(daemon: Daemon, members: int) -> Phases:
     created = await each("new_group", new_group_request(tuple(range(members)), TIMEOUT_S))
     assert all(isinstance(c, GroupCreated) and c.group_id == 1 for c in created)
     await each("barrier", Barrier(group_id=1, seq=1, timeout=TIMEOUT_S))
+    if RESTART:
+        digest = hashlib.blake2b(welcomes[by_rank[0]].directory,  # type: ignore[attr-defined]
+                                 digest_size=8).hexdigest()
+        for rank, client in enumerate(clients):
+            client.rejoin = functools.partial(rejoin_of, job, rank, members, digest, host)
+        daemon.restart()
+        phases.begin()
+        while not all(c.up for c in clients):
+            await asyncio.sleep(0.005)
+        created = await asyncio.gather(*(c.request(
+            new_group_request(tuple(range(members)), TIMEOUT_S), TIMEOUT_S, "new_group")
+            for c in clients))
+        assert all(isinstance(c, GroupCreated) and c.group_id == 2 for c in created)
+        phases.end("adopt")
     phases.begin()
     await asyncio.gather(*(c.request(Leave(), TIMEOUT_S, "leave") for c in clients))
     await wait_until_idle(daemon.port, job)
     phases.end("leave")
     await asyncio.gather(*(c.close() for c in clients))
     return phases
+
+
+def rejoin_of(job: str, rank: int, members: int, digest: str, host: str) -> Rejoin:
+    """Light member ``rank``'s re-registration: after group 1 of everyone, and its barrier."""
+    runs = pack_runs(tuple(range(members)))
+    return Rejoin(job=job, rank=rank, world_size=members, generation=0,
+                  version=PROTOCOL_VERSION, host="127.0.0.1", port=20000 + rank % 40000,
+                  hostname=host, pid=os.getpid(), heartbeat_timeout=TIMEOUT_S, elastic=0,
+                  min_size=0, max_size=0, directory_digest=digest,
+                  groups=(GroupRecord(0, runs, 0), GroupRecord(1, runs, 1)),
+                  new_group_calls=1, checks=0, gone=(), epoch=0)
 
 
 PHASES = ("join", "new_group", "barrier", "leave")
@@ -187,9 +238,13 @@ def main() -> None:
                         help="comma-separated job sizes (default 256,1024,4096)")
     parser.add_argument("--label", default="asyncoll", help="the first column's text")
     parser.add_argument("--verbose", action="store_true", help="each phase's time as it ends")
+    parser.add_argument("--restart", action="store_true",
+                        help="kill and restart the daemon before the leave; time the adoption")
     args = parser.parse_args()
-    global VERBOSE
-    VERBOSE = args.verbose
+    global VERBOSE, RESTART, PHASES
+    VERBOSE, RESTART = args.verbose, args.restart
+    if RESTART:
+        PHASES = ("join", "new_group", "barrier", "adopt", "leave")
     print(f"{'daemon':<12} {'N':>6} " + " ".join(f"{p + ' s (CPU)':>18}" for p in PHASES)
           + f" {'RSS MB':>7} {'CPU s':>6}", flush=True)
     for members in (int(n) for n in args.members.split(",")):
