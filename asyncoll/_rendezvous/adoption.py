@@ -24,6 +24,8 @@ be in the running job.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from asyncoll._rendezvous.base import log, member_level, version_refusal
 from asyncoll._rendezvous.departures import Departures
 from asyncoll._rendezvous.records import (
@@ -66,10 +68,10 @@ class Adoption(Departures):
         job.rejoins[msg.rank] = Rejoining(conn, request_id, msg)
         job.conn_rank[conn] = msg.rank
         self._conn_job[conn] = job
-        gone = unpack_runs(msg.gone)
+        gone = _unpacked(msg.gone)
         job.known_gone.update(gone)
         for group in msg.groups:
-            job.groups.setdefault(group.group_id, unpack_runs(group.runs))
+            job.groups.setdefault(group.group_id, _unpacked(group.runs))
             done = job.adopted_barriers.get(group.group_id, 0)
             job.adopted_barriers[group.group_id] = max(done, group.barriers)
         job.adopted_new_groups = max(job.adopted_new_groups, msg.new_group_calls)
@@ -93,9 +95,9 @@ class Adoption(Departures):
             return ("protocol", f"malformed re-registration: job {msg.job!r}, rank {msg.rank} "
                                 f"of {msg.world_size}, generation {msg.generation}")
         try:
-            gone = unpack_runs(msg.gone)
+            gone = _unpacked(msg.gone)
             for group in msg.groups:
-                unpack_runs(group.runs)
+                _unpacked(group.runs)
         except ProtocolError as exc:
             return ("protocol", f"malformed re-registration of rank {msg.rank}: {exc}")
         if msg.rank in gone:
@@ -230,21 +232,38 @@ def _disagreement(job: Job, msg: Rejoin) -> tuple[str, str] | None:
     theirs = (job.world_size, job.generation, job.directory_digest,
               (job.elastic, job.min_size, job.max_size))
     names = ("world size", "generation", "directory (hash)", "elastic bounds")
-    others = f"ranks {ranks_text(job.rejoins)}" if job.rejoins else "the job"
     for name, a, b in zip(names, mine, theirs, strict=True):
         if a != b:
             return ("rendezvous", f"rank {msg.rank} re-registered job {job.name!r} with "
-                                  f"{name} {a}, and {others} with {b}: they are not one "
+                                  f"{name} {a}, and {_others(job)} with {b}: they are not one "
                                   "membership, and the coordinator does not merge them")
     for group in msg.groups:
         known = job.groups.get(group.group_id)
-        if known is not None and known != unpack_runs(group.runs):
+        ranks = _unpacked(group.runs)
+        if known is not None and known is not ranks and known != ranks:
             return ("rendezvous", f"rank {msg.rank} re-registered group {group.group_id} of "
                                   f"job {job.name!r} with ranks "
-                                  f"{_in_order(unpack_runs(group.runs))}, and {others} with "
+                                  f"{_in_order(ranks)}, and {_others(job)} with "
                                   f"ranks {_in_order(known)}: the coordinator does not "
                                   "merge them")
     return None
+
+
+def _others(job: Job) -> str:
+    """Who re-registered ``job`` so far, in words: made only for a refusal, since it is
+    O(members)."""
+    return f"ranks {ranks_text(job.rejoins)}" if job.rejoins else "the job"
+
+
+@lru_cache(maxsize=64)
+def _unpacked(runs: tuple[int, ...]) -> tuple[int, ...]:
+    """The ranks of ``runs`` (see unpack_runs), cached: every member of a job sends the
+    same groups, and unpacking a group of N ranks for each of N members is O(N^2).
+
+    Raises:
+        ProtocolError: the runs are malformed (not cached).
+    """
+    return unpack_runs(runs)
 
 
 def _in_order(ranks: tuple[int, ...]) -> str:
