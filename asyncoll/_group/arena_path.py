@@ -164,6 +164,12 @@ class GroupArena:
         return self.arena is not None
 
     @property
+    def deadline(self) -> float:
+        """The deadline of the latest arena operation (time.monotonic; 0.0: none yet)."""
+        step = self._step
+        return step.waiter.deadline if step is not None else 0.0
+
+    @property
     def undecided(self) -> bool:
         """Whether the next arena operation must set the arena up first."""
         return self.slot_bytes > 0 and self.arena is None

@@ -48,6 +48,11 @@ class FastPath(Protocol):
         """Whether the path is set up, so operations may run in the calling thread."""
 
     @property
+    def deadline(self) -> float:
+        """The deadline (time.monotonic's clock) of the latest operation on the path; 0.0
+        before the first."""
+
+    @property
     def undecided(self) -> bool:
         """Whether the next operation on the path must set it up first."""
 

@@ -119,6 +119,11 @@ class GroupFaults:
         if scan:
             self.scan(group_id)
 
+    def progress(self, group_id: int) -> tuple[int, int]:
+        """(the seq ``group_id`` runs now, or 0; the last seq it completed, or 0)."""
+        running = self._running.get(group_id)
+        return (running[0] if running is not None else 0), self._completed.get(group_id, 0)
+
     def complete(self, group_id: int, seq: int, scan: bool = True) -> None:
         """Operation ``seq`` of ``group_id`` finished here (``scan``: as for begin).
 

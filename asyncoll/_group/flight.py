@@ -107,15 +107,16 @@ def _entry(entry: Sequence[Any], members: int) -> dict[str, Any]:
         "input_sizes": in_sizes, "input_dtypes": in_dtypes,
         "output_sizes": out_sizes, "output_dtypes": out_dtypes, "state": state,
         "time_discovered_started_ns": started or None,
-        "time_discovered_completed_ns": ended if state == COMPLETED else None,
+        "time_discovered_completed_ns": ended if state == COMPLETED and ended > 0 else None,
         "retired": bool(ended), "timeout_ms": int(entry[_LIMIT] * 1000), "is_p2p": False,
         "frames": [{"name": f, "filename": file, "line": line}
                    for f, file, line in entry[_STACK] or ()],
         "asyncoll": {"collective": entry[_WHAT], "path": entry[_PATH] or "-",
                      "algorithm": entry[_FP].algorithm, "error": entry[_ERROR] or "",
-                     "time_ended_ns": ended or None},
+                     "time_ended_ns": ended if ended > 0 else None,
+                     "time_taken": bool(started)},
     }
-    if state == COMPLETED and started:
+    if state == COMPLETED and started and ended > 0:
         fields["duration_ms"] = (ended - started) / 1e6
     return fields
 

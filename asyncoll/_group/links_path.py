@@ -146,6 +146,11 @@ class GroupLinks:
         return self.links is not None
 
     @property
+    def deadline(self) -> float:
+        """The deadline of the latest operation over the links (time.monotonic; 0.0: none)."""
+        return self.links.deadline if self._step is not None and self.links else 0.0
+
+    @property
     def undecided(self) -> bool:
         """Whether the next operation on this path must open the links first."""
         return self.capacity > 0 and self.links is None

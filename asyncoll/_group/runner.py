@@ -25,6 +25,7 @@ from asyncoll._group.fast_path import FastPath
 from asyncoll._group.plan import Kernel, Plan
 from asyncoll._group.recorder import ENDED, PATH, STARTED
 from asyncoll._wire.frames import Fingerprint
+from asyncoll._wire.messages import SAMPLE_EVERY
 from asyncoll.errors import (
     AsyncollError,
     ClosedError,
@@ -62,6 +63,8 @@ class Runner:
         self.finished = 0
         #: This rank's flight recorder (None: off), told of every operation's steps.
         self.recorder = session.recorder
+        #: The fingerprint of the recorder's run open for this group (RunSource).
+        self.run_fingerprint: Fingerprint | None = None
         if self.recorder is not None:
             self.recorder.add_group(group_id, ranks)
 
@@ -83,6 +86,16 @@ class Runner:
         self._seq += 1
         self._session.ops += 1
         return self._seq
+
+    def progress(self) -> tuple[int, int, int, float]:
+        """Where the group's operations are (RunSource, for the flight recorder's runs):
+        the last seq numbered and not refused, the one running or 0, the last completed,
+        and the fast path's deadline for the running one (0: none)."""
+        running, completed = self._session.faults.progress(self._group_id)
+        numbered = self._seq
+        if self._session.closed or self._group_id in self._session.faults.broken:
+            numbered = max(running, completed)  # those numbered later were refused
+        return numbered, running, completed, self._fast.deadline if running else 0.0
 
     def _admit(self, what: str, seq: int) -> None:
         """Refuse operation ``seq`` on a closed session or a broken group."""
@@ -134,20 +147,25 @@ class Runner:
         # Taking note is safe from this thread; checking frames kept early is the loop's.
         faults.begin(group_id, seq, fingerprint, scan=False)
         recorder = self.recorder
-        entry = None if recorder is None else recorder.started(
-            group_id, seq, what, fingerprint, self._fast.algorithm, limit)
+        if recorder is not None:
+            # A repeated call is one more of the recorder's run: nothing to write but a
+            # sample (asyncoll._group.recorder).
+            if fingerprint is not self.run_fingerprint:
+                recorder.open_run(self, group_id, seq, what, fingerprint,
+                                  self._fast.algorithm, limit)
+            elif not seq % SAMPLE_EVERY:
+                recorder.sample(group_id, seq)
         mesh = session.mesh
         if mesh.has_early:
             session.call_soon(faults.scan, group_id)
         try:
             self.on_fast_path(what, seq, limit, kernel, arrays, fingerprint)
         except BaseException as exc:
-            if recorder is not None and entry is not None:
-                recorder.failed(entry, exc)
+            if recorder is not None:
+                recorder.failed_here(self, group_id, seq, what, fingerprint,
+                                     self._fast.algorithm, limit, exc)
             self._failed(exc, what, seq, from_loop=False)
             raise
-        if entry is not None:
-            entry[ENDED] = _now()
         faults.complete(group_id, seq, scan=False)
         if mesh.has_early:
             session.call_soon(faults.scan, group_id)

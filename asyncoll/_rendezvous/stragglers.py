@@ -1,7 +1,7 @@
 """Which rank the others wait for: stragglers and stuck operations, from heartbeats (issue 29).
 
 Every rank samples its operations whose sequence number is a multiple of
-:data:`SAMPLE_EVERY` and sends, with each heartbeat, when it entered them
+:data:`SAMPLE_EVERY` (asyncoll._wire.messages) and sends, with each heartbeat, when it entered them
 (its own clock) and when it sent the heartbeat. The coordinator puts each
 rank's times on its own clock (the least difference seen between a rank's
 send time and the coordinator's receive time: the rank's clock offset plus
@@ -22,8 +22,6 @@ from collections import deque
 from dataclasses import dataclass, field
 
 
-#: Ranks sample the operations whose sequence number is a multiple of this.
-SAMPLE_EVERY = 8
 #: The most samples a heartbeat carries (the newest).
 SAMPLES_PER_HEARTBEAT = 256
 #: An operation whose last rank arrived this long after the one before was late:

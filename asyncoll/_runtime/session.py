@@ -18,7 +18,7 @@ from asyncoll._runtime.joining import listen, report_while_waiting
 from asyncoll._runtime.registration import Identity, Registration
 from asyncoll._group.faults import GroupFaults
 from asyncoll._rendezvous.client import CoordinatorClient
-from asyncoll._rendezvous.stragglers import SAMPLE_EVERY, SAMPLES_PER_HEARTBEAT
+from asyncoll._rendezvous.stragglers import SAMPLES_PER_HEARTBEAT
 from asyncoll._runtime.settings import Settings
 from asyncoll._runtime import tracing
 from asyncoll._defaults import (
@@ -316,7 +316,7 @@ class Session:
                 self.client.notify(Heartbeat(ops=self.ops))
             else:
                 doing, sampled, samples = self.recorder.report(
-                    sampled, SAMPLE_EVERY, SAMPLES_PER_HEARTBEAT, self.registration.groups)
+                    sampled, SAMPLES_PER_HEARTBEAT, self.registration.groups)
                 self.client.notify(heartbeat(self.ops, doing, samples))
             await asyncio.sleep(self._heartbeat_interval)
 

@@ -169,6 +169,11 @@ class Barrier:
     timeout: float
 
 
+#: Ranks sample their operations whose sequence number is a multiple of this (every
+#: rank the same ones, so the coordinator can compare their times: Heartbeat.samples).
+SAMPLE_EVERY = 8
+
+
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
     """Peer -> coordinator, every few seconds, unanswered: alive, ``ops`` operations so far.

@@ -8,17 +8,18 @@ import logging
 import os
 import pickle
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from asyncoll._group import flight, waits
-from asyncoll._group.recorder import ENDED, Recorder
+from asyncoll._group.recorder import UNTIMED, Recorder
 from asyncoll._runtime.settings import Settings
 from asyncoll._wire.frames import Fingerprint
 from asyncoll._wire.frames import Operation as Kind
-from asyncoll._wire.messages import DumpTrace, StatusReply, decode_body, encode
+from asyncoll._wire.messages import SAMPLE_EVERY, DumpTrace, StatusReply, decode_body, encode
 from asyncoll.errors import (
     CollectiveTimeoutError,
     ConfigurationError,
@@ -39,15 +40,56 @@ TORCH_ENTRY_KEYS = {"record_id", "pg_id", "process_group", "collective_seq_id", 
                     "timeout_ms", "is_p2p", "frames"}
 
 
+class Group:
+    """A group's runner as the recorder sees it (a RunSource), recording the way
+    Runner.here does: a repeated call is one more of a run, every 8th sampled."""
+
+    def __init__(self, recorder: Recorder, group_id: int = 0) -> None:
+        self.recorder, self.group_id = recorder, group_id
+        self.run_fingerprint: Fingerprint | None = None
+        self.numbered = self.running = self.completed = 0
+        self.deadline = 0.0
+        self.broken = False
+
+    def progress(self) -> tuple[int, int, int, float]:
+        numbered = max(self.running, self.completed) if self.broken else self.numbered
+        return numbered, self.running, self.completed, self.deadline if self.running else 0.0
+
+    def begin(self, fingerprint: Fingerprint = SMALL, limit: float = 5.0) -> int:
+        seq = self.numbered = self.numbered + 1
+        self.running, self.deadline = seq, time.monotonic() + limit
+        if fingerprint is not self.run_fingerprint:
+            self.recorder.open_run(self, self.group_id, seq, "all_reduce", fingerprint,
+                                   "arena", limit)
+        elif not seq % SAMPLE_EVERY:
+            self.recorder.sample(self.group_id, seq)
+        return seq
+
+    def end(self, seq: int) -> None:
+        self.completed, self.running = seq, 0
+
+    def fail(self, seq: int, error: BaseException, fingerprint: Fingerprint = SMALL) -> None:
+        self.recorder.failed_here(self, self.group_id, seq, "all_reduce", fingerprint, "arena",
+                                  5.0, error)
+        self.running = 0
+
+    def ops(self, count: int, fail_last: BaseException | None = None,
+            fingerprint: Fingerprint = SMALL) -> None:
+        """``count`` operations, completed (the last failing, if given)."""
+        for i in range(count):
+            seq = self.begin(fingerprint)
+            if i == count - 1 and fail_last is not None:
+                self.fail(seq, fail_last, fingerprint)
+            else:
+                self.end(seq)
+
+
 def run(recorder: Recorder, group: int, ops: int, fail_last: BaseException | None = None,
-        fingerprint: Fingerprint = SMALL) -> None:
-    """Record ``ops`` completed operations of ``group`` (the last failing, if given)."""
-    for seq in range(1, ops + 1):
-        entry = recorder.started(group, seq, "all_reduce", fingerprint, "arena", 5.0)
-        if seq == ops and fail_last is not None:
-            recorder.failed(entry, fail_last)
-        else:
-            entry[ENDED] = entry[7] + 1000
+        fingerprint: Fingerprint = SMALL) -> Group:
+    """Record ``ops`` operations of a new ``group`` (the last failing, if given)."""
+    runner = Group(recorder, group)
+    runner.ops(ops, fail_last, fingerprint)
+    return runner
 
 
 def job_of(tmp_path: Path, behind: int = 2, size: int = 3, ops: int = 4) -> None:
@@ -60,6 +102,10 @@ def job_of(tmp_path: Path, behind: int = 2, size: int = 3, ops: int = 4) -> None
         else:
             run(recorder, 0, ops, CollectiveTimeoutError("timed out"))
         recorder.dump("test")
+
+
+def ids_and_seqs(recorder: Recorder) -> list[tuple[int, int, int]]:
+    return [(e[0], e[1], e[2]) for e in recorder.entries()]
 
 
 # -- the ring -------------------------------------------------------------------------
@@ -76,24 +122,150 @@ def test_ring_keeps_the_last_operations_oldest_first(tmp_path: Path) -> None:
     assert all(flight.state_of(e) == flight.COMPLETED for e in kept)
 
 
+def test_a_run_is_one_entry_and_gives_each_operation_its_own_record(tmp_path: Path) -> None:
+    recorder = Recorder(10, 0, str(tmp_path))
+    world, other = Group(recorder, 0), Group(recorder, 5)
+    world.ops(3)
+    other.ops(1)
+    world.ops(2)
+    world.ops(1, fingerprint=Fingerprint(Kind.BROADCAST, 11, 0, 0, 0, 1))
+
+    assert sum(e is not None for e in recorder._ring) == 4
+    assert ids_and_seqs(recorder) == [(0, 0, 1), (1, 0, 2), (2, 0, 3), (3, 5, 1), (4, 0, 4),
+                                      (5, 0, 5), (6, 0, 6)]
+    assert [e[3] for e in recorder.entries()][-1] == "all_reduce"
+    assert recorder.entries()[-1][4].operation == Kind.BROADCAST
+
+
+def test_the_same_call_made_anew_is_still_one_more_of_the_run(tmp_path: Path) -> None:
+    recorder = Recorder(10, 0, str(tmp_path))
+    group = Group(recorder)
+    for _ in range(3):  # an equal fingerprint, not the same object (not a repeat)
+        group.ops(1, fingerprint=Fingerprint(*SMALL))
+    group.ops(1, fingerprint=Fingerprint(Kind.ALL_REDUCE, 11, 1, 3, -1, 2))
+
+    assert sum(e is not None for e in recorder._ring) == 2
+    assert [(e[0], e[2]) for e in recorder.entries()] == [(0, 1), (1, 2), (2, 3), (3, 4)]
+
+
+def test_a_run_longer_than_the_ring_gives_its_last_operations(tmp_path: Path) -> None:
+    recorder = Recorder(4, 0, str(tmp_path))
+    run(recorder, 0, 1000)
+
+    assert ids_and_seqs(recorder) == [(996, 0, 997), (997, 0, 998), (998, 0, 999),
+                                      (999, 0, 1000)]
+
+
+def test_times_are_those_taken_and_the_others_are_not_made_up(tmp_path: Path) -> None:
+    recorder = Recorder(20, 0, str(tmp_path))
+    recorder.add_group(0, [0, 1])
+    before = time.time_ns()
+    run(recorder, 0, 10)
+
+    kept = recorder.entries()
+    timed = [e[2] for e in kept if e[8]]
+
+    assert timed == [1, 8]  # the run's first, and the sampled one
+    assert all(e[7] >= before for e in kept)
+    assert all(e[9] == UNTIMED and flight.state_of(e) == flight.COMPLETED for e in kept)
+    assert kept[2][7] == kept[0][7] and kept[8][7] >= kept[7][7]  # created no earlier than
+    entry = flight.torch_dump(0, kept, recorder.groups)["entries"][2]
+    assert entry["time_discovered_started_ns"] is None
+    assert entry["time_discovered_completed_ns"] is None and entry["retired"]
+    assert "duration_ms" not in entry and entry["asyncoll"]["time_taken"] is False
+
+
+def test_the_running_operation_of_a_run_started_when_its_deadline_says(
+        tmp_path: Path) -> None:
+    recorder = Recorder(10, 0, str(tmp_path))
+    group = run(recorder, 0, 3)
+    seq = group.begin()
+    group.deadline -= 2.0  # it began two seconds ago
+
+    last = recorder.entries()[-1]
+    doing, _, _ = recorder.report(-1, 256, {0})
+
+    assert (last[2], flight.state_of(last)) == (4, flight.STARTED)
+    assert abs(time.time_ns() - last[8] - 2e9) < 0.5e9
+    assert doing is not None and doing[:4] == (0, seq, "all_reduce", True)
+    assert abs(doing[4] - last[8]) < 0.5e9
+
+
+def test_a_failed_operation_leaves_its_run_and_the_next_opens_another(
+        tmp_path: Path) -> None:
+    recorder = Recorder(10, 0, str(tmp_path))
+    group = run(recorder, 0, 3, PeerLostError("gone"))
+    group.broken = True
+    group.numbered += 2  # two more calls, refused before they ran
+
+    kept = recorder.entries()
+
+    assert [(e[2], flight.state_of(e)) for e in kept] == [
+        (1, flight.COMPLETED), (2, flight.COMPLETED), (3, flight.FAILED)]
+    assert [e[0] for e in kept] == [0, 1, 2]
+    assert kept[2][10] == "PeerLostError"
+
+
+def test_an_operation_failing_first_in_its_run_leaves_no_empty_run(tmp_path: Path) -> None:
+    recorder = Recorder(10, 0, str(tmp_path), stacks=True)
+    group = Group(recorder)
+    seq = group.begin()
+    group.fail(seq, CollectiveTimeoutError("late"))
+
+    (entry,) = recorder.entries()
+
+    assert (entry[0], entry[2], flight.state_of(entry)) == (0, 1, flight.FAILED)
+    assert entry[11]  # the stack the run had taken
+    assert sum(e is not None for e in recorder._ring) == 1
+
+
+def test_an_operation_numbered_while_its_run_closed_is_recorded_once(tmp_path: Path) -> None:
+    recorder = Recorder(10, 0, str(tmp_path))
+    world, other = run(recorder, 0, 2), Group(recorder, 5)
+    # Another thread's operation closes the run just after this one numbered op 3, and
+    # before it looked at its run: it opens a new one at 3.
+    world.numbered += 1
+    other.ops(1)
+    world.numbered -= 1
+    world.end(world.begin())
+
+    assert [(e[1], e[2]) for e in recorder.entries()] == [(0, 1), (0, 2), (5, 1), (0, 3)]
+
+
+def test_an_operation_on_the_loop_ends_the_run_of_its_group(tmp_path: Path) -> None:
+    recorder = Recorder(10, 0, str(tmp_path))
+    group = run(recorder, 0, 2)
+    group.numbered += 1  # Runner.in_turn numbers op 3 before entering it
+    entry = recorder.scheduled(0, 3, "broadcast", SMALL, 5.0, None)
+    entry[9] = entry[8] = entry[7]
+    group.completed = 3
+    group.end(group.begin())
+
+    assert [(e[2], e[3]) for e in recorder.entries()] == [
+        (1, "all_reduce"), (2, "all_reduce"), (3, "broadcast"), (4, "all_reduce")]
+
+
 def test_a_report_shows_the_oldest_running_operation_and_the_new_samples(
         tmp_path: Path) -> None:
     recorder = Recorder(100, 0, str(tmp_path))
-    assert recorder.report(-1, 8, 256, {0, 7}) == (None, -1, [])
+    assert recorder.report(-1, 256, {0, 7}) == (None, -1, [])
     run(recorder, 0, 17)  # seqs 1-17 of group 0, completed
-    doing, mark, samples = recorder.report(-1, 8, 256, {0, 7})
+    doing, mark, samples = recorder.report(-1, 256, {0, 7})
     assert doing is not None and doing[:4] == (0, 17, "all_reduce", False)
     assert [samples[i:i + 2] for i in range(0, len(samples), 3)] == [[0, 8], [0, 16]]
-    stuck = recorder.started(7, 24, "broadcast", SMALL, "links", 5.0)
-    recorder.started(8, 32, "all_reduce", SMALL, "arena", 5.0)  # not a coordinator group
+    stuck = Group(recorder, 7)
+    stuck.numbered = 23
+    stuck.begin(Fingerprint(Kind.BROADCAST, 11, 0, 0, 0, 1))
+    Group(recorder, 8).ops(32)  # not a coordinator group
     recorder.scheduled(7, 25, "all_reduce", SMALL, 5.0, None)
 
-    doing, mark2, samples = recorder.report(mark, 8, 256, {0, 7})
+    doing, mark2, samples = recorder.report(mark, 256, {0, 7})
 
-    assert doing == (7, 24, "broadcast", True, stuck[8])
-    assert mark2 == mark + 3
-    assert samples == [7, 24, stuck[7] // 1000]  # only what came after the last report
-    assert recorder.report(mark, 8, 1, {0, 7})[2] == samples  # the newest, at most 1
+    assert doing is not None and doing[:4] == (7, 24, "all_reduce", True)
+    assert mark2 == mark + 5
+    assert samples[:2] == [7, 24]  # only what came after the last report
+    assert len(samples) == 3
+    assert recorder.report(mark, 1, {0, 7})[2] == samples  # the newest, at most 1
 
 
 def test_a_refused_operation_is_forgotten(tmp_path: Path) -> None:
@@ -111,12 +283,13 @@ def test_capacity_below_one_is_refused(tmp_path: Path) -> None:
 
 
 def test_stacks_are_kept_only_when_asked(tmp_path: Path) -> None:
-    plain = Recorder(4, 0, str(tmp_path)).started(0, 1, "all_reduce", SMALL, "arena", 5.0)
-    traced = Recorder(4, 0, str(tmp_path), stacks=True).started(0, 1, "all_reduce", SMALL,
-                                                               "arena", 5.0)
+    plain, traced = Recorder(4, 0, str(tmp_path)), Recorder(4, 0, str(tmp_path), stacks=True)
+    run(plain, 0, 2)
+    run(traced, 0, 2)
 
-    assert plain[11] is None
-    assert any(name == "test_stacks_are_kept_only_when_asked" for name, _, _ in traced[11])
+    assert [e[11] for e in plain.entries()] == [None, None]
+    assert all(any(name == "ops" for name, _, _ in e[11]) for e in traced.entries())
+    assert sum(e is not None for e in traced._ring) == 2  # with stacks: runs of one
 
 
 # -- writing out ----------------------------------------------------------------------
