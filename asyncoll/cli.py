@@ -70,8 +70,13 @@ def table(jobs: Sequence[JobStatus]) -> str:
         # The generation counts an elastic job's membership changes (reconfigures).
         state = (f"{job.state} {len(job.members)}/{job.world_size} gen {job.generation} "
                  f"{job.age_s:.0f}s")
+        # Each rank's groups, in one pass over the groups' members (not one per rank).
+        groups_of: dict[int, list[str]] = {}
+        for g in job.groups:
+            for rank in g.ranks:
+                groups_of.setdefault(rank, []).append(str(g.group_id))
         for m in job.members:
-            groups = ",".join(str(g.group_id) for g in job.groups if m.rank in g.ranks)
+            groups = ",".join(groups_of.get(m.rank, ())) if m.rank >= 0 else ""
             beat = f"{m.heartbeat_age_s:.1f}s ago" if m.heartbeat_age_s >= 0 else "-"
             rows.append((job.job, state, str(m.rank) if m.rank >= 0 else "-", m.hostname,
                          join_host_port(m.host, m.port), str(m.pid), m.state, groups or "-",
