@@ -8,6 +8,8 @@ import logging
 import os
 import pickle
 import signal
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -230,6 +232,36 @@ def test_an_operation_numbered_while_its_run_closed_is_recorded_once(tmp_path: P
     world.end(world.begin())
 
     assert [(e[1], e[2]) for e in recorder.entries()] == [(0, 1), (0, 2), (5, 1), (0, 3)]
+
+
+def test_groups_in_threads_of_their_own_record_every_operation_once(
+        tmp_path: Path) -> None:
+    recorder = Recorder(100_000, 0, str(tmp_path))
+    other = Fingerprint(Kind.BROADCAST, 11, 0, 0, 0, 1)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between any two steps, nearly
+    try:
+        def work(group: Group) -> None:
+            for i in range(3000):
+                seq = group.begin(other if i % 7 == 0 else SMALL)
+                group.end(seq)
+
+        groups = [Group(recorder, g) for g in (0, 5)]
+        threads = [threading.Thread(target=work, args=(g,)) for g in groups]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+    finally:
+        sys.setswitchinterval(interval)
+
+    kept = recorder.entries()
+    ids = [e[0] for e in kept]
+    assert ids == sorted(set(ids))
+    for g in (0, 5):
+        assert [e[2] for e in kept if e[1] == g] == list(range(1, 3001))
+        assert all(flight.state_of(e) == flight.COMPLETED for e in kept if e[1] == g)
+        assert all(e[4] is (other if e[2] % 7 == 1 else SMALL) for e in kept if e[1] == g)
 
 
 def test_an_operation_on_the_loop_ends_the_run_of_its_group(tmp_path: Path) -> None:
