@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import ipaddress
 import logging
 import os
@@ -21,6 +22,13 @@ from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import ConfigurationError
 
 log = logging.getLogger("asyncoll.coordinator")
+
+#: The daemon's garbage collector thresholds (gc.set_threshold). CPython's defaults
+#: (700, 10, 10) suit a program of a few thousand objects; the daemon keeps a few
+#: dozen per member, which its collector traversed again and again as thousands
+#: joined. Its state holds few reference cycles, so collecting rarer costs little
+#: memory (benchmarks/scale.py; docs/coordinator-scale.md).
+GC_THRESHOLDS = (50_000, 20, 100)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -122,6 +130,7 @@ async def _serve(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``asyncoll-coordinator``."""
     args = _parser().parse_args(argv)
+    gc.set_threshold(*GC_THRESHOLDS)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     loop = loop_factory()()
