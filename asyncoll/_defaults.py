@@ -49,3 +49,6 @@ PROTOCOL_VERSION = 6
 #: Extra seconds a peer waits beyond a deadline the coordinator enforces, so
 #: the coordinator's answer (which names who is missing) arrives first.
 COORDINATOR_GRACE_S = 2.0
+#: Ranks sample their operations whose sequence number is a multiple of this (every
+#: rank the same ones, so the coordinator can compare their times: Heartbeat.samples).
+SAMPLE_EVERY = 8

@@ -95,7 +95,7 @@ def one_thread() -> None:
     from asyncoll._group.recorder import Recorder
     from asyncoll._wire.frames import Fingerprint
     from asyncoll._wire.frames import Operation as Kind
-    from asyncoll._wire.messages import SAMPLE_EVERY
+    from asyncoll._defaults import SAMPLE_EVERY
 
     recorder = Recorder(2000, 0, tempfile.gettempdir())
     fingerprint = Fingerprint(Kind.ALL_REDUCE, 11, 1, 3, -1, 1)

@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from asyncoll._group import flight
 from asyncoll._wire.frames import Fingerprint
-from asyncoll._wire.messages import SAMPLE_EVERY
+from asyncoll._defaults import SAMPLE_EVERY
 from asyncoll.errors import (
     CollectiveTimeoutError,
     ConfigurationError,

@@ -25,7 +25,7 @@ from asyncoll._group.fast_path import FastPath
 from asyncoll._group.plan import Kernel, Plan
 from asyncoll._group.recorder import ENDED, PATH, STARTED
 from asyncoll._wire.frames import Fingerprint
-from asyncoll._wire.messages import SAMPLE_EVERY
+from asyncoll._defaults import SAMPLE_EVERY
 from asyncoll.errors import (
     AsyncollError,
     ClosedError,

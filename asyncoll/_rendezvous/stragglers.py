@@ -1,7 +1,7 @@
 """Which rank the others wait for: stragglers and stuck operations, from heartbeats (issue 29).
 
 Every rank samples its operations whose sequence number is a multiple of
-:data:`SAMPLE_EVERY` (asyncoll._wire.messages) and sends, with each heartbeat, when it entered them
+:data:`SAMPLE_EVERY` (asyncoll._defaults) and sends, with each heartbeat, when it entered them
 (its own clock) and when it sent the heartbeat. The coordinator puts each
 rank's times on its own clock (the least difference seen between a rank's
 send time and the coordinator's receive time: the rank's clock offset plus

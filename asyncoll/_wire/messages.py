@@ -169,11 +169,6 @@ class Barrier:
     timeout: float
 
 
-#: Ranks sample their operations whose sequence number is a multiple of this (every
-#: rank the same ones, so the coordinator can compare their times: Heartbeat.samples).
-SAMPLE_EVERY = 8
-
-
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
     """Peer -> coordinator, every few seconds, unanswered: alive, ``ops`` operations so far.
@@ -359,8 +354,8 @@ _RECORDS: dict[str, type[Any]] = {cls.__name__: cls for cls in
 def encode(message: Message, request_id: int = 0) -> bytes:
     """Return the length-prefixed msgpack encoding of ``message``."""
     body = {"t": message.TYPE, "id": request_id}
-    for field in dataclasses.fields(message):
-        body[field.name] = _to_plain(getattr(message, field.name))
+    for name in _annotations(type(message)):
+        body[name] = _to_plain(getattr(message, name))
     data: bytes = msgpack.packb(body, use_bin_type=True)
     return LENGTH.pack(len(data)) + data
 
@@ -373,14 +368,14 @@ def encode_head(message: Message) -> list[bytes]:
     (a Welcome's directory) is a part of its own, the field's own object: the
     Welcomes of a thousand members then share one directory in memory.
     """
-    fields = dataclasses.fields(message)
+    names = _annotations(type(message))
     packer = msgpack.Packer(use_bin_type=True)
     parts: list[bytes] = []
-    small = [packer.pack_map_header(len(fields) + 2), packer.pack("t"),
+    small = [packer.pack_map_header(len(names) + 2), packer.pack("t"),
              packer.pack(message.TYPE)]
-    for field in fields:
-        value = getattr(message, field.name)
-        small.append(packer.pack(field.name))
+    for name in names:
+        value = getattr(message, name)
+        small.append(packer.pack(name))
         if isinstance(value, bytes) and len(value) >= SHARED_BYTES:
             small.append(_bin_header(len(value)))
             parts += (b"".join(small), value)
@@ -446,23 +441,33 @@ def decode_body(data: bytes, max_bytes: int) -> tuple[int, Message]:
     return request_id, _build(cls, body)
 
 
+_ANNOTATIONS: dict[type[Any], dict[str, str]] = {}
+
+
+def _annotations(cls: type[Any]) -> dict[str, str]:
+    """A dataclass's fields and their annotations, in order, looked up once per class."""
+    if cls not in _ANNOTATIONS:
+        _ANNOTATIONS[cls] = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+    return _ANNOTATIONS[cls]
+
+
 def _to_plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if hasattr(type(value), "__dataclass_fields__"):
+        return {name: _to_plain(getattr(value, name)) for name in _annotations(type(value))}
     if isinstance(value, tuple):
         return [_to_plain(v) for v in value]
     return value
 
 
 def _build(cls: type[Any], body: dict[str, Any]) -> Any:
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    if set(body) != set(fields):
+    fields = _annotations(cls)
+    if body.keys() != fields.keys():
         missing = sorted(set(fields) - set(body))
         extra = sorted(set(body) - set(fields))
         raise ProtocolError(f"{cls.__name__} message has missing fields {missing} "
                             f"and unexpected fields {extra}")
-    values = {name: _check(cls.__name__, name, fields[name].type, body[name])
-              for name in fields}
+    values = {name: _check(cls.__name__, name, annotation, body[name])
+              for name, annotation in fields.items()}
     return cls(**values)
 
 

@@ -21,7 +21,8 @@ from asyncoll._group.recorder import UNTIMED, Recorder
 from asyncoll._runtime.settings import Settings
 from asyncoll._wire.frames import Fingerprint
 from asyncoll._wire.frames import Operation as Kind
-from asyncoll._wire.messages import SAMPLE_EVERY, DumpTrace, StatusReply, decode_body, encode
+from asyncoll._defaults import SAMPLE_EVERY
+from asyncoll._wire.messages import DumpTrace, StatusReply, decode_body, encode
 from asyncoll.errors import (
     CollectiveTimeoutError,
     ConfigurationError,
