@@ -148,7 +148,8 @@ class GroupLinks:
     @property
     def deadline(self) -> float:
         """The deadline of the latest operation over the links (time.monotonic; 0.0: none)."""
-        return self.links.deadline if self._step is not None and self.links else 0.0
+        links = self.links
+        return links.deadline if links is not None and self._step is not None else 0.0
 
     @property
     def undecided(self) -> bool:

@@ -35,9 +35,9 @@ import time
 from collections.abc import Container, Sequence
 from typing import Any, Protocol
 
+from asyncoll._defaults import SAMPLE_EVERY
 from asyncoll._group import flight
 from asyncoll._wire.frames import Fingerprint
-from asyncoll._defaults import SAMPLE_EVERY
 from asyncoll.errors import (
     CollectiveTimeoutError,
     ConfigurationError,

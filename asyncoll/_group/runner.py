@@ -20,12 +20,12 @@ from typing import Any
 
 from asyncoll._algorithms.team import Team
 from asyncoll._compat import timeout as timeout_after
+from asyncoll._defaults import SAMPLE_EVERY
 from asyncoll._group.context import Membership
 from asyncoll._group.fast_path import FastPath
 from asyncoll._group.plan import Kernel, Plan
 from asyncoll._group.recorder import ENDED, PATH, STARTED
 from asyncoll._wire.frames import Fingerprint
-from asyncoll._defaults import SAMPLE_EVERY
 from asyncoll.errors import (
     AsyncollError,
     ClosedError,
