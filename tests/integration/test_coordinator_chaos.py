@@ -83,7 +83,8 @@ def assert_ended_well(output: str) -> None:
     assert sorted(int(rank) for rank, *_ in done) == list(range(4)), output
     assert {(size, step) for _, size, step, _ in done} == {("4", str(STEPS))}, output
     assert len({digest for *_, digest in done}) == 1, output  # identical weights
-    assert set(WHY.findall(output)) <= {"PeerLostError"}, output
+    # Lost during an operation, or between two (the group already broken for it).
+    assert set(WHY.findall(output)) <= {"PeerLostError", "GroupBrokenByPeerLossError"}, output
     assert "Traceback" not in output, output
     assert output.count("GROUP ") >= STEPS // 50 // 2, output
 
