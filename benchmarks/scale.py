@@ -54,6 +54,7 @@ from asyncoll._wire.messages import (
     Rejoin,
     Status,
     StatusReply,
+    Welcome,
 )
 
 TIMEOUT_S = 600.0
@@ -63,6 +64,9 @@ VERBOSE = False
 RESTART = False
 #: Connections opened at once (below asyncio's default listen backlog of 100).
 CONNECTING = 64
+#: Loopback source addresses the light members' connections are spread over
+#: (--sources): one address has too few ephemeral ports for 16384 members.
+SOURCES = 16
 
 
 def new_group_request(ranks: tuple[int, ...], timeout: float) -> Message:
@@ -71,6 +75,33 @@ def new_group_request(ranks: tuple[int, ...], timeout: float) -> Message:
     make = getattr(messages.NewGroup, "of", None)
     return (make(ranks, timeout) if make is not None
             else messages.NewGroup(ranks=ranks, timeout=timeout))
+
+
+async def dial_from_many(host: str, port: int, tls: object = None
+                         ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Open a connection to ``host:port`` from one of SOURCES loopback addresses.
+
+    Real members connect from as many hosts. From one address, Linux finds a
+    free ephemeral port by a search that grows slow once half the range is in
+    use, and the light members' process, not the daemon, would be timed.
+    """
+    assert tls is None, "the scale benchmark speaks plain TCP"
+    dial_from_many.count += 1  # type: ignore[attr-defined]
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        # Take the port at connect, where the 4-tuple, not the address alone,
+        # must be unique (IP_BIND_ADDRESS_NO_PORT, 24 on Linux).
+        sock.setsockopt(socket.SOL_IP, getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24), 1)
+        sock.bind((f"127.0.0.{2 + dial_from_many.count % SOURCES}", 0))  # type: ignore[attr-defined]
+        await asyncio.get_running_loop().sock_connect(sock, (host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return await asyncio.open_connection(sock=sock)
+
+
+dial_from_many.count = 0  # type: ignore[attr-defined]
 
 
 class Daemon:
@@ -160,26 +191,33 @@ async def one_job(daemon: Daemon, members: int) -> Phases:
     host = socket.gethostname()
     phases = Phases(daemon)
     first_join: list[float] = []
+    directories: dict[str, bytes] = {}
     # Connections opened at once: more than the daemon's listen backlog would
     # leave handshakes to the kernel's retransmission timers.
     connecting = asyncio.Semaphore(CONNECTING)
 
-    async def member(i: int) -> tuple[CoordinatorClient, object]:
+    async def member(i: int) -> tuple[CoordinatorClient, tuple[int, bool]]:
         # A worker sends its join as soon as it is connected (the daemon drops
         # a connection that stays silent), so connections and joins overlap.
         async with connecting:
             client = await CoordinatorClient.connect("127.0.0.1", daemon.port, TIMEOUT_S)
         first_join.append(time.perf_counter())
-        return client, await client.request(Join(
+        welcome = await client.request(Join(
             job=job, rank=-1, world_size=members, host="127.0.0.1", port=20000 + i % 40000,
             hostname=host, pid=os.getpid(), version=PROTOCOL_VERSION, timeout=TIMEOUT_S,
             heartbeat_timeout=TIMEOUT_S), TIMEOUT_S, "join")
+        assert isinstance(welcome, Welcome), welcome
+        # A member process keeps one directory; this one process stands in for
+        # them all, and keeps its rank and whether its directory is the first's.
+        directory = directories.setdefault(job, welcome.directory)
+        return client, (welcome.rank, welcome.directory == directory)
 
     phases.begin()
     joined = await asyncio.gather(*(member(i) for i in range(members)))
     phases.end("join", since=min(first_join))
     clients = [c for c, _ in joined]
     welcomes = [w for _, w in joined]
+    assert all(same for _, same in welcomes), "the members got different directories"
 
     async def each(what: str, request: Message) -> list[Message]:
         phases.begin()
@@ -188,9 +226,9 @@ async def one_job(daemon: Daemon, members: int) -> Phases:
         phases.end(what)
         return replies
 
-    ranks = sorted(w.rank for w in welcomes)  # type: ignore[attr-defined]
+    ranks = sorted(rank for rank, _ in welcomes)
     assert ranks == list(range(members)), "the ranks are not 0 to N-1"
-    by_rank = sorted(range(members), key=lambda i: welcomes[i].rank)  # type: ignore[attr-defined]
+    by_rank = sorted(range(members), key=lambda i: welcomes[i][0])
     clients = [clients[i] for i in by_rank]
     # Every member sends the same request: made once, as a light member would
     # not spend the client process's time making it N times.
@@ -198,8 +236,7 @@ async def one_job(daemon: Daemon, members: int) -> Phases:
     assert all(isinstance(c, GroupCreated) and c.group_id == 1 for c in created)
     await each("barrier", Barrier(group_id=1, seq=1, timeout=TIMEOUT_S))
     if RESTART:
-        digest = hashlib.blake2b(welcomes[by_rank[0]].directory,  # type: ignore[attr-defined]
-                                 digest_size=8).hexdigest()
+        digest = hashlib.blake2b(directories[job], digest_size=8).hexdigest()
         for rank, client in enumerate(clients):
             client.rejoin = functools.partial(rejoin_of, job, rank, members, digest, host)
         daemon.restart()
@@ -241,6 +278,9 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="each phase's time as it ends")
     parser.add_argument("--restart", action="store_true",
                         help="kill and restart the daemon before the leave; time the adoption")
+    parser.add_argument("--sources", type=int, default=16,
+                        help="loopback source addresses the members connect from "
+                             "(default 16; 0: the kernel's choice, 127.0.0.1)")
     parser.add_argument("--default-gc", action="store_true",
                         help="leave this process's garbage collector at CPython's thresholds")
     args = parser.parse_args()
@@ -249,8 +289,11 @@ def main() -> None:
         # thresholds its collector, traversing every member's objects again and
         # again, took most of its time at 16384 (the daemon sets its own).
         gc.set_threshold(50_000, 20, 100)
-    global VERBOSE, RESTART, PHASES
-    VERBOSE, RESTART = args.verbose, args.restart
+    global VERBOSE, RESTART, PHASES, SOURCES
+    VERBOSE, RESTART, SOURCES = args.verbose, args.restart, args.sources
+    if SOURCES:
+        from asyncoll._rendezvous import client
+        client._dial = dial_from_many  # every connection, reconnections too
     if RESTART:
         PHASES = ("join", "new_group", "barrier", "adopt", "leave")
     print(f"{'daemon':<12} {'N':>6} " + " ".join(f"{p + ' s (CPU)':>18}" for p in PHASES)

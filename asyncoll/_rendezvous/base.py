@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 
 from asyncoll._defaults import PROTOCOL_VERSION
+from asyncoll._rendezvous.directory import PORTS_IN_WELCOME_UP_TO, Directory
 from asyncoll._rendezvous.tally import Tally
-from asyncoll._rendezvous.records import MEMBER_LINES_UP_TO, Job, Member, Reply
-from asyncoll._wire.compact import pack_directory
+from asyncoll._rendezvous.records import MEMBER_LINES_UP_TO, Job, Reply
 from asyncoll._wire.messages import Ok
 
 log = logging.getLogger("asyncoll.coordinator")
@@ -21,7 +21,9 @@ log = logging.getLogger("asyncoll.coordinator")
 class StateBase:
     """The coordinator's jobs and connections, and the bookkeeping every handler needs."""
 
-    def __init__(self) -> None:
+    def __init__(self, ports_in_welcome_up_to: int = PORTS_IN_WELCOME_UP_TO) -> None:
+        #: The largest membership whose Welcome lists every rank's port.
+        self.ports_in_welcome_up_to = ports_in_welcome_up_to
         # The newest generation of each job id: the one that takes joins.
         self._jobs: dict[str, Job] = {}
         # Running jobs whose members began leaving while a new generation of
@@ -50,6 +52,11 @@ class StateBase:
         elif job in self._retired:
             self._retired.remove(job)
 
+    def _directory(self, job: Job) -> Directory:
+        """The directory of ``job``'s membership now, for its Welcomes."""
+        return Directory([job.members[r] for r in range(job.world_size)], job.generation,
+                         self.ports_in_welcome_up_to)
+
     @staticmethod
     def _member_rank(job: Job | None, conn: int) -> int | None:
         if job is None or not job.running:
@@ -69,7 +76,3 @@ def member_level(job: Job) -> int:
     """The level of a line about one member: debug in a job too large to log each."""
     return logging.INFO if job.world_size <= MEMBER_LINES_UP_TO else logging.DEBUG
 
-
-def packed_directory(members: list[Member]) -> bytes:
-    """The packed directory of ``members``, in rank order: once per membership."""
-    return pack_directory([(m.info.host, m.info.port, m.info.hostname) for m in members])

@@ -7,7 +7,7 @@ gets a Welcome with the new directory (see :mod:`asyncoll._rendezvous.state`).
 
 from __future__ import annotations
 
-from asyncoll._rendezvous.base import StateBase, log, member_level, packed_directory
+from asyncoll._rendezvous.base import StateBase, log, member_level
 from asyncoll._rendezvous.stragglers import Arrivals
 from asyncoll._rendezvous.records import (
     Gathering,
@@ -26,7 +26,6 @@ from asyncoll._wire.messages import (
     MembershipState,
     PeerInfo,
     Reconfigure,
-    Welcome,
 )
 
 
@@ -208,14 +207,13 @@ class ElasticMembership(StateBase):
         log.info("job %r: generation %d: %d members (%s): %s", job.name, job.generation,
                  job.world_size, "; ".join(c for c in changes if c) or "no change",
                  members_text(everyone))
-        directory = packed_directory(everyone)
+        directory = self._directory(job)
         replies += self._answer_leaves(job)  # the Welcome tells the new membership
         answers = {job.members[new].conn: gathering.arrivals[old_rank][1]
                    for new, old_rank in enumerate(members)}
         answers.update({w.conn: w.request_id for w in newcomers})
-        return replies + [Reply(conn, request_id, Welcome(
-            rank=job.conn_rank[conn], world_size=job.world_size, directory=directory,
-            generation=job.generation)) for conn, request_id in answers.items()]
+        return replies + [Reply(conn, request_id, directory.welcome(job.conn_rank[conn]))
+                          for conn, request_id in answers.items()]
 
 
 def _membership(job: Job, changed: bool) -> MembershipState:

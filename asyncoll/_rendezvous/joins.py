@@ -6,7 +6,7 @@ becomes pending; a rendezvous that is not complete by its deadline fails.
 
 from __future__ import annotations
 
-from asyncoll._rendezvous.base import log, member_level, version_refusal, packed_directory
+from asyncoll._rendezvous.base import log, member_level, version_refusal
 from asyncoll._rendezvous.elastic import ElasticMembership
 from asyncoll._rendezvous.records import (
     Job,
@@ -18,7 +18,7 @@ from asyncoll._rendezvous.records import (
     ranks_text,
 )
 from asyncoll._rendezvous.waiting import missing_text
-from asyncoll._wire.messages import Join, PeerInfo, Welcome
+from asyncoll._wire.messages import Join, PeerInfo
 
 #: How stale the line on who is missing from a rendezvous may be, in seconds.
 MISSING_LINE_EVERY_S = 1.0
@@ -130,10 +130,8 @@ class Joins(ElasticMembership):
                                         j.pid)
             job.conn_rank[waiter.conn] = rank
         everyone = [job.members[r] for r in range(job.world_size)]
-        directory = packed_directory(everyone)
-        replies = [Reply(w.conn, w.request_id, Welcome(rank=ranks[w.conn],
-                                                       world_size=job.world_size,
-                                                       directory=directory))
+        directory = self._directory(job)
+        replies = [Reply(w.conn, w.request_id, directory.welcome(ranks[w.conn]))
                    for w in job.waiting.values()]
         job.waiting.clear()
         job.requested.clear()

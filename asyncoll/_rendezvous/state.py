@@ -35,6 +35,7 @@ from __future__ import annotations
 from asyncoll._rendezvous.adoption import Adoption
 from asyncoll._rendezvous.agreements import Agreements
 from asyncoll._rendezvous.base import log, member_level
+from asyncoll._rendezvous.directory import answer_lookup
 from asyncoll._rendezvous.departures import (
     LEAVE_NOTICE_INTERVAL_S,
     LEAVE_NOTICE_S_PER_MEMBER,
@@ -50,6 +51,7 @@ from asyncoll._wire.messages import (
     DumpTrace,
     GroupStatus,
     Heartbeat,
+    Lookup,
     Join,
     JobStatus,
     Leave,
@@ -164,6 +166,8 @@ class RendezvousState(Joins, Agreements, Adoption):
             return self._check_membership(job, member, conn, request_id, message, now)
         if isinstance(message, Reconfigure):
             return self._reconfigure(job, member, conn, request_id, message, now)
+        if isinstance(message, Lookup):
+            return [answer_lookup(job, conn, request_id, message)]
         if isinstance(message, Heartbeat):
             # Recorded for status; declaring silent members lost is the
             # failure detector's job, which reads the same timestamps.

@@ -1,5 +1,5 @@
 """What joining a job needs besides the coordinator's answer: a data port to listen on,
-and word of who is missing while the rendezvous waits."""
+word of who is missing while the rendezvous waits, and the directory the answer gives."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._runtime.addresses import ListenPlan
 from asyncoll._transport.tcp.mesh import TcpMesh
 from asyncoll._wire.endpoint import wildcard
-from asyncoll._wire.messages import MissingReply, WhoIsMissing
-from asyncoll.errors import AsyncollError, ConfigurationError
+from asyncoll._wire.messages import Address, Lookup, MissingReply, Welcome, WhoIsMissing
+from asyncoll.errors import AsyncollError, ConfigurationError, ProtocolError
 
 log = logging.getLogger("asyncoll")
 
@@ -49,3 +49,21 @@ async def listen(mesh: TcpMesh, plan: ListenPlan) -> int:
         where = f"ports {ports.start}-{ports.stop - 1}" if isinstance(ports, range) else "a port"
         raise ConfigurationError(f"cannot listen for peers on {plan.bind} ({plan.source}) at "
                                  f"{where}: {exc}") from exc
+
+
+def learn_directory(mesh: TcpMesh, client: CoordinatorClient, welcome: Welcome,
+                    timeout: float) -> None:
+    """Give ``mesh`` the directory ``welcome`` carries; the ports it leaves out are asked
+    of the coordinator when first needed, each within ``timeout`` seconds."""
+    generation = welcome.generation
+
+    async def resolve(peer: int) -> tuple[str, int]:
+        reply = await client.request(Lookup(rank=peer, generation=generation), timeout,
+                                     f"the data address of rank {peer}")
+        if not isinstance(reply, Address) or reply.rank != peer:
+            raise ProtocolError(f"the coordinator answered a lookup of rank {peer} with "
+                                f"{reply}")
+        return reply.host, reply.port
+
+    mesh.set_directory(welcome.rank, {p.rank: (p.host, p.port, p.hostname)
+                                      for p in welcome.peers}, resolve)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from asyncoll._runtime.addresses import listen_plan
-from asyncoll._runtime.joining import listen, report_while_waiting
+from asyncoll._runtime.joining import learn_directory, listen, report_while_waiting
 from asyncoll._runtime.registration import Identity, Registration
 from asyncoll._group.faults import GroupFaults
 from asyncoll._rendezvous.client import CoordinatorClient
@@ -183,8 +183,7 @@ class Session:
                 reporter.cancel()
             if not isinstance(welcome, Welcome):
                 raise ProtocolError(f"the coordinator answered a join with {welcome.TYPE}")
-            mesh.set_directory(welcome.rank, {p.rank: (p.host, p.port, p.hostname)
-                                              for p in welcome.peers})
+            learn_directory(mesh, client, welcome, where.timeout)
         except BaseException:
             await _close_quietly(client, mesh, embedded)
             raise
@@ -281,8 +280,7 @@ class Session:
             if not isinstance(welcome, Welcome):
                 raise ProtocolError(f"the coordinator answered reconfigure with "
                                     f"{welcome.TYPE}")
-            mesh.set_directory(welcome.rank, {p.rank: (p.host, p.port, p.hostname)
-                                              for p in welcome.peers})
+            learn_directory(mesh, self.client, welcome, self.timeout)
         except BaseException:
             await mesh.close()
             raise

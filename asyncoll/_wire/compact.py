@@ -7,7 +7,8 @@ the common groups (all ranks, one host's ranks, every k-th rank) take one
 triple. The directory travels as one msgpack blob, packed once per
 membership: each distinct (address, hostname) pair once, which of them each
 rank runs on as (place, count) runs (a host's ranks are adjacent), and each
-rank's port, as little-endian arrays.
+rank's port, as little-endian arrays; the ports may be left out, and some
+ranks' ports sent apart as (rank, port) arrays (:func:`pack_ports`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import msgpack  # type: ignore[import-untyped]
 
 from asyncoll.errors import ProtocolError
 
-__all__ = ["pack_directory", "pack_runs", "runs_count", "unpack_directory", "unpack_runs"]
+__all__ = ["pack_directory", "pack_ports", "pack_runs", "runs_count", "unpack_directory",
+           "unpack_ports", "unpack_runs"]
 
 
 def pack_runs(ranks: Sequence[int]) -> tuple[int, ...]:
@@ -63,8 +65,9 @@ def unpack_runs(runs: Sequence[int]) -> tuple[int, ...]:
         for start, count, step in zip(runs[::3], runs[1::3], runs[2::3])))
 
 
-def pack_directory(peers: Sequence[tuple[str, int, str]]) -> bytes:
-    """The directory of a job whose rank ``r`` listens at ``peers[r]`` (host, port, hostname)."""
+def pack_directory(peers: Sequence[tuple[str, int, str]], with_ports: bool = True) -> bytes:
+    """The directory of a job whose rank ``r`` listens at ``peers[r]`` (host, port, hostname);
+    without the ports unless ``with_ports``."""
     places: dict[tuple[str, str], int] = {}
     where = array("I")  # (place, count) pairs
     for host, _, name in peers:
@@ -73,7 +76,7 @@ def pack_directory(peers: Sequence[tuple[str, int, str]]) -> bytes:
             where[-1] += 1
         else:
             where += array("I", (place, 1))
-    ports = array("H", (port for _, port, _ in peers))
+    ports = array("H", (port for _, port, _ in peers) if with_ports else ())
     if sys.byteorder == "big":
         where.byteswap()
         ports.byteswap()
@@ -100,11 +103,42 @@ def unpack_directory(blob: bytes) -> list[tuple[str, int, str]]:
         if not all(isinstance(host, str) and isinstance(name, str) for host, name in names):
             raise ValueError("a host's address or name is not a string")
         runs = list(zip(where[::2], where[1::2]))
-        if len(where) % 2 or sum(count for _, count in runs) != len(ports) or any(
+        size = sum(count for _, count in runs)
+        if len(where) % 2 or len(ports) not in (0, size) or any(
                 place >= len(names) for place, _ in runs):
             raise ValueError("the ranks' places and ports do not match")
         ranks_at = [names[place] for place, count in runs for _ in range(count)]
-        return [(host, port, name) for (host, name), port in zip(ranks_at, ports)]
+        return [(host, port, name) for (host, name), port
+                in zip(ranks_at, ports or array("H", bytes(2 * size)))]
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise ProtocolError(f"the coordinator's directory is malformed: {exc}") from exc
 
+
+
+def pack_ports(ports: Sequence[tuple[int, int]]) -> bytes:
+    """Some ranks' ports, as (rank, port) pairs."""
+    ranks, numbers = array("I", (r for r, _ in ports)), array("H", (p for _, p in ports))
+    if sys.byteorder == "big":
+        ranks.byteswap()
+        numbers.byteswap()
+    return ranks.tobytes() + numbers.tobytes()
+
+
+def unpack_ports(blob: bytes, size: int) -> dict[int, int]:
+    """The ports :func:`pack_ports` packed, by rank, each rank below ``size``.
+
+    Raises:
+        ProtocolError: the blob is not such pairs.
+    """
+    count, rest = divmod(len(blob), 6)
+    ranks, ports = array("I"), array("H")
+    if not rest:
+        ranks.frombytes(blob[:4 * count])
+        ports.frombytes(blob[4 * count:])
+    if sys.byteorder == "big":
+        ranks.byteswap()
+        ports.byteswap()
+    if rest or any(rank >= size for rank in ranks):
+        raise ProtocolError(f"the coordinator's ports are malformed ({len(blob)} bytes, "
+                            f"for ranks below {size})")
+    return dict(zip(ranks, ports))

@@ -9,8 +9,9 @@ crash further in.
 
 The messages anyone may send without joining (a job's status, who is missing
 from a rendezvous) are defined in :mod:`asyncoll._wire.status`, and those of
-a restarted coordinator taking a job back in :mod:`asyncoll._wire.readoption`;
-both are named here.
+a restarted coordinator taking a job back in :mod:`asyncoll._wire.readoption`,
+and the directory's (Welcome, Lookup) in :mod:`asyncoll._wire.directory`; all
+are named here.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ from typing import Any, ClassVar, Union
 import msgpack  # type: ignore[import-untyped]
 
 from asyncoll._defaults import HEARTBEAT_TIMEOUT_S
-from asyncoll._wire.compact import pack_directory, pack_runs, unpack_directory, unpack_runs
+from asyncoll._wire.compact import pack_runs, unpack_runs
 # Re-exported ("X as X"): every message is importable from this module.
+from asyncoll._wire.directory import Address as Address
+from asyncoll._wire.directory import Lookup as Lookup
+from asyncoll._wire.directory import PeerInfo as PeerInfo
+from asyncoll._wire.directory import Welcome as Welcome
 from asyncoll._wire.readoption import Adopted as Adopted
 from asyncoll._wire.readoption import GroupRecord as GroupRecord
 from asyncoll._wire.readoption import Rejoin as Rejoin
@@ -70,53 +75,6 @@ class Join:
     elastic: int = 0
     min_size: int = 0
     max_size: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class PeerInfo:
-    """One member of a job, as the directory in Welcome lists it."""
-
-    rank: int
-    host: str
-    port: int
-    hostname: str
-
-
-@dataclass(frozen=True, slots=True)
-class Welcome:
-    """Coordinator -> peer: the rendezvous (or a reconfigure) is complete.
-
-    ``directory`` is every member's data address, packed once for all of them
-    (:func:`asyncoll._wire.compact.pack_directory`); :attr:`peers` unpacks it.
-    ``generation`` counts the job's memberships: 0 at its rendezvous, one more
-    at each reconfigure.
-    """
-
-    TYPE: ClassVar[str] = "welcome"
-    rank: int
-    world_size: int
-    directory: bytes
-    generation: int = 0
-
-    @classmethod
-    def of(cls, rank: int, peers: tuple[PeerInfo, ...], generation: int = 0) -> Welcome:
-        """The Welcome of ``rank`` to a membership whose rank ``r`` is ``peers[r]``."""
-        return cls(rank=rank, world_size=len(peers), generation=generation,
-                   directory=pack_directory([(p.host, p.port, p.hostname) for p in peers]))
-
-    @property
-    def peers(self) -> tuple[PeerInfo, ...]:
-        """Every member, in rank order (unpacked anew at each read).
-
-        Raises:
-            ProtocolError: the directory is malformed or not ``world_size`` long.
-        """
-        peers = unpack_directory(self.directory)
-        if len(peers) != self.world_size:
-            raise ProtocolError(f"the coordinator's directory lists {len(peers)} members for "
-                                f"a world of {self.world_size}")
-        return tuple(PeerInfo(rank, host, port, hostname)
-                     for rank, (host, port, hostname) in enumerate(peers))
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,13 +296,13 @@ class Error:
 Message = Union[Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave,
                 CheckMembership, MembershipState, Reconfigure, MemberGone, MembersLeft,
                 MembersPending, Rejoin, Adopted, Challenge, Proof, Ok, Error, Status,
-                StatusReply, WhoIsMissing, MissingReply, DumpTrace]
+                StatusReply, WhoIsMissing, MissingReply, DumpTrace, Lookup, Address]
 _TYPES: dict[str, type[Any]] = {cls.TYPE: cls for cls in
                                 (Join, Welcome, NewGroup, GroupCreated, Barrier, Heartbeat, Leave,
                                  CheckMembership, MembershipState, Reconfigure, MemberGone,
                                  MembersLeft, MembersPending, Rejoin, Adopted, Challenge, Proof,
                                  Ok, Error, Status, StatusReply, WhoIsMissing, MissingReply,
-                                 DumpTrace)}
+                                 DumpTrace, Lookup, Address)}
 #: Records that appear inside messages, by the name their annotations use.
 _RECORDS: dict[str, type[Any]] = {cls.__name__: cls for cls in
                                   (PeerInfo, MemberStatus, GroupStatus, JobStatus,

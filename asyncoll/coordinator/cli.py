@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from asyncoll import _auth
 from asyncoll._compat import loop_factory
 from asyncoll._defaults import DEFAULT_PORT
+from asyncoll._rendezvous.directory import PORTS_IN_WELCOME_UP_TO
 from asyncoll._tls import context as tls_context
 from asyncoll._wire.endpoint import host_literal, join_host_port
 from asyncoll.coordinator.server import Coordinator
@@ -60,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="the CA that signed every peer's certificate: mutual TLS, "
                              "peers without such a certificate are refused (default: "
                              "ASYNCOLL_TLS_CA)")
+    parser.add_argument("--ports-in-welcome-up-to", type=int, default=PORTS_IN_WELCOME_UP_TO,
+                        metavar="N",
+                        help="a job of more than N ranks learns its members' data ports on "
+                             "demand, not all in the rendezvous reply, which would grow with "
+                             f"N for each member (default {PORTS_IN_WELCOME_UP_TO})")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
@@ -104,7 +110,8 @@ async def _serve(args: argparse.Namespace) -> int:
                     "--token-file (and give the workers ASYNCOLL_TOKEN) unless this network "
                     "is trusted. ***", host, args.port)
     try:
-        coordinator = Coordinator(host, args.port, token, tls, metrics_port=args.metrics_port)
+        coordinator = Coordinator(host, args.port, token, tls, metrics_port=args.metrics_port,
+                                  ports_in_welcome_up_to=args.ports_in_welcome_up_to)
         await coordinator.start()
     except ConfigurationError as exc:
         log.error("%s", exc)

@@ -10,6 +10,7 @@ import logging
 from asyncoll import _auth
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._rendezvous.control import read_message, write_message
+from asyncoll._rendezvous.directory import PORTS_IN_WELCOME_UP_TO
 from asyncoll._rendezvous.state import Reply, RendezvousState
 from asyncoll._defaults import COORDINATOR_TICK_S, DEFAULT_PORT, HANDSHAKE_TIMEOUT_S
 from asyncoll._wire.endpoint import join_host_port
@@ -37,9 +38,13 @@ class Coordinator:
 
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  token: bytes | None = None, tls: Tls | None = None,
-                 metrics_port: int | None = None) -> None:
+                 metrics_port: int | None = None,
+                 ports_in_welcome_up_to: int = PORTS_IN_WELCOME_UP_TO) -> None:
         """Serve on ``host:port``; with ``token``, every connection must prove it; with
         ``tls``, every connection speaks TLS (mutual with a CA).
+
+        A job of more than ``ports_in_welcome_up_to`` ranks learns most of its
+        members' data ports on demand (see asyncoll._rendezvous.directory).
 
         With ``metrics_port`` (0: a free one), Prometheus metrics are served on
         ``host:metrics_port/metrics`` too (see asyncoll.coordinator.metrics).
@@ -51,7 +56,7 @@ class Coordinator:
         self.port = port
         self._token = token
         self._tls = tls
-        self._state = RendezvousState()
+        self._state = RendezvousState(ports_in_welcome_up_to)
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._conn_ids = itertools.count(1)
         self._server: asyncio.Server | TlsServer | None = None

@@ -16,9 +16,13 @@ import logging
 import pytest
 
 from asyncoll._rendezvous.client import CoordinatorClient
+from asyncoll._rendezvous.directory import partners
 from asyncoll._rendezvous.state import RendezvousState
 from asyncoll._defaults import PROTOCOL_VERSION
 from asyncoll._wire.messages import (
+    Address,
+    Error,
+    Lookup,
     Barrier,
     CheckMembership,
     GroupCreated,
@@ -145,8 +149,25 @@ def test_4096_members_share_one_directory_one_group_answer_and_few_notices():
     assert all(isinstance(w, Welcome) for w in welcomes)
     # The directory is packed once: every Welcome holds the same bytes object.
     assert len({id(w.directory) for w in welcomes}) == 1  # type: ignore[union-attr]
-    check_directory(welcomes[0].peers, size)  # type: ignore[union-attr]
     conn_of = {w.rank: r.conn for w, r in zip(welcomes, replies)}  # type: ignore[union-attr]
+    # Past 1024 ranks it lists each host once and no port: the members' ports
+    # come from lookups, and each Welcome lists its rank's partners' only.
+    assert len(welcomes[0].directory) < 40 * HOSTS  # type: ignore[union-attr]
+    address = {}
+    for rank in range(size):
+        reply = state.handle(conn_of[size - 1 - rank], 9, Lookup(rank=rank, generation=0), 0.5)
+        assert len(reply) == 1 and isinstance(reply[0].message, Address)
+        address[rank] = reply[0].message
+    check_directory(tuple(PeerInfo(p.rank, p.host, address[p.rank].port, p.hostname)
+                          for p in welcomes[0].peers), size)  # type: ignore[union-attr]
+    for welcome in welcomes:
+        assert isinstance(welcome, Welcome)
+        listed = {p.rank: p.port for p in welcome.peers if p.port}
+        assert sorted(listed) == partners(welcome.rank, size)
+        assert len(listed) <= 3 * 12 and all(address[r].port == listed[r] for r in listed)
+    refused = state.handle(conn_of[0], 10, Lookup(rank=size, generation=0), 0.5)
+    assert isinstance(refused[0].message, Error) and refused[0].message.code == "protocol"
+    assert f"no address for rank {size}: rank {size} is not a member" in refused[0].message.message
 
     request = NewGroup.of(tuple(range(size)), 60.0)
     for rank in range(size):
@@ -180,7 +201,7 @@ def test_4096_members_share_one_directory_one_group_answer_and_few_notices():
 
 def test_an_elastic_job_of_2048_goes_on_without_a_lost_member():
     size = 2048
-    state = RendezvousState()
+    state = RendezvousState(ports_in_welcome_up_to=size)  # to read the ports off the Welcome
     replies = []
     for i in range(size):
         join = dataclasses.replace(light_join(i, size, job="elastic"), elastic=1)

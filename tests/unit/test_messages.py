@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from asyncoll._defaults import MAX_CONTROL_MESSAGE_BYTES
 from asyncoll._wire.messages import (
+    Address,
+    Lookup,
     Adopted,
     GroupRecord,
     Rejoin,
@@ -85,6 +87,8 @@ MESSAGES: st.SearchStrategy[Message] = st.one_of(
     st.builds(WhoIsMissing, job=TEXT),
     st.builds(MissingReply, line=TEXT),
     st.builds(DumpTrace, job=TEXT),
+    st.builds(Lookup, rank=INTS, generation=INTS),
+    st.builds(Address, rank=INTS, host=TEXT, port=INTS),
 )
 
 EXAMPLES: list[Message] = [
@@ -92,6 +96,8 @@ EXAMPLES: list[Message] = [
          hostname="node-a", pid=1234, version=1, timeout=30.0),
     Welcome.of(rank=1, peers=(PeerInfo(0, "10.0.0.1", 40001, "node-a"),
                               PeerInfo(1, "10.0.0.2", 40002, "node-b"))),
+    Lookup(rank=3, generation=1),
+    Address(rank=3, host="10.0.0.4", port=40004),
     NewGroup.of(ranks=(0, 2), timeout=5.0),
     GroupCreated.of(group_id=1, ranks=(0, 2)),
     Barrier(group_id=0, seq=3, timeout=1.5),

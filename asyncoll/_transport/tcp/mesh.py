@@ -22,7 +22,6 @@ import errno
 import logging
 import ssl
 from collections.abc import Awaitable, Iterable
-from dataclasses import dataclass, field
 
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._defaults import HANDSHAKE_TIMEOUT_S, LINGER_S
@@ -30,6 +29,7 @@ from asyncoll._tls import handshake as tls_handshake
 from asyncoll._transport.base import Consumer, Listener, Tag
 from asyncoll._transport.tcp import handshake
 from asyncoll._transport.tcp.connection import PeerConnection
+from asyncoll._transport.tcp.peer_state import PeerState, Resolve
 from asyncoll._transport.inbox import EarlyCount, Inbox
 from asyncoll._transport.settings import TransportSettings
 from asyncoll._wire.endpoint import join_host_port
@@ -49,46 +49,6 @@ def _retrieve(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
-@dataclass(slots=True)
-class _Peer:
-    """Everything this process knows about one peer."""
-
-    inbox: Inbox
-    address: tuple[str, int] | None = None
-    hostname: str = "?"
-    connection: PeerConnection | None = None
-    dialing: asyncio.Task[None] | None = None
-    #: The peer sent GOODBYE: its connection closing is a departure, not a loss.
-    leaving: bool = False
-    #: The peer runs on this host: large payloads may go through shared memory.
-    same_host: bool = False
-    #: Set once the connection is usable, or once the peer has failed.
-    settled: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def error(self) -> AsyncollError | None:
-        """The peer's failure (sticky), or None."""
-        return self.inbox.error
-
-    def fail(self, error: AsyncollError, channel: int | None = None) -> None:
-        """Fail every receive and send with this peer (of channel ``channel``), now and later.
-
-        The one fan-out of a failure: the inbox's receives (posted, arriving,
-        later), the sends waiting on the connection or for ring space, and a
-        handshake not done yet.
-        """
-        self.inbox.fail(error, channel)
-        connection = self.connection
-        if connection is not None:
-            connection.fail_sends(self.inbox.error or error, channel)
-        if channel is not None:
-            return
-        self.settled.set()
-        if connection is not None and not connection.ready.done():
-            connection.ready.set_exception(self.inbox.error or error)
-            connection.ready.exception()  # mark retrieved: the dialer may be gone
-
-
 class TcpMesh:
     """Data-plane connections to the other ranks of one job, over TCP.
 
@@ -104,13 +64,14 @@ class TcpMesh:
         self.listener: Listener | None = None
         self._rank = -1
         self._size = 0
-        self._peers: dict[int, _Peer] = {}
+        self._peers: dict[int, PeerState] = {}
         self._server: asyncio.Server | tls_handshake.TlsServer | None = None
         self._accepted: set[PeerConnection] = set()
         #: Channels failed here: their sends and receives fail at once.
         self._failed_channels: dict[int, AsyncollError] = {}
         self._early_count = EarlyCount()
         self._closed = False
+        self._resolve: Resolve | None = None
 
     @property
     def rank(self) -> int:
@@ -128,7 +89,8 @@ class TcpMesh:
         return int(self._server.sockets[0].getsockname()[1]) if self._server else 0
 
     def peer_address(self, peer: int) -> tuple[str, int] | None:
-        """The (host, port) rank ``peer`` advertised, once the directory is known."""
+        """The (host, port) rank ``peer`` advertised, once the directory is known (port 0:
+        the directory left it out, and it is learnt when first dialled)."""
         state = self._peers.get(peer)
         return state.address if state is not None else None
 
@@ -165,9 +127,12 @@ class TcpMesh:
         await server.start(host, port)
         return server
 
-    def set_directory(self, rank: int, peers: dict[int, tuple[str, int, str]]) -> None:
-        """Record this process's rank and every peer's (host, port, hostname)."""
+    def set_directory(self, rank: int, peers: dict[int, tuple[str, int, str]],
+                      resolve: Resolve | None = None) -> None:
+        """Record this process's rank and every peer's (host, port, hostname); a port
+        of 0 is asked of ``resolve`` when the peer is first dialled."""
         self._rank = rank
+        self._resolve = resolve
         self._size = len(peers)
         own_hostname = peers[rank][2] if rank in peers else None
         for peer, (host, port, hostname) in peers.items():
@@ -411,16 +376,16 @@ class TcpMesh:
                         HANDSHAKE_TIMEOUT_S)
             connection.transport.abort()
 
-    def _peer(self, peer: int) -> _Peer:
+    def _peer(self, peer: int) -> PeerState:
         state = self._peers.get(peer)
         if state is None:
             inbox = Inbox(peer, lambda: self.listener, self.settings.early_limit_bytes,
                           self._early_count)
             inbox.on_early = self._early_frame
-            state = self._peers[peer] = _Peer(inbox)
+            state = self._peers[peer] = PeerState(inbox)
         return state
 
-    def _attach(self, state: _Peer, connection: PeerConnection) -> None:
+    def _attach(self, state: PeerState, connection: PeerConnection) -> None:
         state.connection = connection
         state.inbox.on_full = lambda full: connection.read_from_peer(not full)
 
@@ -428,7 +393,7 @@ class TcpMesh:
         if self.listener is not None and not self._closed:
             self.listener.early_frame(peer, tag, fingerprint)
 
-    def _connected_peer(self, peer: int) -> _Peer:
+    def _connected_peer(self, peer: int) -> PeerState:
         state = self._peer(peer)
         if (state.connection is None and state.dialing is None and state.error is None
                 and peer > self._rank and not self._closed):
@@ -442,6 +407,12 @@ class TcpMesh:
                                      rank=peer))
             return
         host, port = state.address
+        if not port and self._resolve is not None:
+            try:
+                host, port = state.address = await self._resolve(peer)
+            except AsyncollError as exc:  # its request says what was asked
+                state.fail(exc)
+                return
         connection: PeerConnection | None = None
         try:
             async with timeout_after(HANDSHAKE_TIMEOUT_S):
@@ -489,7 +460,7 @@ class TcpMesh:
         else:
             await connection.send_frame(FrameKind.DATA, tag, payload, fingerprint)
 
-    def _through_shm(self, state: _Peer, payload: memoryview) -> bool:
+    def _through_shm(self, state: PeerState, payload: memoryview) -> bool:
         threshold = self.settings.shm_min_bytes
         return bool(threshold) and state.same_host and payload.nbytes >= threshold
 

@@ -1,8 +1,9 @@
 """Every collective of the blocking API, blocking and with async_op=True, checked.
 
 Run under asyncoll-run. Each rank runs each collective on the world and on
-a sub-group (every other rank), checks its result against numpy (and that
-ranks outside the sub-group are left untouched), and prints
+a sub-group (every other rank, or those COLLECTIVES_SUBGROUP names), checks
+its result against numpy (and that ranks outside the sub-group are left
+untouched), and prints
 "Process R checked K results" at the end; any wrong result raises.
 """
 
@@ -152,7 +153,9 @@ def check_group(group, ranks, me, async_op):
 def main():
     dist.init_process_group()
     me, n = dist.get_rank(), dist.get_world_size()
-    members = [r for r in range(n) if r % 2 == (n - 1) % 2]
+    chosen = os.environ.get("COLLECTIVES_SUBGROUP")  # "0,3": the sub-group's ranks
+    members = ([int(r) for r in chosen.split(",")] if chosen else
+               [r for r in range(n) if r % 2 == (n - 1) % 2])
     sub = dist.new_group(members)
     checks = 0
     for async_op in (False, True):
