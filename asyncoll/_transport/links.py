@@ -168,14 +168,15 @@ class DirectLinks(Connections):
     def wait_received(self, index: int, step: int) -> None:
         """Block until the record posted for (``index``, ``step``) has arrived."""
         key = (index, step)
-        if not self._unchecked and not self._gone:
+        if not self._unchecked:
+            # A record that has arrived is taken, even if its sender closed since.
             if key in self._done:
                 return
             peer = self._peers[index]
-            if not self._writing and peer.sock is not None:
+            if not self._writing and not self._gone and peer.sock is not None:
                 # A small record has often arrived by now: one recv, no poll, takes it.
                 self._read(peer)
-                if key in self._done and not self._gone:
+                if key in self._done:
                     return
         self._wait(lambda: key in self._done, lambda: [index])
 
@@ -183,8 +184,10 @@ class DirectLinks(Connections):
         """Block until every record sent has left this process."""
         if not self._writing and not self._queued and not self._unchecked and not self._gone:
             return  # small records leave within their send: nothing to wait for
-        self._wait(lambda: not self._writing and not self._queued,
-                   lambda: [i for i, p in self._peers.items() if p.out])
+        unsent = lambda: [i for i, p in self._peers.items() if p.out]  # noqa: E731
+        self._wait(lambda: not self._writing and not self._queued, unsent)
+        # A closed connection stops being written (_closed): what it kept did not leave.
+        self._fail_if_gone(unsent)
 
     def abort(self, operation: int, code: str, rank: int, message: str = "") -> None:
         """Tell every member, best effort, that this one gave up on ``operation``, and why
@@ -231,7 +234,6 @@ class DirectLinks(Connections):
                 if ready_peer is not None and event & (select.POLLIN | select.POLLERR |
                                                        select.POLLHUP):
                     self._read(ready_peer)
-        self._fail_if_gone(waiting_for)
 
     def _check_early(self) -> None:
         """Raise LinkMismatch for a record kept early that this operation cannot take,

@@ -190,9 +190,8 @@ def test_a_record_kept_early_is_checked_at_the_first_wait_of_its_operation():
         assert (mismatch.value.theirs[0], mismatch.value.operation) == (9, expected)
 
 
-def test_a_member_that_closed_fails_only_waits_for_it():
-    # Member 2 sent its last record and closed (it finished the group's last
-    # operation first); member 0 still waits for member 1, and must get it.
+def star() -> tuple[DirectLinks, DirectLinks, DirectLinks]:
+    """Links of member 0 to members 1 and 2, and theirs to it, stamped for operation 1."""
     server = socket.create_server(("127.0.0.1", 0))
     to_1 = socket.create_connection(server.getsockname())
     from_0, _ = server.accept()
@@ -203,6 +202,13 @@ def test_a_member_that_closed_fails_only_waits_for_it():
     one, two = DirectLinks({0: from_0}), DirectLinks({0: from_0_at_2})
     for links in (zero, one, two):
         stamp(links, 1)
+    return zero, one, two
+
+
+def test_a_member_that_closed_fails_only_waits_for_it():
+    # Member 2 sent its last record and closed (it finished the group's last
+    # operation first); member 0 still waits for member 1, and must get it.
+    zero, one, two = star()
     two.send(0, 0, as_bytes(np.full(2, 2, np.int64)))
     two.flush()
     two.close()
@@ -220,6 +226,34 @@ def test_a_member_that_closed_fails_only_waits_for_it():
     with pytest.raises(LinkLost, match="closed by the peer"):
         zero.wait_received(2, 0)
 
+
+
+def test_a_record_that_came_before_its_sender_closed_is_still_taken():
+    # Member 2 sent its last record and closed while member 0 waited for
+    # member 1; that wait read both the record and the end of stream. Member
+    # 0's wait for member 2's record then has what it waits for (the
+    # hierarchy's barrier between 4 hosts failed this way when the first
+    # host's leader left after its last neighbour check).
+    zero, one, two = star()
+    from_two, from_one = np.zeros(2, np.int64), np.zeros(2, np.int64)
+    zero.post(2, 0, as_bytes(from_two))
+    zero.post(1, 0, as_bytes(from_one))
+    two.send(0, 0, as_bytes(np.full(2, 2, np.int64)))
+    two.flush()
+    two.close()
+
+    def one_later() -> None:
+        time.sleep(0.2)  # member 0's wait for member 1 reads member 2's stream meanwhile
+        one.send(0, 0, as_bytes(np.full(2, 1, np.int64)))
+        one.flush()
+
+    sender = threading.Thread(target=one_later)
+    sender.start()
+    zero.wait_received(1, 0)
+    sender.join(10)
+    zero.wait_received(2, 0)
+    zero.flush()
+    assert (from_two == 2).all() and (from_one == 1).all()
 
 def on_threads(links: list[DirectLinks], member) -> list[object]:
     """Run ``member(me)`` for every member on a thread of its own; close the links after;
