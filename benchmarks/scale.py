@@ -171,18 +171,19 @@ class Phases:
         self._daemon = daemon
         self.wall: dict[str, float] = {}
         self.cpu: dict[str, float] = {}
-        self._began = (0.0, 0.0)
+        self._began = (0.0, 0.0, 0.0)
 
     def begin(self) -> None:
-        self._began = (time.perf_counter(), self._daemon.cpu_s())
+        self._began = (time.perf_counter(), self._daemon.cpu_s(), time.process_time())
 
     def end(self, what: str, since: float | None = None) -> None:
-        wall, cpu = self._began
+        wall, cpu, own = self._began
         self.wall[what] = time.perf_counter() - (since if since is not None else wall)
         self.cpu[what] = self._daemon.cpu_s() - cpu
         if VERBOSE:
-            print(f"  {what}: {self.wall[what]:.2f} s, daemon CPU {self.cpu[what]:.2f} s",
-                  file=sys.stderr, flush=True)
+            # The light members' process shares the machine with the daemon.
+            print(f"  {what}: {self.wall[what]:.2f} s, daemon CPU {self.cpu[what]:.2f} s, "
+                  f"members' CPU {time.process_time() - own:.2f} s", file=sys.stderr, flush=True)
 
 
 async def one_job(daemon: Daemon, members: int) -> Phases:
