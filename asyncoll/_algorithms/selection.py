@@ -49,7 +49,9 @@ UP_TO_BYTES: dict[str, dict[str, int]] = {
 #: this many bytes through each host's arena and one member per host
 #: (asyncoll._group.hierarchy), where its links and arenas have room; its links
 #: then take them up to this size (docs/algorithm-choice.md has the measurements).
-HIERARCHY_UP_TO_BYTES = {"all_reduce": 8 << 20, "broadcast": 8 << 20, "reduce": 8 << 20,
+#: all_reduce takes every size: its leaders choose as socket_choice does (the ring
+#: for large arrays).
+HIERARCHY_UP_TO_BYTES = {"all_reduce": ANY_SIZE, "broadcast": 8 << 20, "reduce": 8 << 20,
                          "barrier": 0}
 #: The arena's all-reduce splits the reduction among the members from this size.
 ARENA_SPLIT_FROM_BYTES = 32 << 10

@@ -1,7 +1,8 @@
-"""HostHierarchy: a multi-host group's small collectives through each host's arena.
+"""HostHierarchy: a multi-host group's collectives through each host's arena.
 
-A group whose members span hosts, several on some, runs all_reduce,
-broadcast, reduce and barrier in three steps, in the calling thread:
+A group whose members span hosts, several on some, runs all_reduce (every
+size), broadcast and reduce (up to selection.HIERARCHY_UP_TO_BYTES) and
+barrier in three steps, in the calling thread:
 
 1. within each host, through an arena of that host's members
    (asyncoll._group.arena_path.GroupArena);
@@ -11,16 +12,17 @@ broadcast, reduce and barrier in three steps, in the calling thread:
 3. within each host again, through its arena.
 
 So a 4-byte all_reduce of H hosts x P ranks crosses the network
-log2(H) times, not log2(H x P), and the members of one host meet in
-shared memory. Every member ends with the leader's bits (step 3 copies
-them), so results are the same on every rank; desyncs are found by the
-arenas (within a host) and the links (between hosts), and a member giving
-up tells both.
+log2(H) times, not log2(H x P); a large one sends 2(H - 1)/H of the array
+from each host's leader (the ring among leaders), not from each rank; and
+the members of one host meet in shared memory. Every member ends with the
+leader's bits (step 3 copies them), so results are the same on every rank;
+desyncs are found by the arenas (within a host) and the links (between
+hosts), and a member giving up tells both.
 
 The hierarchy is set up inside the links' set-up (GroupLinks.set_up):
 each host's members map an arena, and an all-reduce over the group agrees
-on the smallest slot of any host, which bounds the operations it takes; a
-host that could map none makes it 0, and then no member uses it.
+on the smallest room of any host's arena (any size, in pieces); a host that
+could map none makes it 0, and then no member uses the hierarchy.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ import numpy as np
 from asyncoll._algorithms import arena as in_arena
 from asyncoll._algorithms.doubling import DoublingOnLinks, recursive_doubling_all_reduce
 from asyncoll._algorithms.link_team import LinkTeam, run_here
+from asyncoll._algorithms import selection
 from asyncoll._algorithms.ops import finish
+from asyncoll._algorithms.ring import all_reduce_scratch_elements, ring_all_reduce
 from asyncoll._algorithms.team import Team
 from asyncoll._algorithms.tree import tree_broadcast, tree_reduce
 from asyncoll._group.arena_path import ArenaStep, GroupArena
@@ -135,15 +139,33 @@ class HostHierarchy:
                 self.leaders()), np.zeros(1, dtype=np.uint8))
         if collective == "all_reduce":
             assert signature.dtype is not None and signature.op is not None
-            leaders = self.leaders()
-            doubling = DoublingOnLinks(self.host, len(self.hosts), signature.dtype,
-                                       signature.elements, _combining(signature.op), scratch,
-                                       leaders) if self.me in leaders else None
-            return functools.partial(_all_reduce, self, signature.op, doubling)
+            return functools.partial(_all_reduce, self, signature.op,
+                                     self._between_leaders(signature, scratch))
         if collective == "broadcast":
             return functools.partial(_broadcast, self, signature.root)
         assert collective == "reduce" and signature.op is not None
         return functools.partial(_reduce, self, signature.op, signature.root, scratch)
+
+    def _between_leaders(self, signature: Signature,
+                         scratch: Scratch) -> Callable[[Any, np.ndarray], None] | None:
+        """The all_reduce step among the hosts' leaders, run by a leader (step, data) ->
+        None, as the flat links choose it for as many members: recursive doubling for
+        small arrays, the ring for large ones; None for a member that is no leader."""
+        leaders = self.leaders()
+        if self.me not in leaders:
+            return None
+        assert signature.dtype is not None and signature.op is not None
+        dtype, count, hosts = signature.dtype, signature.elements, len(self.hosts)
+        op = _combining(signature.op)
+        if selection.socket_choice("all_reduce", count * dtype.itemsize, hosts) != "ring":
+            return DoublingOnLinks(self.host, hosts, dtype, count, op, scratch, leaders).run
+
+        def ring(step: Any, data: np.ndarray) -> None:
+            room = scratch(dtype, all_reduce_scratch_elements(count, hosts))
+            self.over_leaders(step, leaders, lambda team: ring_all_reduce(
+                team, data, op, room, selection.SEGMENT_BYTES))  # type: ignore[arg-type]
+
+        return ring
 
     def over_leaders(self, step: Any, leaders: tuple[int, ...],
                      algorithm: Callable[[LinkTeam], Any]) -> None:
@@ -162,15 +184,16 @@ def _combining(op: ReduceOp) -> ReduceOp:
     return ReduceOp.SUM if op is ReduceOp.AVG else op
 
 
-def _all_reduce(h: HostHierarchy, op: ReduceOp, doubling: DoublingOnLinks | None, step: Any,
+def _all_reduce(h: HostHierarchy, op: ReduceOp,
+                between: Callable[[Any, np.ndarray], None] | None, step: Any,
                 data: np.ndarray) -> None:
     combining, deadline = _combining(op), step.links.deadline
     if h.arena is not None:
         local = h.arena_step(step.fingerprint, deadline)
         local.operation = in_arena.reduce(local.arena, local.operation, data, combining, 0,
                                           local.fingerprint, local.waiter)
-    if doubling is not None:
-        doubling.run(step, data)
+    if between is not None:
+        between(step, data)
         if op is not combining:
             finish(op, data, len(h.host_of))
     if h.arena is not None:

@@ -16,8 +16,9 @@ SHM_RING_BYTES = 8 << 20
 ARENA_SLOT_BYTES = 8 << 20
 #: The slot a group's arena gets by default however little room /dev/shm has.
 ARENA_SLOT_FLOOR_BYTES = 1 << 20
-#: The largest operation a cross-host group runs over its direct links, by default.
-LINKS_BYTES = 8 << 20
+#: The largest operation a cross-host group runs over its direct links, by default:
+#: no bound beyond what asyncoll._algorithms.selection chooses them for.
+LINKS_BYTES = 1 << 62
 #: Default bound of the bytes one peer's early frames may hold.
 EARLY_LIMIT_BYTES = 256 << 20
 

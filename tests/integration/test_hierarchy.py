@@ -150,3 +150,32 @@ async def test_broadcast_and_reduce_of_megabytes_take_the_hierarchy():
             assert np.array_equal(y, inputs(rank, count))
         # One arena operation per piece: 3 MiB is 3 pieces of broadcast, 6 of reduce.
         assert arena_operations == 3 + 6, (rank, arena_operations)
+
+
+@pytest.mark.parametrize("world_size, hosts", [(4, 2), (7, 3)])
+async def test_all_reduce_of_any_size_takes_the_hierarchy_with_a_ring_of_leaders(world_size,
+                                                                                hosts):
+    # Above the arena's 8 MiB slot and the flat links' 8 MiB: each host's arena in
+    # pieces, and the ring among the hosts' leaders (socket_choice's, from 2 MiB).
+    count = (9 << 20) // 8
+
+    async def body(world):
+        me = world.rank
+        h = world._fast._hierarchy
+        x = np.arange(count, dtype=np.int64) % 1000 * (me + 1)
+        y = np.full(count, me + 1, dtype=np.float64) / 3
+        await world.all_reduce(x)
+        before = h.arena._step.operation
+        await world.all_reduce(y, op=ReduceOp.AVG)
+        return x, y.tobytes(), h.arena._step.operation - before, world._fast.algorithm
+
+    outcomes = await run_ranks(world_size, body, hosts=hosts)
+    total = world_size * (world_size + 1) // 2
+    for x, y, arena_operations, algorithm in outcomes:
+        assert algorithm == "links"
+        assert np.array_equal(x, np.arange(count, dtype=np.int64) % 1000 * total)
+        assert y == outcomes[0][1]  # the same bits on every rank
+        # 9 MiB: 18 pieces of the in-host reduce, 9 of the broadcast after.
+        assert arena_operations == 18 + 9, arena_operations
+    mean = np.frombuffer(outcomes[0][1], dtype=np.float64)
+    np.testing.assert_allclose(mean, (total / 3) / world_size, rtol=1e-12)
