@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 
 from asyncoll._algorithms import arena as in_arena
+from asyncoll._algorithms import selection
 from asyncoll._algorithms.doubling import DoublingOnLinks, recursive_doubling_all_reduce
 from asyncoll._algorithms.link_team import LinkTeam, run_here
-from asyncoll._algorithms import selection
 from asyncoll._algorithms.ops import finish
 from asyncoll._algorithms.ring import all_reduce_scratch_elements, ring_all_reduce
 from asyncoll._algorithms.team import Team
