@@ -90,9 +90,10 @@ async def dial_from_many(host: str, port: int, tls: object = None
     """
     assert tls is None, "the scale benchmark speaks plain TCP"
     dial_from_many.count += 1  # type: ignore[attr-defined]
-    # Bound before the connect, to a port of its own on that address: the
-    # loop's own connect (binding at connect, IP_BIND_ADDRESS_NO_PORT, took
-    # Python-level socket calls that made 4096 members' join 25% slower).
+    # Bound before the connect, to a port of its own on that address, by the
+    # loop's own connect: binding at connect (IP_BIND_ADDRESS_NO_PORT) took
+    # Python-level socket calls that the harness, not the daemon, paid for
+    # (docs/coordinator-scale.md).
     source = f"127.0.0.{2 + dial_from_many.count % SOURCES}"  # type: ignore[attr-defined]
     reader, writer = await asyncio.open_connection(host, port, local_addr=(source, 0))
     # Closed with a reset: a TIME_WAIT left on each of the source's ports would
@@ -219,8 +220,8 @@ async def one_job(daemon: Daemon, members: int) -> Phases:
     phases.end("join", since=min(first_join))
     if FREEZE:
         # The joined members' objects stay for the job: out of the collector's
-        # sight, as they would be in N small processes (it scanned them again
-        # in new_group, 0.72 s against 0.58 s at 16384).
+        # sight, as they would be in N small processes, not scanned again in
+        # every later phase (docs/coordinator-scale.md).
         gc.freeze()
     clients = [c for c, _ in joined]
     welcomes = [w for _, w in joined]

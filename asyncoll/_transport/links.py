@@ -184,10 +184,13 @@ class DirectLinks(Connections):
         """Block until every record sent has left this process."""
         if not self._writing and not self._queued and not self._unchecked and not self._gone:
             return  # small records leave within their send: nothing to wait for
-        unsent = lambda: [i for i, p in self._peers.items() if p.out]  # noqa: E731
-        self._wait(lambda: not self._writing and not self._queued, unsent)
+        self._wait(lambda: not self._writing and not self._queued, self._unsent)
         # A closed connection stops being written (_closed): what it kept did not leave.
-        self._fail_if_gone(unsent)
+        self._fail_if_gone(self._unsent)
+
+    def _unsent(self) -> list[int]:
+        """The members that records queued for them have not yet left for."""
+        return [index for index, peer in self._peers.items() if peer.out]
 
     def abort(self, operation: int, code: str, rank: int, message: str = "") -> None:
         """Tell every member, best effort, that this one gave up on ``operation``, and why
