@@ -9,12 +9,11 @@ responder on the same loop. Needs ``prometheus_client``
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterator
 from typing import Any
 
-from asyncoll._compat import timeout as timeout_after
+from asyncoll._compat import close_server, timeout as timeout_after
 from asyncoll._defaults import HANDSHAKE_TIMEOUT_S
 from asyncoll._rendezvous.state import RendezvousState
 from asyncoll._wire.endpoint import join_host_port
@@ -131,10 +130,7 @@ class MetricsServer:
     async def stop(self) -> None:
         """Stop serving."""
         if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(asyncio.TimeoutError):
-                async with timeout_after(HANDSHAKE_TIMEOUT_S):
-                    await self._server.wait_closed()
+            await close_server(self._server, "the metrics endpoint", HANDSHAKE_TIMEOUT_S, log)
             self._server = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

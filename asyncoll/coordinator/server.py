@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 
 from asyncoll import _auth
-from asyncoll._compat import timeout as timeout_after
+from asyncoll._compat import close_server, timeout as timeout_after
 from asyncoll._rendezvous.control import read_message, write_message
 from asyncoll._rendezvous.directory import PORTS_IN_WELCOME_UP_TO
 from asyncoll._rendezvous.state import Reply, RendezvousState
@@ -105,12 +104,13 @@ class Coordinator:
         # is cancelled.
         if self._handlers:
             _, stuck = await asyncio.wait(list(self._handlers), timeout=HANDSHAKE_TIMEOUT_S)
+            if stuck:
+                log.warning("%d connections were still being served %s s after they were "
+                            "closed; cancelled", len(stuck), HANDSHAKE_TIMEOUT_S)
             for task in stuck:
                 task.cancel()
             await asyncio.gather(*stuck, return_exceptions=True)
-        with contextlib.suppress(asyncio.TimeoutError):
-            async with timeout_after(HANDSHAKE_TIMEOUT_S):
-                await self._server.wait_closed()
+        await close_server(self._server, "the coordinator", HANDSHAKE_TIMEOUT_S, log)
         self._server = None
         log.info("coordinator on %s stopped", join_host_port(self.host, self.port))
 

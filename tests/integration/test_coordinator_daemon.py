@@ -48,6 +48,31 @@ def test_daemon_exits_cleanly_on_sigint(daemon: Daemon):
     assert "shutting down" in daemon.log()
 
 
+def test_daemon_stops_on_sigterm_with_members_connected_without_waiting_out_a_deadline(
+        daemon: Daemon, tmp_path):
+    # A running job of 2 and a job still waiting for its third peer, all connected.
+    stop_file = tmp_path / "stop"
+    running = [subprocess.Popen([sys.executable, str(WORKERS / "steady.py"), daemon.address,
+                                 "2", "running", str(stop_file)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(2)]
+    waiting = [start_probe("--init", f"tcp://{daemon.address}", "--world-size", "3",
+                           "--job", "waiting") for _ in range(2)]
+    try:
+        daemon.wait_for_log("job 'running': rendezvous complete")
+        daemon.wait_for_log("job 'waiting': peer from")
+        assert daemon.stop() == 0
+        log = daemon.log()
+        assert "stopped" in log
+        # Each deadline of the daemon's stop, had it expired, says so in a warning.
+        assert "after they were closed" not in log and "still open" not in log, log
+    finally:
+        stop_file.touch()
+        for proc in running + waiting:
+            proc.kill()
+            proc.communicate(timeout=20)
+
+
 def test_duplicate_rank_is_refused_to_that_peer_only(daemon: Daemon):
     init = f"tcp://{daemon.address}"
     first = start_probe("--init", init, "--world-size", "2", "--rank", "1")

@@ -139,7 +139,12 @@ class PeerConnection(asyncio.BufferedProtocol):
             return self._failed(self._owner.error_for(self.peer))
         channel, seq, step = tag
         header = pack_header(kind, channel, seq, step, payload.nbytes, fingerprint)
-        if payload.nbytes <= _GATHER_LIMIT:
+        if not payload.nbytes:
+            # Never an empty part in writelines: asyncio's own loop on Python
+            # 3.12 and 3.13 (before CPython gh-155888) keeps it in its buffer for
+            # ever, spinning on the socket and never finishing a close.
+            transport.write(header)
+        elif payload.nbytes <= _GATHER_LIMIT:
             # One call for both, so a small frame leaves in one segment. (uvloop
             # gathers the buffers with writev; asyncio's own loop may join them,
             # which is why large payloads go separately.)

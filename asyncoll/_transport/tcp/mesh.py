@@ -17,13 +17,12 @@ and how a frame that does not fit its receive is worded, is decided by the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import logging
 import ssl
 from collections.abc import Awaitable, Iterable
 
-from asyncoll._compat import timeout as timeout_after
+from asyncoll._compat import close_server, timeout as timeout_after
 from asyncoll._defaults import HANDSHAKE_TIMEOUT_S, LINGER_S
 from asyncoll._tls import handshake as tls_handshake
 from asyncoll._transport.base import Consumer, Listener, Tag
@@ -355,10 +354,8 @@ class TcpMesh:
             if connection is not None and connection.transport is not None:
                 connection.transport.close()
         if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(asyncio.TimeoutError):
-                async with timeout_after(HANDSHAKE_TIMEOUT_S):
-                    await self._server.wait_closed()
+            await close_server(self._server, "this rank's data port", HANDSHAKE_TIMEOUT_S,
+                               log)
 
     # -- internals ----------------------------------------------------------------
 
