@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 #: nccl-tests' bus bandwidth factor of each collective, for n ranks.
 BUS_FACTORS: dict[str, Callable[[int], float]] = {
@@ -129,7 +130,7 @@ class _Rank:
         array = np.zeros(count, dtype=np.float32)
         return self._torch.from_numpy(array) if self._torch is not None else array
 
-    def max_across(self, values: np.ndarray) -> np.ndarray:
+    def max_across(self, values: NDArray[Any]) -> NDArray[Any]:
         out = values.astype(np.float64, copy=True)
         self.dist.all_reduce(self._torch.from_numpy(out) if self._torch is not None else out,
                              op=self.dist.ReduceOp.MAX)
@@ -228,25 +229,25 @@ class _MpiDist:
     def get_world_size(self) -> int:
         return int(self._comm.Get_size())
 
-    def all_reduce(self, x: np.ndarray, op: Any = None) -> None:
+    def all_reduce(self, x: NDArray[Any], op: Any = None) -> None:
         self._comm.Allreduce(self._mpi.IN_PLACE, x, op=op or self._mpi.SUM)
 
-    def broadcast(self, x: np.ndarray, src: int) -> None:
+    def broadcast(self, x: NDArray[Any], src: int) -> None:
         self._comm.Bcast(x, root=src)
 
-    def reduce(self, x: np.ndarray, dst: int) -> None:
+    def reduce(self, x: NDArray[Any], dst: int) -> None:
         if self.get_rank() == dst:
             self._comm.Reduce(self._mpi.IN_PLACE, x, op=self._mpi.SUM, root=dst)
         else:
             self._comm.Reduce(x, None, op=self._mpi.SUM, root=dst)
 
-    def all_gather_into_tensor(self, out: np.ndarray, x: np.ndarray) -> None:
+    def all_gather_into_tensor(self, out: NDArray[Any], x: NDArray[Any]) -> None:
         self._comm.Allgather(x, out)
 
-    def reduce_scatter_tensor(self, out: np.ndarray, x: np.ndarray) -> None:
+    def reduce_scatter_tensor(self, out: NDArray[Any], x: NDArray[Any]) -> None:
         self._comm.Reduce_scatter_block(x, out, op=self._mpi.SUM)
 
-    def all_to_all_single(self, out: np.ndarray, x: np.ndarray) -> None:
+    def all_to_all_single(self, out: NDArray[Any], x: NDArray[Any]) -> None:
         self._comm.Alltoall(x, out)
 
     def barrier(self) -> None:

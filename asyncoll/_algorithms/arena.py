@@ -42,9 +42,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll._algorithms.chunking import chunk_bounds
 from asyncoll._algorithms.ops import combine, finish, reduce_into, ufunc_of
@@ -102,7 +103,7 @@ class _Step:
     waiter: Waiter
 
 
-def all_reduce(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp,
+def all_reduce(arena: Arena, operation: int, data: NDArray[Any], op: ReduceOp,
                fingerprint: Fingerprint, waiter: Waiter, split: bool) -> int:
     """All-reduce the 1-D contiguous array ``data`` in place through ``arena``;
     return the last operation number it used.
@@ -138,11 +139,11 @@ class AllReduce:
         split: reduce-scatter style (True) or every member reducing everything.
     """
 
-    def __init__(self, op: ReduceOp, dtype: np.dtype, count: int, split: bool) -> None:
+    def __init__(self, op: ReduceOp, dtype: np.dtype[Any], count: int, split: bool) -> None:
         self._op, self._dtype, self._count, self._split = op, dtype, count, split
         self._ufunc = ufunc_of(op)
         self._arena: Arena | None = None
-        self._sets: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
+        self._sets: tuple[list[NDArray[Any]], list[NDArray[Any]]] = ([], [])
         self._poll: Poll | None = None
         #: The pieces of an array that does not go whole (else None), and the
         #: members' chunks of a piece (of the whole array where it goes whole).
@@ -161,7 +162,7 @@ class AllReduce:
         self._poll = arena.all_at_least(PUBLISHED, 0)
         self._arena = arena
 
-    def run(self, step: Step, data: np.ndarray) -> None:
+    def run(self, step: Step, data: NDArray[Any]) -> None:
         """All-reduce ``data`` in place from operation ``step.operation`` on; leave
         the last operation it used there (see :func:`all_reduce`).
 
@@ -201,7 +202,7 @@ class AllReduce:
         if self._op is _AVG:
             finish(_AVG, data, n)
 
-    def _run_pieces(self, arena: Arena, operation: int, data: np.ndarray,
+    def _run_pieces(self, arena: Arena, operation: int, data: NDArray[Any],
                     fingerprint: Fingerprint, waiter: Waiter) -> int:
         """Each piece as its own operation, reduce-scatter style (one member alone
         copies through its slot)."""
@@ -216,8 +217,8 @@ class AllReduce:
             self._split_run(arena, number, data[lo:hi], slots, bounds, fingerprint, waiter)
         return operation + len(self._pieces) - 1
 
-    def _split_run(self, arena: Arena, operation: int, data: np.ndarray,
-                   slots: list[np.ndarray], bounds: list[tuple[int, int]],
+    def _split_run(self, arena: Arena, operation: int, data: NDArray[Any],
+                   slots: list[NDArray[Any]], bounds: list[tuple[int, int]],
                    fingerprint: Fingerprint, waiter: Waiter) -> None:
         """Reduce-scatter style. This member's own chunk is reduced from ``data``
         itself, so only the chunks the others reduce go into its slot first (a
@@ -240,7 +241,7 @@ class AllReduce:
                 data[lo:hi] = slots[j][lo:hi]
 
 
-def reduce(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp, root: int,
+def reduce(arena: Arena, operation: int, data: NDArray[Any], op: ReduceOp, root: int,
            fingerprint: Fingerprint, waiter: Waiter) -> int:
     """Reduce every member's ``data`` into member ``root``'s; the others' stay as they were.
 
@@ -255,7 +256,7 @@ def reduce(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp, root: i
     return operation + len(cut) - 1
 
 
-def _reduce_once(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp, root: int,
+def _reduce_once(arena: Arena, operation: int, data: NDArray[Any], op: ReduceOp, root: int,
                  fingerprint: Fingerprint, waiter: Waiter) -> None:
     """:func:`reduce` of an array that fits a slot, as one operation."""
     slots = _exchange(arena, operation, data, fingerprint, waiter)
@@ -263,7 +264,7 @@ def _reduce_once(arena: Arena, operation: int, data: np.ndarray, op: ReduceOp, r
         _reduce_slots(data, slots, op, arena.size)
 
 
-def broadcast(arena: Arena, operation: int, data: np.ndarray, root: int,
+def broadcast(arena: Arena, operation: int, data: NDArray[Any], root: int,
               fingerprint: Fingerprint, waiter: Waiter) -> int:
     """Copy member ``root``'s ``data`` into every member's ``data``."""
     cut = _cut(arena, data, BROADCAST_PIECE_BYTES)
@@ -275,7 +276,7 @@ def broadcast(arena: Arena, operation: int, data: np.ndarray, root: int,
     return operation + len(cut) - 1
 
 
-def _broadcast_once(arena: Arena, operation: int, data: np.ndarray, root: int,
+def _broadcast_once(arena: Arena, operation: int, data: NDArray[Any], root: int,
                     fingerprint: Fingerprint, waiter: Waiter) -> None:
     """:func:`broadcast` of an array that fits a slot, as one operation."""
     slot = arena.slots(operation, data.dtype, data.size)[root]
@@ -286,7 +287,7 @@ def _broadcast_once(arena: Arena, operation: int, data: np.ndarray, root: int,
         data[...] = slot
 
 
-def all_gather(arena: Arena, operation: int, mine: np.ndarray, outputs: Sequence[np.ndarray],
+def all_gather(arena: Arena, operation: int, mine: NDArray[Any], outputs: Sequence[NDArray[Any]],
                fingerprint: Fingerprint, waiter: Waiter) -> int:
     """Copy member j's ``mine`` into ``outputs[j]`` on every member (sizes may differ).
 
@@ -316,8 +317,8 @@ def all_gather(arena: Arena, operation: int, mine: np.ndarray, outputs: Sequence
     return operation + len(cut) - 1
 
 
-def reduce_scatter(arena: Arena, operation: int, inputs: Sequence[np.ndarray],
-                   output: np.ndarray, op: ReduceOp, fingerprint: Fingerprint,
+def reduce_scatter(arena: Arena, operation: int, inputs: Sequence[NDArray[Any]],
+                   output: NDArray[Any], op: ReduceOp, fingerprint: Fingerprint,
                    waiter: Waiter) -> int:
     """Reduce block i (``inputs[i]``) across the members into member i's ``output``.
 
@@ -337,8 +338,8 @@ def reduce_scatter(arena: Arena, operation: int, inputs: Sequence[np.ndarray],
     return operation + len(cut) - 1
 
 
-def _reduce_scatter_once(arena: Arena, operation: int, inputs: Sequence[np.ndarray],
-                         output: np.ndarray, op: ReduceOp, fingerprint: Fingerprint,
+def _reduce_scatter_once(arena: Arena, operation: int, inputs: Sequence[NDArray[Any]],
+                         output: NDArray[Any], op: ReduceOp, fingerprint: Fingerprint,
                          waiter: Waiter) -> None:
     """:func:`reduce_scatter` of blocks that fit a slot together, as one operation."""
     n, me = arena.size, arena.me
@@ -368,7 +369,7 @@ def _publish_and_check(arena: Arena, operation: int, fingerprint: Fingerprint,
     _check_fingerprints(arena, fingerprint, operation)
 
 
-def _cut(arena: Arena, data: np.ndarray, piece: int) -> list[tuple[int, int]] | None:
+def _cut(arena: Arena, data: NDArray[Any], piece: int) -> list[tuple[int, int]] | None:
     """The (start, stop) pieces of ``data``, or None where it goes whole (most calls:
     nothing is made for them)."""
     count = data.size
@@ -376,8 +377,8 @@ def _cut(arena: Arena, data: np.ndarray, piece: int) -> list[tuple[int, int]] | 
     return None if elements >= count else pieces(count, elements)
 
 
-def _exchange(arena: Arena, operation: int, data: np.ndarray, fingerprint: Fingerprint,
-              waiter: Waiter) -> list[np.ndarray]:
+def _exchange(arena: Arena, operation: int, data: NDArray[Any], fingerprint: Fingerprint,
+              waiter: Waiter) -> list[NDArray[Any]]:
     """Put ``data`` in this member's slot, meet; return every member's slot."""
     slots = arena.slots(operation, data.dtype, data.size)
     slots[arena.me][...] = data
@@ -385,7 +386,7 @@ def _exchange(arena: Arena, operation: int, data: np.ndarray, fingerprint: Finge
     return slots
 
 
-def _reduce_slots(out: np.ndarray, parts: Sequence[np.ndarray], op: ReduceOp, n: int) -> None:
+def _reduce_slots(out: NDArray[Any], parts: Sequence[NDArray[Any]], op: ReduceOp, n: int) -> None:
     """``out`` = parts[0] op parts[1] op ... in member order, then the op's finish (AVG)."""
     count = len(parts)
     if count == 1:

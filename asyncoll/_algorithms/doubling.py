@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll._algorithms.ops import combine, finish
 from asyncoll._algorithms.team import CHECK_STEP, Team, as_bytes
@@ -88,7 +89,7 @@ def plan_of(size: int, me: int) -> DoublingPlan:
                         right if size > 1 and right not in talks_to else -1)
 
 
-def _combine_round(op: ReduceOp, data: np.ndarray, incoming: np.ndarray,
+def _combine_round(op: ReduceOp, data: NDArray[Any], incoming: NDArray[Any],
                    mine_first: bool) -> None:
     """``data`` = the pair's two partials combined, the lower virtual index's first."""
     if mine_first:
@@ -97,8 +98,8 @@ def _combine_round(op: ReduceOp, data: np.ndarray, incoming: np.ndarray,
         combine(op, incoming, data, data)
 
 
-async def recursive_doubling_all_reduce(team: Team, data: np.ndarray, op: ReduceOp,
-                                        scratch: np.ndarray) -> None:
+async def recursive_doubling_all_reduce(team: Team, data: NDArray[Any], op: ReduceOp,
+                                        scratch: NDArray[Any]) -> None:
     """All-reduce the 1-D contiguous array ``data`` in place.
 
     ``scratch`` holds at least ``data.size`` elements of ``data``'s dtype.
@@ -150,8 +151,8 @@ class DoublingOnLinks:
     #: Arrays up to this many bytes get room of their own for the partner's partial.
     OWN_SCRATCH_BYTES = 64 << 10
 
-    def __init__(self, me: int, size: int, dtype: np.dtype, count: int, op: ReduceOp,
-                 scratch: Callable[[np.dtype, int], np.ndarray],
+    def __init__(self, me: int, size: int, dtype: np.dtype[Any], count: int, op: ReduceOp,
+                 scratch: Callable[[np.dtype[Any], int], NDArray[Any]],
                  members: Sequence[int] | None = None) -> None:
         self.me, self.size, self.op = me, size, op
         self.plan = plan_of(size, me) if size > 1 else None
@@ -161,13 +162,13 @@ class DoublingOnLinks:
         if self.plan is not None and members is not None:
             self.plan = _on_members(self.plan, members)
         self._dtype, self._count, self._scratch = dtype, count, scratch
-        self._incoming: np.ndarray | None = None
+        self._incoming: NDArray[Any] | None = None
         self._room = _EMPTY
         if count * dtype.itemsize <= self.OWN_SCRATCH_BYTES:
             self._incoming = np.empty(count, dtype)
             self._room = as_bytes(self._incoming)
 
-    def run(self, step: Any, data: np.ndarray) -> None:
+    def run(self, step: Any, data: NDArray[Any]) -> None:
         """All-reduce ``data`` (1-D, C-contiguous, of the dtype and size given) in place.
 
         ``step`` is the operation's on the group's links (its ``links``, a

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Coroutine, Generator, Sequence
 from typing import Any
 
-import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll._algorithms.team import CHECK_STEP, STEPS_PER_PHASE, as_bytes
 from asyncoll._transport.base import Consumer
@@ -68,12 +68,12 @@ class LinkTeam:
         team._sent_to, team._received_from = self._sent_to, self._received_from
         return team
 
-    def send(self, index: int, step: int, array: np.ndarray) -> None:
+    def send(self, index: int, step: int, array: NDArray[Any]) -> None:
         """Start sending ``array`` to member ``index``; flush() waits for it."""
         self._sent_to.add(index)
         self.links.send(self.members[index], self.first_step + step, as_bytes(array))
 
-    def recv(self, index: int, step: int, out: np.ndarray,
+    def recv(self, index: int, step: int, out: NDArray[Any],
              consume: Consumer | None = None) -> _Received:
         """Post a receive of step ``step`` from member ``index`` into ``out``.
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll.errors import ConfigurationError
 from asyncoll.types import ReduceOp
@@ -46,7 +48,7 @@ def coerce_op(op: object) -> ReduceOp:
                              f"with one of {names}")
 
 
-def check_op(op: ReduceOp, dtype: np.dtype) -> None:
+def check_op(op: ReduceOp, dtype: np.dtype[Any]) -> None:
     """Refuse a dtype that ``op`` is not defined for, as torch does.
 
     Raises:
@@ -75,12 +77,12 @@ def ufunc_of(op: ReduceOp) -> Callable[..., object]:
     return _UFUNCS[op]
 
 
-def reduce_into(op: ReduceOp, acc: np.ndarray, incoming: np.ndarray) -> None:
+def reduce_into(op: ReduceOp, acc: NDArray[Any], incoming: NDArray[Any]) -> None:
     """``acc = acc (op) incoming``, elementwise and in place."""
     _UFUNCS[op](acc, incoming, out=acc)
 
 
-def combine(op: ReduceOp, first: np.ndarray, second: np.ndarray, out: np.ndarray) -> None:
+def combine(op: ReduceOp, first: NDArray[Any], second: NDArray[Any], out: NDArray[Any]) -> None:
     """``out = first (op) second``, elementwise; ``out`` may be either operand.
 
     Algorithms keep the operands in a fixed order (lower group index first),
@@ -96,7 +98,7 @@ def combine(op: ReduceOp, first: np.ndarray, second: np.ndarray, out: np.ndarray
     _UFUNCS[op](first, second, out=out)
 
 
-def finish(op: ReduceOp, acc: np.ndarray, group_size: int) -> None:
+def finish(op: ReduceOp, acc: NDArray[Any], group_size: int) -> None:
     """Apply what remains after the combining step: AVG divides by the group size."""
     if op is _AVG and acc.size:
         np.divide(acc, group_size, out=acc, casting="unsafe")

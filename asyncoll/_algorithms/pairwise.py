@@ -11,14 +11,16 @@ everyone's first message.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll._algorithms.team import Team
 
 
-async def direct_gather(team: Team, mine: np.ndarray, root: int,
-                        blocks: Sequence[np.ndarray] | None) -> None:
+async def direct_gather(team: Team, mine: NDArray[Any], root: int,
+                        blocks: Sequence[NDArray[Any]] | None) -> None:
     """Copy every member's ``mine`` into the root member's ``blocks[index]``.
 
     ``blocks`` is needed on the root only; ``blocks[root]`` may be ``mine``.
@@ -37,8 +39,8 @@ async def direct_gather(team: Team, mine: np.ndarray, root: int,
         await received
 
 
-async def direct_scatter(team: Team, mine: np.ndarray, root: int,
-                         blocks: Sequence[np.ndarray] | None) -> None:
+async def direct_scatter(team: Team, mine: NDArray[Any], root: int,
+                         blocks: Sequence[NDArray[Any]] | None) -> None:
     """Copy the root member's ``blocks[index]`` into each member's ``mine``."""
     if team.me != root:
         if mine.size:
@@ -53,8 +55,8 @@ async def direct_scatter(team: Team, mine: np.ndarray, root: int,
     await team.flush()
 
 
-async def direct_all_to_all(team: Team, outgoing: Sequence[np.ndarray],
-                            incoming: Sequence[np.ndarray]) -> None:
+async def direct_all_to_all(team: Team, outgoing: Sequence[NDArray[Any]],
+                            incoming: Sequence[NDArray[Any]]) -> None:
     """Copy each member i's ``outgoing[j]`` into member j's ``incoming[i]``."""
     n, me = team.size, team.me
     posted = [team.recv(i, 0, incoming[i]) for i in range(n) if i != me and incoming[i].size]

@@ -44,8 +44,10 @@ that segment came first.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll._algorithms.chunking import chunk_bounds
 from asyncoll._algorithms.ops import combine, finish
@@ -60,13 +62,13 @@ def ring_scratch_elements(block_sizes: Sequence[int]) -> int:
     return 2 * max(block_sizes, default=0)
 
 
-def _segments(blocks: Sequence[np.ndarray], segment_bytes: int) -> list[list[tuple[int, int]]]:
+def _segments(blocks: Sequence[NDArray[Any]], segment_bytes: int) -> list[list[tuple[int, int]]]:
     return [segment_bounds(0, b.size, b.itemsize, segment_bytes) for b in blocks]
 
 
-async def ring_reduce_scatter(team: Team, sources: Sequence[np.ndarray],
-                              accumulators: Sequence[np.ndarray], op: ReduceOp,
-                              scratch: np.ndarray, segment_bytes: int,
+async def ring_reduce_scatter(team: Team, sources: Sequence[NDArray[Any]],
+                              accumulators: Sequence[NDArray[Any]], op: ReduceOp,
+                              scratch: NDArray[Any], segment_bytes: int,
                               reduced: Callable[[int], None] | None = None) -> None:
     """Reduce block b of every member's data into member b's ``accumulators[b]``.
 
@@ -119,7 +121,7 @@ async def ring_reduce_scatter(team: Team, sources: Sequence[np.ndarray],
     await team.flush()
 
 
-def _combiner(op: ReduceOp, source: np.ndarray, acc: np.ndarray) -> Consumer:
+def _combiner(op: ReduceOp, source: NDArray[Any], acc: NDArray[Any]) -> Consumer:
     """A consumer that sets ``acc = source (op) payload``, part by part."""
     itemsize = acc.itemsize
 
@@ -139,7 +141,7 @@ class _AllGather:
     in any order); ``run()`` forwards the others' blocks as they come.
     """
 
-    def __init__(self, team: Team, blocks: Sequence[np.ndarray], segment_bytes: int) -> None:
+    def __init__(self, team: Team, blocks: Sequence[NDArray[Any]], segment_bytes: int) -> None:
         n, me = team.size, team.me
         self._team, self._blocks = team, blocks
         self._right, left = (me + 1) % n, (me - 1) % n
@@ -155,7 +157,7 @@ class _AllGather:
         """How many segments this member's own block has."""
         return len(self._segments[self._team.me])
 
-    def own(self, j: int) -> np.ndarray:
+    def own(self, j: int) -> NDArray[Any]:
         """Segment j of this member's own block."""
         lo, hi = self._segments[self._team.me][j]
         return self._blocks[self._team.me][lo:hi]
@@ -177,7 +179,7 @@ class _AllGather:
         await team.flush()
 
 
-async def ring_all_gather(team: Team, blocks: Sequence[np.ndarray], segment_bytes: int) -> None:
+async def ring_all_gather(team: Team, blocks: Sequence[NDArray[Any]], segment_bytes: int) -> None:
     """Fill every member's ``blocks[b]`` with member b's ``blocks[b]``.
 
     Args:
@@ -194,7 +196,7 @@ async def ring_all_gather(team: Team, blocks: Sequence[np.ndarray], segment_byte
     await gather.run()
 
 
-async def ring_all_reduce(team: Team, data: np.ndarray, op: ReduceOp, scratch: np.ndarray,
+async def ring_all_reduce(team: Team, data: NDArray[Any], op: ReduceOp, scratch: NDArray[Any],
                           segment_bytes: int) -> None:
     """All-reduce the 1-D contiguous array ``data`` in place: reduce-scatter, then all-gather.
 

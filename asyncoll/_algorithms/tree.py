@@ -20,8 +20,9 @@ Only the root's array changes in a reduce: the others accumulate in scratch.
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from typing import Any
 
-import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll._algorithms.ops import combine, finish
 from asyncoll._algorithms.segments import segment_bounds
@@ -46,7 +47,7 @@ def _lowest_bit(r: int, n: int) -> int:
     return mask
 
 
-async def tree_broadcast(team: Team, data: np.ndarray, root: int) -> None:
+async def tree_broadcast(team: Team, data: NDArray[Any], root: int) -> None:
     """Copy the root member's ``data`` into every member's ``data`` (binomial tree)."""
     r, n = _relative(team, root)
     if n == 1 or data.size == 0:
@@ -62,8 +63,8 @@ async def tree_broadcast(team: Team, data: np.ndarray, root: int) -> None:
     await team.flush()
 
 
-async def tree_reduce(team: Team, data: np.ndarray, op: ReduceOp, root: int,
-                      scratch: np.ndarray) -> None:
+async def tree_reduce(team: Team, data: NDArray[Any], op: ReduceOp, root: int,
+                      scratch: NDArray[Any]) -> None:
     """Reduce every member's ``data`` into the root's (binomial tree).
 
     ``scratch`` holds at least 2 * data.size elements of data's dtype.
@@ -90,7 +91,7 @@ async def tree_reduce(team: Team, data: np.ndarray, op: ReduceOp, root: int,
     await team.flush()
 
 
-async def chain_broadcast(team: Team, data: np.ndarray, root: int,
+async def chain_broadcast(team: Team, data: NDArray[Any], root: int,
                           segment_bytes: int) -> None:
     """Copy the root member's ``data`` into every member's (pipelined chain)."""
     r, n = _relative(team, root)
@@ -109,8 +110,8 @@ async def chain_broadcast(team: Team, data: np.ndarray, root: int,
     await team.flush()
 
 
-async def chain_reduce(team: Team, data: np.ndarray, op: ReduceOp, root: int,
-                       scratch: np.ndarray, segment_bytes: int) -> None:
+async def chain_reduce(team: Team, data: NDArray[Any], op: ReduceOp, root: int,
+                       scratch: NDArray[Any], segment_bytes: int) -> None:
     """Reduce every member's ``data`` into the root's (pipelined chain).
 
     Member r's partial is its data combined with the partial of r + 1, so the

@@ -20,6 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll import aio
 from asyncoll._runtime.runtime import runtime
@@ -450,7 +451,7 @@ def _ran_again_on_two(group: Group, output: Any, input: Any, what: str,
         resolved, AsyncProcessGroup) and resolved.again(what, (out, source), op)
 
 
-def _flat(tensor: Any, writing: bool) -> np.ndarray | None:
+def _flat(tensor: Any, writing: bool) -> NDArray[Any] | None:
     """A C-contiguous numpy array (writable if ``writing``) as a 1-D view, or None."""
     if type(tensor) is not np.ndarray:
         return None

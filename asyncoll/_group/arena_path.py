@@ -44,8 +44,10 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll._algorithms import arena as in_arena
 from asyncoll._algorithms import selection
@@ -331,7 +333,7 @@ def _reduce(signature: Signature) -> Kernel:
     return functools.partial(_run_reduce, signature.op, signature.root)
 
 
-def _run_reduce(op: ReduceOp, root: int, step: ArenaStep, array: np.ndarray) -> None:
+def _run_reduce(op: ReduceOp, root: int, step: ArenaStep, array: NDArray[Any]) -> None:
     step.operation = in_arena.reduce(step.arena, step.operation, array, op, root,
                                      step.fingerprint, step.waiter)
 
@@ -340,7 +342,7 @@ def _broadcast(signature: Signature) -> Kernel:
     return functools.partial(_run_broadcast, signature.root)
 
 
-def _run_broadcast(root: int, step: ArenaStep, array: np.ndarray) -> None:
+def _run_broadcast(root: int, step: ArenaStep, array: NDArray[Any]) -> None:
     step.operation = in_arena.broadcast(step.arena, step.operation, array, root,
                                         step.fingerprint, step.waiter)
 
@@ -351,7 +353,7 @@ def _reduce_scatter(signature: Signature) -> Kernel:
 
 
 def _run_reduce_scatter(op: ReduceOp, step: ArenaStep,
-                        arrays: tuple[np.ndarray, list[np.ndarray]]) -> None:
+                        arrays: tuple[NDArray[Any], list[NDArray[Any]]]) -> None:
     step.operation = in_arena.reduce_scatter(step.arena, step.operation, arrays[1],
                                              arrays[0], op, step.fingerprint, step.waiter)
 
@@ -360,7 +362,7 @@ def _all_gather(signature: Signature) -> Kernel:
     return _run_all_gather
 
 
-def _run_all_gather(step: ArenaStep, arrays: tuple[list[np.ndarray], np.ndarray]) -> None:
+def _run_all_gather(step: ArenaStep, arrays: tuple[list[NDArray[Any]], NDArray[Any]]) -> None:
     step.operation = in_arena.all_gather(step.arena, step.operation, arrays[1], arrays[0],
                                          step.fingerprint, step.waiter)
 

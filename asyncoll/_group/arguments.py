@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll._group.tensors import Buffer, as_buffer, as_source
 from asyncoll.errors import ConfigurationError
@@ -52,12 +53,12 @@ def outputs(items: Sequence[Any], name: str, what: str) -> list[Buffer]:
     return buffers
 
 
-def sources(items: Sequence[Any], name: str, what: str) -> list[np.ndarray]:
+def sources(items: Sequence[Any], name: str, what: str) -> list[NDArray[Any]]:
     """Flat arrays of a list of input tensors."""
     return [as_source(item, f"{what} ({name}[{i}])") for i, item in enumerate(items)]
 
 
-def same_dtype(arrays: Sequence[np.ndarray], names: Sequence[str], what: str) -> np.dtype:
+def same_dtype(arrays: Sequence[NDArray[Any]], names: Sequence[str], what: str) -> np.dtype[Any]:
     """The common dtype of ``arrays``; a mix is refused, as torch refuses it."""
     first = arrays[0].dtype
     for array, name in zip(arrays, names):
@@ -68,7 +69,7 @@ def same_dtype(arrays: Sequence[np.ndarray], names: Sequence[str], what: str) ->
     return first
 
 
-def same_size(array: np.ndarray, expected: int, name: str, what: str, why: str) -> None:
+def same_size(array: NDArray[Any], expected: int, name: str, what: str, why: str) -> None:
     """Refuse an array of the wrong number of elements."""
     if array.size != expected:
         raise ConfigurationError(f"{what}: {name} has {array.size} elements but must have "
@@ -94,7 +95,7 @@ def split_sizes(splits: object, rows: int, group_size: int, name: str,
     return [int(s) for s in splits]
 
 
-def rows_of(tensor: object, flat: np.ndarray) -> tuple[int, int]:
+def rows_of(tensor: object, flat: NDArray[Any]) -> tuple[int, int]:
     """(rows along the first dimension, elements per row) of a tensor and its flat array."""
     shape = tuple(getattr(tensor, "shape", ()))
     rows = int(shape[0]) if shape else 1

@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll._algorithms import monitored
 from asyncoll._algorithms.pairwise import direct_all_to_all, direct_gather, direct_scatter
@@ -135,9 +136,9 @@ class AsyncProcessGroup(ObjectCollectives, PointToPoint):
         return self._reduce_scatter(what, output, _blocks(flat, count, self.size), reduce_op,
                                     timeout, algorithm, flat)
 
-    def _reduce_scatter(self, what: str, output: Any, inputs: list[np.ndarray],
+    def _reduce_scatter(self, what: str, output: Any, inputs: list[NDArray[Any]],
                         reduce_op: ReduceOp, timeout: Timeout, algorithm: str | None,
-                        whole: np.ndarray | None = None) -> Plan:
+                        whole: NDArray[Any] | None = None) -> Plan:
         """The reduce-scatter of ``inputs`` (block i for member i) into ``output``.
 
         With ``whole``, the input the blocks were cut from, the call may repeat.
@@ -260,8 +261,8 @@ class AsyncProcessGroup(ObjectCollectives, PointToPoint):
                                     repeat_key(what, (buffer.flat, mine)),
                                     functools.partial(_output_cut, count, self.size)))
 
-    def _all_gather(self, what: str, mine: np.ndarray, buffers: list[Any],
-                    flats: list[np.ndarray], timeout: Timeout, algorithm: str | None,
+    def _all_gather(self, what: str, mine: NDArray[Any], buffers: list[Any],
+                    flats: list[NDArray[Any]], timeout: Timeout, algorithm: str | None,
                     repeat: Any = None) -> Plan:
         """Member i's ``mine`` into ``flats[i]`` on every member (``buffers`` hold them)."""
         me = self.rank
@@ -313,8 +314,8 @@ class AsyncProcessGroup(ObjectCollectives, PointToPoint):
         return self._all_to_all(what, [buffer], _cut(buffer.flat, out_splits, out_width),
                                 _cut(flat_in, in_splits, in_width), timeout)
 
-    def _all_to_all(self, what: str, buffers: list[Any], outputs: list[np.ndarray],
-                    inputs: list[np.ndarray], timeout: Timeout) -> Plan:
+    def _all_to_all(self, what: str, buffers: list[Any], outputs: list[NDArray[Any]],
+                    inputs: list[NDArray[Any]], timeout: Timeout) -> Plan:
         check.same_dtype([*outputs, *inputs], [f"output {i}" for i in range(len(outputs))] + [
             f"input {i}" for i in range(len(inputs))], what)
         me = self.rank
@@ -410,24 +411,24 @@ async def _through_coordinator(team: Team, session: Membership, group_id: int,
     await session.barrier(group_id, limit)
 
 
-def _input_cut(block: int, count: int, arrays: tuple[np.ndarray, np.ndarray]
-               ) -> tuple[np.ndarray, list[np.ndarray]]:
+def _input_cut(block: int, count: int, arrays: tuple[NDArray[Any], NDArray[Any]]
+               ) -> tuple[NDArray[Any], list[NDArray[Any]]]:
     """A repeated reduce_scatter_tensor's (output, input): the input cut into blocks."""
     return arrays[0], _blocks(arrays[1], block, count)
 
 
-def _output_cut(block: int, count: int, arrays: tuple[np.ndarray, np.ndarray]
-                ) -> tuple[list[np.ndarray], np.ndarray]:
+def _output_cut(block: int, count: int, arrays: tuple[NDArray[Any], NDArray[Any]]
+                ) -> tuple[list[NDArray[Any]], NDArray[Any]]:
     """A repeated all_gather_into_tensor's (output, input): the output cut into blocks."""
     return _blocks(arrays[0], block, count), arrays[1]
 
 
-def _cut(flat: np.ndarray, rows: list[int], width: int) -> list[np.ndarray]:
+def _cut(flat: NDArray[Any], rows: list[int], width: int) -> list[NDArray[Any]]:
     """Consecutive blocks of ``rows[i] * width`` elements of ``flat``."""
     bounds = np.concatenate(([0], np.cumsum(rows))) * width
     return [flat[int(bounds[i]):int(bounds[i + 1])] for i in range(len(rows))]
 
 
-def _blocks(flat: np.ndarray, block: int, count: int) -> list[np.ndarray]:
+def _blocks(flat: NDArray[Any], block: int, count: int) -> list[NDArray[Any]]:
     """``flat`` cut into ``count`` consecutive blocks of ``block`` elements."""
     return [flat[i * block:(i + 1) * block] for i in range(count)]

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll._algorithms import arena as in_arena
 from asyncoll._algorithms import selection
@@ -147,7 +148,7 @@ class HostHierarchy:
         return functools.partial(_reduce, self, signature.op, signature.root, scratch)
 
     def _between_leaders(self, signature: Signature,
-                         scratch: Scratch) -> Callable[[Any, np.ndarray], None] | None:
+                         scratch: Scratch) -> Callable[[Any, NDArray[Any]], None] | None:
         """The all_reduce step among the hosts' leaders, run by a leader (step, data) ->
         None, as the flat links choose it for as many members: recursive doubling for
         small arrays, the ring for large ones; None for a member that is no leader."""
@@ -160,7 +161,7 @@ class HostHierarchy:
         if selection.socket_choice("all_reduce", count * dtype.itemsize, hosts) != "ring":
             return DoublingOnLinks(self.host, hosts, dtype, count, op, scratch, leaders).run
 
-        def ring(step: Any, data: np.ndarray) -> None:
+        def ring(step: Any, data: NDArray[Any]) -> None:
             room = scratch(dtype, all_reduce_scratch_elements(count, hosts))
             self.over_leaders(step, leaders, lambda team: ring_all_reduce(
                 team, data, op, room, selection.SEGMENT_BYTES))  # type: ignore[arg-type]
@@ -185,8 +186,8 @@ def _combining(op: ReduceOp) -> ReduceOp:
 
 
 def _all_reduce(h: HostHierarchy, op: ReduceOp,
-                between: Callable[[Any, np.ndarray], None] | None, step: Any,
-                data: np.ndarray) -> None:
+                between: Callable[[Any, NDArray[Any]], None] | None, step: Any,
+                data: NDArray[Any]) -> None:
     combining, deadline = _combining(op), step.links.deadline
     if h.arena is not None:
         local = h.arena_step(step.fingerprint, deadline)
@@ -202,7 +203,7 @@ def _all_reduce(h: HostHierarchy, op: ReduceOp,
                                              local.fingerprint, local.waiter)
 
 
-def _broadcast(h: HostHierarchy, root: int, step: Any, data: np.ndarray) -> None:
+def _broadcast(h: HostHierarchy, root: int, step: Any, data: NDArray[Any]) -> None:
     leaders = h.leaders(root)
     leader = leaders[h.host]
     on_root_host = h.host == h.host_of[root]
@@ -223,7 +224,7 @@ def _broadcast(h: HostHierarchy, root: int, step: Any, data: np.ndarray) -> None
 
 
 def _reduce(h: HostHierarchy, op: ReduceOp, root: int, scratch: Scratch, step: Any,
-            data: np.ndarray) -> None:
+            data: NDArray[Any]) -> None:
     leaders = h.leaders(root)
     leader = leaders[h.host]
     combining = _combining(op)
@@ -247,7 +248,7 @@ def _reduce(h: HostHierarchy, op: ReduceOp, root: int, scratch: Scratch, step: A
             finish(op, data, len(h.host_of))
 
 
-def _barrier(h: HostHierarchy, doubling: DoublingOnLinks, token: np.ndarray, step: Any,
+def _barrier(h: HostHierarchy, doubling: DoublingOnLinks, token: NDArray[Any], step: Any,
              nothing: object) -> None:
     if h.arena is not None:
         local = h.arena_step(step.fingerprint, step.links.deadline)

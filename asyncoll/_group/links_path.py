@@ -36,10 +36,12 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll._algorithms.doubling import DoublingOnLinks, recursive_doubling_all_reduce
 from asyncoll._algorithms.link_team import LinkTeam, run_here
@@ -222,7 +224,7 @@ class GroupLinks:
             self.capacity = 0
 
     async def _connect(self, me: int, n: int, server: object, cookie: int,
-                       directory: list[np.ndarray]) -> dict[int, object]:
+                       directory: Sequence[NDArray[Any]]) -> dict[int, object]:
         """Dial the right neighbour, accept the left one (the lower member dials).
 
         The ring's and every neighbour check's links; they also show that
@@ -400,6 +402,6 @@ def _either(h: HostHierarchy, nbytes: int, hierarchical: Kernel, flat: Kernel,
     (hierarchical if h.room >= nbytes else flat)(step, arrays)
 
 
-def _barrier(doubling: DoublingOnLinks, token: np.ndarray, step: LinksStep,
+def _barrier(doubling: DoublingOnLinks, token: NDArray[Any], step: LinksStep,
              nothing: None) -> None:
     doubling.run(step, token)

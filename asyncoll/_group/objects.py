@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll._algorithms.pairwise import direct_gather, direct_scatter
 from asyncoll._algorithms.ring import ring_all_gather
@@ -90,7 +91,7 @@ class ObjectCollectives(GroupCore):
             (output_list, mine, root), seconds(timeout, self.timeout))
 
 
-def dump(obj: object, what: str) -> np.ndarray:
+def dump(obj: object, what: str) -> NDArray[Any]:
     """``obj`` pickled, as a uint8 array.
 
     Raises:
@@ -101,29 +102,29 @@ def dump(obj: object, what: str) -> np.ndarray:
     except Exception as exc:  # pickle raises many types: report them all alike
         raise ConfigurationError(f"{what} cannot pickle the {type(obj).__name__} object it "
                                  f"was given ({exc}); pass a picklable object") from exc
-    array: np.ndarray = np.frombuffer(payload, dtype=np.uint8).copy()
+    array: NDArray[Any] = np.frombuffer(payload, dtype=np.uint8).copy()
     return array
 
 
-def load(payload: np.ndarray) -> object:
+def load(payload: NDArray[Any]) -> object:
     """The object a dump() produced."""
     return pickle.loads(payload.tobytes())
 
 
-def concatenate(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def concatenate(arrays: list[NDArray[Any]]) -> tuple[NDArray[Any], NDArray[Any]]:
     """(the sizes of ``arrays`` as int64, their bytes end to end)."""
     sizes = np.array([a.size for a in arrays], dtype=np.int64)
     joined = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint8)
     return sizes, joined
 
 
-def split(joined: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
+def split(joined: NDArray[Any], sizes: NDArray[Any]) -> list[NDArray[Any]]:
     """The arrays concatenate() joined, from the joined bytes and their sizes."""
     bounds = np.concatenate(([0], np.cumsum(sizes)))
     return [joined[bounds[i]:bounds[i + 1]] for i in range(len(sizes))]
 
 
-async def all_gather(team: Team, object_list: list[Any], mine: np.ndarray) -> None:
+async def all_gather(team: Team, object_list: list[Any], mine: NDArray[Any]) -> None:
     """all_gather_object: the sizes first, then the pickles, both by ring."""
     sizes = np.zeros(team.size, dtype=np.int64)
     sizes[team.me] = mine.size
@@ -135,7 +136,7 @@ async def all_gather(team: Team, object_list: list[Any], mine: np.ndarray) -> No
     object_list[:] = [load(b) for b in blocks]
 
 
-async def broadcast(team: Team, object_list: list[Any], mine: list[np.ndarray] | None,
+async def broadcast(team: Team, object_list: list[Any], mine: list[NDArray[Any]] | None,
                     root: int) -> None:
     """broadcast_object_list: the sizes by tree, then the pickles end to end by chain."""
     if mine is not None:
@@ -149,7 +150,7 @@ async def broadcast(team: Team, object_list: list[Any], mine: list[np.ndarray] |
         object_list[:] = [load(b) for b in split(payload, sizes)]
 
 
-async def gather(team: Team, mine: np.ndarray, object_gather_list: list[Any] | None,
+async def gather(team: Team, mine: NDArray[Any], object_gather_list: list[Any] | None,
                  root: int) -> None:
     """gather_object: the sizes, then the pickles, straight to the root."""
     sizes = np.zeros(team.size, dtype=np.int64)
@@ -164,7 +165,7 @@ async def gather(team: Team, mine: np.ndarray, object_gather_list: list[Any] | N
         object_gather_list[:] = [load(b) for b in blocks]
 
 
-async def scatter(team: Team, output_list: list[Any], mine: list[np.ndarray] | None,
+async def scatter(team: Team, output_list: list[Any], mine: list[NDArray[Any]] | None,
                   root: int) -> None:
     """scatter_object_list: each member's size, then its pickle, from the root."""
     size = np.zeros(1, dtype=np.int64)

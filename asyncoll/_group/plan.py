@@ -48,7 +48,7 @@ class Signature(NamedTuple):
     #: The collective, as selection names it ("all_reduce", "all_gather", ...).
     collective: str
     kind: Kind
-    dtype: np.dtype | None = None
+    dtype: np.dtype[Any] | None = None
     #: Elements the call moves (the fingerprint's).
     elements: int = 0
     op: ReduceOp | None = None

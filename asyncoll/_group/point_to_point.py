@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any
 
-import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll._algorithms.team import as_bytes
 from asyncoll._compat import timeout as timeout_after
@@ -64,7 +64,7 @@ MAX_TAG = (1 << 32) - 1
 _CHANNEL_BIT = 1 << 31
 
 
-def _fingerprint(data: np.ndarray) -> Fingerprint:
+def _fingerprint(data: NDArray[Any]) -> Fingerprint:
     return Fingerprint(Operation.SEND, dtype_code(data.dtype), elements=data.size)
 
 
@@ -81,7 +81,7 @@ class Messages:
         #: Per tag, the latest receive from any source, resolved once it has chosen.
         self._choosing: dict[int, asyncio.Future[None]] = {}
 
-    async def send(self, peer: int, tag: int, data: np.ndarray, limit: float) -> None:
+    async def send(self, peer: int, tag: int, data: NDArray[Any], limit: float) -> None:
         """Send ``data`` to global rank ``peer``; done when its memory may be reused."""
         count = self._sent[peer, tag] = self._sent.get((peer, tag), 0) + 1
         frame = (self._channel, count, tag)

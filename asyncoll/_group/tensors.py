@@ -15,8 +15,10 @@ import functools
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll._wire.dtypes import dtype_code
 from asyncoll.errors import ConfigurationError
@@ -28,8 +30,8 @@ __all__ = ["Buffer", "as_buffer", "as_source", "write_back"]
 class Buffer:
     """A flat contiguous array to operate on, and where its result goes back."""
 
-    flat: np.ndarray
-    original: np.ndarray | None = None
+    flat: NDArray[Any]
+    original: NDArray[Any] | None = None
 
     def write_back(self) -> None:
         """Copy the result into the caller's array when ``flat`` is a copy of it."""
@@ -64,7 +66,7 @@ def as_buffer(tensor: object, what: str) -> Buffer:
     return Buffer(np.ascontiguousarray(array).reshape(-1), array)
 
 
-def as_source(tensor: object, what: str) -> np.ndarray:
+def as_source(tensor: object, what: str) -> NDArray[Any]:
     """A flat contiguous array of the values of ``tensor``, which ``what`` only reads.
 
     Read-only and self-overlapping arrays are fine here; a non-contiguous one
@@ -101,7 +103,7 @@ def _write(copies: list[Buffer], root: int, at_root: bool | None, me: int) -> No
             buffer.write_back()
 
 
-def _may_overlap(array: np.ndarray) -> bool:
+def _may_overlap(array: NDArray[Any]) -> bool:
     # Sufficient test for no self-overlap: with dimensions sorted by stride,
     # each stride must step over everything the smaller dimensions span.
     dims = sorted((abs(s), n) for s, n in zip(array.strides, array.shape) if n > 1)
@@ -119,7 +121,7 @@ def _is_torch_tensor(obj: object) -> bool:
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
-def _torch_as_numpy(tensor: object, what: str) -> np.ndarray:
+def _torch_as_numpy(tensor: object, what: str) -> NDArray[Any]:
     torch = sys.modules["torch"]
     assert isinstance(tensor, torch.Tensor)
     if tensor.device.type != "cpu":

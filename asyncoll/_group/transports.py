@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll._algorithms import selection
 from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
@@ -40,7 +41,7 @@ class Scratch:
     def __init__(self) -> None:
         self._memory = np.empty(0, dtype=np.uint8)
 
-    def __call__(self, dtype: np.dtype, count: int) -> np.ndarray:
+    def __call__(self, dtype: np.dtype[Any], count: int) -> NDArray[Any]:
         """Room for ``count`` elements of ``dtype``, valid until the next call."""
         nbytes = count * dtype.itemsize
         if self._memory.nbytes < nbytes:
@@ -64,7 +65,7 @@ async def _spread(algorithm: Callable[..., Awaitable[None]], team: Team,
 
 
 async def _all_reduce(signature: Signature, algorithm: str, scratch: Scratch, team: Team,
-                      array: np.ndarray) -> None:
+                      array: NDArray[Any]) -> None:
     op = signature.op
     assert op is not None
     if algorithm == "ring":
@@ -75,7 +76,7 @@ async def _all_reduce(signature: Signature, algorithm: str, scratch: Scratch, te
 
 
 async def _reduce(signature: Signature, algorithm: str, scratch: Scratch, team: Team,
-                  array: np.ndarray) -> None:
+                  array: NDArray[Any]) -> None:
     op, root = signature.op, signature.root
     assert op is not None
     if algorithm == "chain":
@@ -86,7 +87,7 @@ async def _reduce(signature: Signature, algorithm: str, scratch: Scratch, team: 
 
 
 async def _broadcast(signature: Signature, algorithm: str, scratch: Scratch, team: Team,
-                     array: np.ndarray) -> None:
+                     array: NDArray[Any]) -> None:
     if algorithm == "chain":
         await chain_broadcast(team, array, signature.root, selection.SEGMENT_BYTES)
     else:
@@ -94,7 +95,7 @@ async def _broadcast(signature: Signature, algorithm: str, scratch: Scratch, tea
 
 
 async def _reduce_scatter(signature: Signature, algorithm: str, scratch: Scratch, team: Team,
-                          arrays: tuple[np.ndarray, list[np.ndarray]]) -> None:
+                          arrays: tuple[NDArray[Any], list[NDArray[Any]]]) -> None:
     """Reduce block i of every member's input into member i's result (arrays: result, blocks)."""
     op, sizes, me = signature.op, signature.sizes, team.me
     assert op is not None
@@ -114,7 +115,7 @@ async def _reduce_scatter(signature: Signature, algorithm: str, scratch: Scratch
 
 
 async def _all_gather(signature: Signature, algorithm: str, scratch: Scratch, team: Team,
-                      arrays: tuple[list[np.ndarray], np.ndarray]) -> None:
+                      arrays: tuple[list[NDArray[Any]], NDArray[Any]]) -> None:
     """Copy member i's source into output i everywhere (arrays: outputs, source)."""
     outputs, source = arrays
     mine = outputs[team.me]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
+from numpy.typing import NDArray
 import torch
 
 from asyncoll._algorithms.ops import coerce_op
@@ -21,7 +21,7 @@ from asyncoll.types import ReduceOp
 _STRIDED, _BFLOAT16 = torch.strided, torch.bfloat16
 
 
-def flat_array(tensor: Any) -> np.ndarray | None:
+def flat_array(tensor: Any) -> NDArray[Any] | None:
     """``tensor``'s memory as a 1-D numpy array, for a dense contiguous CPU tensor numpy
     can view (not bfloat16, no lazy conjugate or negation bit); else None."""
     if not isinstance(tensor, torch.Tensor) or not tensor.is_cpu or \
@@ -29,7 +29,7 @@ def flat_array(tensor: Any) -> np.ndarray | None:
             not tensor.is_contiguous() or tensor.is_conj() or tensor.is_neg():
         return None
     try:
-        array: np.ndarray = tensor.detach().numpy()
+        array: NDArray[Any] = tensor.detach().numpy()
     except (TypeError, RuntimeError):
         return None  # a dtype numpy lacks: the full path says so
     return array if array.ndim == 1 else array.reshape(-1)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from asyncoll.errors import ConfigurationError
 
 # Wire code -> numpy dtype. Codes are stable: never renumber.
-_CODE_TO_DTYPE: dict[int, np.dtype] = {
+_CODE_TO_DTYPE: dict[int, np.dtype[Any]] = {
     1: np.dtype(np.bool_),
     2: np.dtype(np.int8),
     3: np.dtype(np.int16),
@@ -25,10 +27,10 @@ _CODE_TO_DTYPE: dict[int, np.dtype] = {
 }
 _DTYPE_TO_CODE = {dt: code for code, dt in _CODE_TO_DTYPE.items()}
 
-SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(_CODE_TO_DTYPE.values())
+SUPPORTED_DTYPES: tuple[np.dtype[Any], ...] = tuple(_CODE_TO_DTYPE.values())
 
 
-def dtype_code(dtype: np.dtype) -> int:
+def dtype_code(dtype: np.dtype[Any]) -> int:
     """Return the wire code of a supported dtype (native byte order).
 
     Raises:
@@ -45,7 +47,7 @@ def dtype_code(dtype: np.dtype) -> int:
     return code
 
 
-def dtype_from_code(code: int) -> np.dtype:
+def dtype_from_code(code: int) -> np.dtype[Any]:
     """Return the dtype a wire code stands for.
 
     Raises:

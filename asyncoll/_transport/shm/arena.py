@@ -47,8 +47,10 @@ import platform
 import struct
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from asyncoll._transport.shm import futex, segment
 
@@ -217,7 +219,7 @@ class Arena:
         self._slots = [[buffer[start + i * stride:start + i * stride + slot_bytes]
                         for i in range(which * size, (which + 1) * size)] for which in (0, 1)]
         # Views of every slot by (set, dtype, count): operations on one array reuse them.
-        self._views: dict[tuple[int, np.dtype, int], list[np.ndarray]] = {}
+        self._views: dict[tuple[int, np.dtype[Any], int], list[NDArray[Any]]] = {}
         self._words[self._mine + PID] = os.getpid()
         # Futex addresses are the mapping's; numpy tells where it starts.
         self._address = buffer.ctypes.data if futex.AVAILABLE else 0
@@ -229,7 +231,7 @@ class Arena:
         self._packed_for: Sequence[int] | None = None
         self._packed = b""
 
-    def slots(self, operation: int, dtype: np.dtype, count: int) -> list[np.ndarray]:
+    def slots(self, operation: int, dtype: np.dtype[Any], count: int) -> list[NDArray[Any]]:
         """Every member's slot for ``operation`` (its set alternates), the first
         ``count`` elements as ``dtype``."""
         key = (operation & 1, dtype, count)
