@@ -86,8 +86,10 @@ async def close_server(server: _Listener, what: str, deadline_s: float,
     """
     server.close()
     try:
-        async with timeout(deadline_s):
+        async with timeout(deadline_s) as deadline:
             await server.wait_closed()
     except TimeoutError:
+        if not deadline.expired():
+            raise
         log.warning("%s: a connection it accepted was still open %s s after it was closed; "
                     "stopped without waiting for it", what, deadline_s)

@@ -344,7 +344,13 @@ class TcpMesh:
                     # close_notify, and reads (discarding) until the peer's comes.
                     transport.close()
                 else:
-                    transport.write_eof()
+                    try:
+                        transport.write_eof()
+                    except OSError:
+                        # The peer reset the connection before this rank read that
+                        # it did (a refused handshake): there is no one to linger for.
+                        transport.abort()
+                        continue
                 lingering.append(connection.closed)
             else:
                 transport.close()
