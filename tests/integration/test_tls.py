@@ -16,6 +16,7 @@ import ssl
 import numpy as np
 import pytest
 
+from asyncoll._compat import timeout
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._runtime.settings import Settings
 from asyncoll._tls.context import TlsSettings, load
@@ -181,7 +182,7 @@ async def exchange(dialer: TransportSettings, acceptor: TransportSettings) -> No
         out = np.zeros(4, np.int64)
         receive = asyncio.ensure_future(one.recv_into(0, (1, 1, 0), memoryview(out).cast("B")))
         try:
-            async with asyncio.timeout(10):
+            async with timeout(10):
                 await zero.send(1, (1, 1, 0), memoryview(np.arange(4)).cast("B"))
                 await receive
         finally:

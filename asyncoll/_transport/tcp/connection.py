@@ -193,10 +193,16 @@ class PeerConnection(asyncio.BufferedProtocol):
         """Resume (True) or pause (False) reading: the inbox's bound on early frames."""
         if self.transport is None or self.transport.is_closing():
             return
-        if go:
-            self.transport.resume_reading()
-        else:
-            self.transport.pause_reading()
+        try:
+            if go:
+                self.transport.resume_reading()
+            else:
+                self.transport.pause_reading()
+        except AttributeError:
+            # Python 3.10's TLS transport (asyncio's sslproto before its 3.11
+            # rewrite) is not yet closing when the connection under it is gone,
+            # and raises this instead: there is nothing left to read from.
+            return
 
     # -- receiving ----------------------------------------------------------------
 
