@@ -1,0 +1,31 @@
+"""What the package says of itself matches what CI proves."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The Python that CI's machine runs as python3, on which the whole suite runs.
+CI_MAIN_PYTHON = "3.11"
+
+
+def _ci_pythons() -> set[str]:
+    script = (ROOT / ".ci" / "run").read_text()
+    others = re.search(r"^OTHER_PYTHONS=\(([^)]*)\)", script, re.MULTILINE)
+    assert others, ".ci/run no longer names OTHER_PYTHONS: update this test with it"
+    return {CI_MAIN_PYTHON, *others.group(1).split()}
+
+
+def test_the_python_classifiers_are_exactly_the_pythons_ci_runs_the_tests_on():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    classified = set(re.findall(r'"Programming Language :: Python :: (3\.\d+)"', pyproject))
+    assert classified == _ci_pythons()
+
+
+def test_the_oldest_python_ci_runs_is_the_one_pyproject_requires():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    required = re.search(r'^requires-python = ">=(3\.\d+)"', pyproject, re.MULTILINE)
+    assert required, "pyproject.toml has no requires-python of the form >=3.N"
+    oldest = min(_ci_pythons(), key=lambda version: tuple(map(int, version.split("."))))
+    assert required.group(1) == oldest
