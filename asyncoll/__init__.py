@@ -34,6 +34,7 @@ from asyncoll.errors import (
     RendezvousError,
     RendezvousTimeoutError,
 )
+from asyncoll._version import __version__ as __version__
 from asyncoll.types import ReduceOp
 
 if _typing.TYPE_CHECKING:
@@ -83,7 +84,6 @@ if _typing.TYPE_CHECKING:
     #: torch's name for a group handle; here it is the asyncio group itself.
     ProcessGroup = AsyncProcessGroup
 
-__version__ = "0.1.0"
 
 __all__ = [
     "AsyncProcessGroup",

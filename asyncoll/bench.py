@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from asyncoll._version import add_version_option
+
 #: nccl-tests' bus bandwidth factor of each collective, for n ranks.
 BUS_FACTORS: dict[str, Callable[[int], float]] = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
@@ -399,6 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``asyncoll-bench``."""
     parser = argparse.ArgumentParser(prog="asyncoll-bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version_option(parser, "asyncoll-bench")
     parser.add_argument("--collectives", default="all_reduce",
                         help=f"comma list of {', '.join(BUS_FACTORS)} (default all_reduce)")
     parser.add_argument("--world-sizes", default="2", help="comma list (default 2)")

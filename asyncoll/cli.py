@@ -13,6 +13,7 @@ from dataclasses import asdict
 
 from asyncoll import _auth
 from asyncoll._compat import loop_factory
+from asyncoll._version import add_version_option
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._runtime.settings import tls_from_environment
 from asyncoll._defaults import DEFAULT_PORT
@@ -27,6 +28,7 @@ _COLUMNS = ("JOB", "STATE", "RANK", "HOST", "DATA ADDRESS", "PID", "MEMBER", "GR
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="asyncoll", description=__doc__)
+    add_version_option(parser, "asyncoll")
     commands = parser.add_subparsers(dest="command", required=True)
     status = commands.add_parser("status", help="show the jobs a coordinator serves")
     status.add_argument("--coordinator", default=f"127.0.0.1:{DEFAULT_PORT}",

@@ -49,6 +49,7 @@ from asyncoll._transport.shm import segment as shm
 from asyncoll._wire.endpoint import host_literal, join_addresses, join_host_port, split_addresses
 from asyncoll.coordinator import Coordinator
 from asyncoll.errors import ConfigurationError
+from asyncoll._version import add_version_option
 
 #: Seconds the other workers get to exit after SIGTERM before SIGKILL.
 _GRACE_S = 5.0
@@ -59,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="asyncoll-run",
         description="Start the worker processes of an asyncoll job on this machine.")
+    add_version_option(parser, "asyncoll-run")
     parser.add_argument("--nproc-per-node", "--nproc_per_node", type=int, default=1,
                         help="number of worker processes to start (default 1)")
     parser.add_argument("--nnodes", type=int, default=1,

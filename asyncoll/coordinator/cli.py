@@ -21,6 +21,7 @@ from asyncoll._tls import context as tls_context
 from asyncoll._wire.endpoint import host_literal, join_host_port
 from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import ConfigurationError
+from asyncoll._version import add_version_option
 
 log = logging.getLogger("asyncoll.coordinator")
 
@@ -37,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="asyncoll-coordinator",
         description="Run the asyncoll coordinator daemon: rendezvous, groups and barriers "
                     "for any number of jobs.")
+    add_version_option(parser, "asyncoll-coordinator")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default 127.0.0.1; 0.0.0.0 for every IPv4 "
                              "interface, :: for every interface, ::1 for IPv6 loopback)")

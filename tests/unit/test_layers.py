@@ -197,10 +197,11 @@ def test_coordinator_reaches_algorithms_through_no_chain_of_imports() -> None:
 
 # What the daemon may import: the wire format, the rendezvous state machine and its
 # control-message framing (not the peer-side client), errors, settings, the asyncio
-# compatibility shims, the shared secret's challenge-response (_auth), and TLS.
+# compatibility shims, the shared secret's challenge-response (_auth), TLS, and the
+# version (which imports only the standard library).
 COORDINATOR_MAY_IMPORT = ("asyncoll._wire", "asyncoll._rendezvous", "asyncoll.errors",
                           "asyncoll._defaults", "asyncoll._compat", "asyncoll._auth",
-                          "asyncoll._tls", "asyncoll.coordinator")
+                          "asyncoll._tls", "asyncoll._version", "asyncoll.coordinator")
 COORDINATOR_MAY_NOT_IMPORT = ("asyncoll._rendezvous.client",)
 
 # The data plane, by name, as the issue lists it.
@@ -283,7 +284,8 @@ def test_importing_the_coordinator_loads_no_module_of_the_data_plane() -> None:
 
 
 def test_importing_asyncoll_defers_the_blocking_api_to_its_first_use() -> None:
-    assert _loaded_by("import asyncoll") == ["asyncoll", "asyncoll.errors", "asyncoll.types"]
+    assert _loaded_by("import asyncoll") == ["asyncoll", "asyncoll._version", "asyncoll.errors",
+                                             "asyncoll.types"]
     assert "asyncoll._api.blocking" in _loaded_by("import asyncoll\nasyncoll.all_reduce")
 
 
@@ -343,7 +345,8 @@ def test_unknown_attribute_raises_attribute_error_naming_it() -> None:
 #: wire < transport < algorithms < group < runtime < api < tools.
 LAYERS: dict[str, int] = {
     "asyncoll._wire": 0, "asyncoll.errors": 0, "asyncoll.types": 0,
-    "asyncoll._defaults": 0, "asyncoll._compat": 0, "asyncoll._auth": 0, "asyncoll._tls": 0,
+    "asyncoll._defaults": 0, "asyncoll._version": 0, "asyncoll._compat": 0, "asyncoll._auth": 0,
+    "asyncoll._tls": 0,
     "asyncoll._transport": 1,
     "asyncoll._algorithms": 2,
     "asyncoll._group": 3, "asyncoll.group": 3,

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import re
+from importlib import metadata
 from pathlib import Path
+
+import pytest
+
+import asyncoll
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The Python that CI's machine runs as python3, on which the whole suite runs.
@@ -29,3 +35,22 @@ def test_the_oldest_python_ci_runs_is_the_one_pyproject_requires():
     assert required, "pyproject.toml has no requires-python of the form >=3.N"
     oldest = min(_ci_pythons(), key=lambda version: tuple(map(int, version.split("."))))
     assert required.group(1) == oldest
+
+
+@pytest.mark.parametrize("command, main", [
+    ("asyncoll", "asyncoll.cli"), ("asyncoll-run", "asyncoll.run"),
+    ("asyncoll-coordinator", "asyncoll.coordinator.cli"), ("asyncoll-bench", "asyncoll.bench")])
+def test_every_command_prints_its_version_and_which_optional_parts_are_installed(
+        command, main, capsys):
+    with pytest.raises(SystemExit) as exited:
+        importlib.import_module(main).main(["--version"])
+    assert exited.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"{command} (asyncoll) {asyncoll.__version__}"
+    for part in ("torch", "prometheus_client", "TLS"):
+        assert any(line.startswith(f"{part}: ") for line in lines), lines
+
+
+def test_the_version_is_written_once_and_the_installed_metadata_says_the_same():
+    assert re.search(r'^version = "', (ROOT / "pyproject.toml").read_text(), re.MULTILINE) is None
+    assert metadata.version("asyncoll") == asyncoll.__version__
