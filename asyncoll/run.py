@@ -15,8 +15,12 @@ LOCAL_WORLD_SIZE, ASYNCOLL_COORDINATOR (the coordinator's HOST:PORT),
 ASYNCOLL_JOB_ID, MASTER_ADDR and MASTER_PORT; MASTER_PORT is a different,
 free port (the coordinator's + 1 with several nodes), so a torch.distributed
 program, whose rank 0 binds its store there, runs unchanged too. Its output
-passes through unchanged. When a worker fails, the others are stopped and
-asyncoll-run exits non-zero, saying which rank failed and how.
+passes through asyncoll-run a whole line at a time, in order per worker, so
+that lines of workers printing at once never mix (``--prefix``: each line
+starts ``[rank N]``); workers get PYTHONUNBUFFERED=1 unless it is set, so that
+a Python worker's lines come out as it prints them. When a worker fails, the
+others are stopped and asyncoll-run exits non-zero, saying which rank failed
+and how.
 
 With ``--max-restarts N`` (torchrun's name) the job is elastic
 (ASYNCOLL_ELASTIC=1 for every worker) and a worker that fails is not the
@@ -45,6 +49,7 @@ from asyncoll._runtime import hosting
 from asyncoll._runtime.runtime import runtime
 from asyncoll._runtime.settings import tls_from_environment
 from asyncoll._defaults import DEFAULT_JOB_ID, DEFAULT_PORT, EMBEDDED_DRAIN_TIMEOUT_S
+from asyncoll._relay import LineRelay
 from asyncoll._transport.shm import segment as shm
 from asyncoll._wire.endpoint import host_literal, join_addresses, join_host_port, split_addresses
 from asyncoll.coordinator import Coordinator
@@ -53,6 +58,9 @@ from asyncoll._version import add_version_option
 
 #: Seconds the other workers get to exit after SIGTERM before SIGKILL.
 _GRACE_S = 5.0
+#: Seconds a worker's output may still come after it exited (from a process it
+#: started, which holds its pipes) before asyncoll-run stops relaying it.
+_OUTPUT_GRACE_S = 1.0
 _POLL_S = 0.05
 
 
@@ -91,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
                              "(default 0: a failure stops the job)")
     parser.add_argument("--job-id", help="job id on the coordinator (default: unique per run "
                                          f"on one node, {DEFAULT_JOB_ID!r} with --nnodes > 1)")
+    parser.add_argument("--prefix", action="store_true",
+                        help="start each line a worker prints with [rank N] (default: "
+                             "the lines as the workers print them)")
     parser.add_argument("-m", dest="module", action="store_true",
                         help="run the target as a module, as python -m does")
     parser.add_argument("script", help="the worker program (or module, with -m)")
@@ -181,13 +192,16 @@ def _wait_any(procs: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes] |
 
 def _supervise(procs: list[subprocess.Popen[bytes]],
                replace: Callable[[int], subprocess.Popen[bytes]] | None = None,
-               restarts: int = 0) -> int:
+               restarts: int = 0,
+               exited: Callable[[subprocess.Popen[bytes]], None] = lambda proc: None) -> int:
     """Wait for every worker; on the first failure stop the rest. Return the exit code.
 
     With ``replace``, the first ``restarts`` failures start ``replace(slot)`` in the
-    failed worker's place instead.
+    failed worker's place instead. ``exited(proc)`` runs as each worker is found
+    to have exited, before anything is said of it.
     """
     while (proc := _wait_any(procs)) is not None:
+        exited(proc)
         code = proc.returncode
         if code != 0 and replace is not None and restarts > 0:
             restarts -= 1
@@ -276,6 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     n = args.nproc_per_node
     world_size = n * args.nnodes
     procs: list[subprocess.Popen[bytes]] = []
+    relay = LineRelay(args.prefix)
     # Workers stop on SIGTERM; the launcher forwards SIGINT/SIGTERM to them.
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
@@ -297,19 +312,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                        GROUP_RANK=str(args.node_rank), MASTER_ADDR=host,
                        MASTER_PORT=str(store_port), ASYNCOLL_JOB_ID=job,
                        ASYNCOLL_COORDINATOR=join_addresses(coordinators))
+            env.setdefault("PYTHONUNBUFFERED", "1")
             if replacement:
                 del env["RANK"]  # the job numbers it when it admits it
-            return subprocess.Popen([sys.executable, *target, *args.script_args], env=env)
+            proc = subprocess.Popen([sys.executable, *target, *args.script_args], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            runtime().run(relay.attach(proc, env.get("RANK", f"? (replacing {local})")))
+            return proc
+
+        def relayed(proc: subprocess.Popen[bytes]) -> None:
+            runtime().run(relay.finish([proc.pid], _OUTPUT_GRACE_S))
 
         procs.extend(worker(local) for local in range(n))
         code = _supervise(procs, lambda slot: worker(slot, replacement=True),
-                          args.max_restarts)
+                          args.max_restarts, relayed)
         if embedded is not None and code == 0:
             # Workers of other nodes may still be leaving: let them.
             runtime().run(embedded.wait_until_idle(job, EMBEDDED_DRAIN_TIMEOUT_S))
         return code
     finally:
         _stop(procs)
+        runtime().run(relay.finish_all(_OUTPUT_GRACE_S))
         # A worker killed between making a shared-memory ring and its peer
         # mapping it leaves the segment behind; no one else would remove it.
         for name in shm.sweep([proc.pid for proc in procs]):
