@@ -1,23 +1,20 @@
-"""SEED.md example 3 with numpy arrays: MAX within a custom group of ranks 0 and 2.
+"""SEED.md example 3: MAX within a custom group of ranks 0 and 2.
 
-    asyncoll-run --nproc-per-node 3 examples/custom_group_max.py
+    asyncoll-run --nproc-per-node 3 examples/custom_group_max.py            # numpy arrays
+    asyncoll-run --nproc-per-node 3 examples/custom_group_max.py --torch    # torch tensors
 
 Every rank creates the group, as new_group requires; only its members reduce,
-so rank 1 prints nothing. The lines are those of the torch form
-(examples/torch/custom_group_max.py).
+so rank 1 prints nothing. Both forms print the lines SEED.md shows for torch.
 """
 
-import numpy as np
-
 import asyncoll as dist
-from torch_format import tensor_str  # examples/torch_format.py
-
+from tensors import tensor, tensor_str  # examples/tensors.py
 
 dist.init_process_group(backend="gloo", init_method="env://")
 rank = dist.get_rank()
 group = dist.new_group([0, 2])
 if rank in [0, 2]:
-    t = np.array([rank + 1, rank + 2], dtype=np.float32)
+    t = tensor([rank + 1, rank + 2])
     print(f"Process {rank} before all_reduce: {tensor_str(t)}")
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     print(f"Process {rank} after all_reduce: {tensor_str(t)}")

@@ -1,7 +1,7 @@
 """Elastic jobs across real processes: survivors go on after a kill -9, newcomers join.
 
 examples/elastic_training.py (numpy, 4 workers) and its torch DDP form,
-examples/torch/elastic_training.py (3 workers), run under ``asyncoll-run --max-restarts 1``: one
+examples/elastic_ddp.py (3 workers), run under ``asyncoll-run --max-restarts 1``: one
 worker is killed with SIGKILL mid-training, the survivors reconfigure and go
 on, asyncoll-run's replacement is admitted, and the job ends with all its
 workers holding identical weights. workers/elastic.py covers what the
@@ -115,9 +115,9 @@ def test_survivors_of_a_kill_9_go_on_and_a_replacement_joins_with_identical_weig
 
 
 def test_torch_ddp_goes_on_after_a_kill_9_in_the_same_processes():
-    """examples/torch/elastic_training.py: torch's group is made again over the new world."""
+    """examples/elastic_ddp.py: torch's group is made again over the new world."""
     pytest.importorskip("torch")
-    output, killed_at = run_and_kill_one("torch/elastic_training.py", 3, "--steps", "300")
+    output, killed_at = run_and_kill_one("elastic_ddp.py", 3, "--steps", "300")
     assert_went_on_and_ended_together(output, 3, 300)
     print(f"kill -9 to a DDP step completed by both survivors: "
           f"{pause_after(output, killed_at, 2):.2f} s")

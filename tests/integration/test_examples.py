@@ -1,10 +1,10 @@
 """The SEED.md example programs, run as real processes, print what real torch prints.
 
-Each example runs under ``asyncoll-run`` in its numpy form (examples/*.py)
-and, where torch is installed, its torch form (examples/torch/*.py). The
+Each example runs under ``asyncoll-run`` on numpy arrays and, where torch is
+installed, on torch tensors (``--torch``: the program SEED.md shows). The
 workers of one job share the launcher's stdout, so their lines can arrive in
-any order and even interleave: each rank's lines are picked out by their
-"Process R" prefix and compared with SEED.md's, rank by rank.
+any order: each rank's lines are picked out by their "Process R" prefix and
+compared with SEED.md's, rank by rank.
 
 The last tests start examples/sum.py by hand with env:// variables and no
 launcher or daemon, so rank 0 hosts the coordinator itself.
@@ -131,12 +131,12 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
             pass
 
 
-def run_example(script: Path, nproc: int) -> dict[int, list[str]]:
-    """Run ``script`` under asyncoll-run with ``nproc`` workers; return each rank's lines.
+def run_example(script: Path, nproc: int, args: Sequence[str] = ()) -> dict[int, list[str]]:
+    """Run ``script args`` under asyncoll-run with ``nproc`` workers; return each rank's lines.
 
     Fails the test unless the job exits 0 without a traceback.
     """
-    proc = start([*launcher(), "--nproc-per-node", str(nproc), str(script)],
+    proc = start([*launcher(), "--nproc-per-node", str(nproc), str(script), *args],
                  clean_environment())
     stdout, stderr = finish(proc)
     assert proc.returncode == 0, (f"asyncoll-run exited {proc.returncode}\n"
@@ -154,14 +154,14 @@ def expect_every_rank(by_rank: Mapping[int, list[str]], expected: Mapping[int, l
 
 
 @pytest.fixture(params=["numpy", "torch"])
-def examples_dir(request: pytest.FixtureRequest) -> Path:
-    """The folder of one form of the examples: numpy arrays, or the SEED.md torch programs."""
+def form(request: pytest.FixtureRequest) -> list[str]:
+    """The arguments of one form of the examples: numpy arrays, or torch tensors (--torch)."""
     if request.param == "numpy":
-        return EXAMPLES
+        return []
     # find_spec, not importorskip: importing torch here would cost seconds for nothing.
     if importlib.util.find_spec("torch") is None:
         pytest.skip("torch is not installed; the torch forms of the examples need it")
-    return EXAMPLES / "torch"
+    return ["--torch"]
 
 
 @pytest.fixture
@@ -184,23 +184,23 @@ def processes() -> Iterator[list[subprocess.Popen[str]]]:
 
 
 @pytest.mark.timeout(TEST_TIMEOUT_S)
-def test_sum_example_prints_seed_lines_on_every_rank(examples_dir: Path) -> None:
-    by_rank = run_example(examples_dir / "sum.py", nproc=2)
+def test_sum_example_prints_seed_lines_on_every_rank(form: list[str]) -> None:
+    by_rank = run_example(EXAMPLES / "sum.py", nproc=2, args=form)
 
     expect_every_rank(by_rank, SUM_LINES)
 
 
 @pytest.mark.timeout(TEST_TIMEOUT_S)
-def test_product_example_prints_seed_lines_on_every_rank(examples_dir: Path) -> None:
-    by_rank = run_example(examples_dir / "product.py", nproc=2)
+def test_product_example_prints_seed_lines_on_every_rank(form: list[str]) -> None:
+    by_rank = run_example(EXAMPLES / "product.py", nproc=2, args=form)
 
     expect_every_rank(by_rank, PRODUCT_LINES)
 
 
 @pytest.mark.timeout(TEST_TIMEOUT_S)
 def test_custom_group_max_example_reduces_ranks_0_and_2_and_rank_1_prints_nothing(
-        examples_dir: Path) -> None:
-    by_rank = run_example(examples_dir / "custom_group_max.py", nproc=3)
+        form: list[str]) -> None:
+    by_rank = run_example(EXAMPLES / "custom_group_max.py", nproc=3, args=form)
 
     assert 1 not in by_rank, f"rank 1 is outside the group but printed {by_rank[1]}"
     expect_every_rank(by_rank, CUSTOM_GROUP_MAX_LINES)
@@ -208,8 +208,8 @@ def test_custom_group_max_example_reduces_ranks_0_and_2_and_rank_1_prints_nothin
 
 @pytest.mark.timeout(TEST_TIMEOUT_S)
 def test_average_accuracy_example_prints_torchs_accuracies_and_their_average(
-        examples_dir: Path) -> None:
-    by_rank = run_example(examples_dir / "average_accuracy.py", nproc=4)
+        form: list[str]) -> None:
+    by_rank = run_example(EXAMPLES / "average_accuracy.py", nproc=4, args=form)
 
     expect_every_rank(by_rank, AVERAGE_ACCURACY_LINES)
 

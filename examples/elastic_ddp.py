@@ -1,8 +1,8 @@
 """Elastic DistributedDataParallel on torch: it survives a kill -9 and admits a new worker.
 
-    asyncoll-run --nproc-per-node 3 --max-restarts 1 examples/torch/elastic_training.py
+    asyncoll-run --nproc-per-node 3 --max-restarts 1 examples/elastic_ddp.py
 
-The torch version of examples/elastic_training.py. torch's default group runs
+The torch DDP form of examples/elastic_training.py. torch's default group runs
 on asyncoll's elastic world (``init_method="asyncoll://"``). When a worker is
 lost, or a replacement waits to join, every worker destroys torch's group,
 calls ``asyncoll.reconfigure()`` and makes torch's group and the DDP model
