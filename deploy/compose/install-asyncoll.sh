@@ -1,6 +1,6 @@
 #!/bin/sh
 # Install asyncoll from the checkout at $1 into the venv /opt/asyncoll.
-# Shared by server/Dockerfile and client/Dockerfile. With OFFLINE set, only the
+# Shared by coordinator.Dockerfile and worker.Dockerfile. With OFFLINE set, only the
 # wheels prebuilt into build/wheels are used (CI builds with no network).
 set -eu
 src=${1:?usage: install-asyncoll.sh SOURCE_DIR}
