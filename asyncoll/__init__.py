@@ -60,6 +60,7 @@ if _typing.TYPE_CHECKING:
         get_group_rank,
         get_process_group_ranks,
         get_rank,
+        get_straggler_report,
         get_world_size,
         init_process_group,
         irecv,

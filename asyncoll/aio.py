@@ -141,8 +141,9 @@ async def init_process_group(backend: str | None = None, init_method: str | None
             process that joins it while it runs waits, pending, until a
             reconfigure admits it (default: ASYNCOLL_ELASTIC=1). Elastic jobs
             need a coordinator that outlives every worker (a daemon, or asyncoll-run's).
-        min_size, max_size: an elastic job's size bounds (default: ASYNCOLL_MIN_SIZE,
-            ASYNCOLL_MAX_SIZE; 0: none), as torchrun's --nnodes MIN:MAX.
+        min_size: an elastic job's least size (default: ASYNCOLL_MIN_SIZE; 0: none),
+            as torchrun's --nnodes MIN:MAX.
+        max_size: an elastic job's greatest size (default: ASYNCOLL_MAX_SIZE; 0: none).
 
     Raises:
         ConfigurationError: bad arguments or environment, or refused by the coordinator.

@@ -71,7 +71,7 @@ async def run_ranks(world_size: int, body: Callable[[World], Awaitable[T]], *,
             :data:`LOOPBACK`.
 
     Raises:
-        Whatever the first failing rank raised; the others are cancelled.
+        Exception: whatever the first failing rank raised; the others are cancelled.
     """
     # Read once for every rank, as each process of a real job would at its start.
     settings = Settings.from_environment()

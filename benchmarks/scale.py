@@ -93,7 +93,7 @@ async def dial_from_many(host: str, port: int, tls: object = None
     # Bound before the connect, to a port of its own on that address, by the
     # loop's own connect: binding at connect (IP_BIND_ADDRESS_NO_PORT) took
     # Python-level socket calls that the harness, not the daemon, paid for
-    # (docs/coordinator-scale.md).
+    # (docs/design/coordinator-scale.md).
     source = f"127.0.0.{2 + dial_from_many.count % SOURCES}"  # type: ignore[attr-defined]
     reader, writer = await asyncio.open_connection(host, port, local_addr=(source, 0))
     # Closed with a reset: a TIME_WAIT left on each of the source's ports would
@@ -221,7 +221,7 @@ async def one_job(daemon: Daemon, members: int) -> Phases:
     if FREEZE:
         # The joined members' objects stay for the job: out of the collector's
         # sight, as they would be in N small processes, not scanned again in
-        # every later phase (docs/coordinator-scale.md).
+        # every later phase (docs/design/coordinator-scale.md).
         gc.freeze()
     clients = [c for c, _ in joined]
     welcomes = [w for _, w in joined]

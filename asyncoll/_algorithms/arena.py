@@ -58,7 +58,7 @@ from asyncoll.types import ReduceOp
 _AVG = ReduceOp.AVG
 
 #: Arrays up to this many bytes go through the arena whole, where a slot holds
-#: them; larger ones in pieces of PIECE_BYTES (docs/algorithm-choice.md has the
+#: them; larger ones in pieces of PIECE_BYTES (docs/design/algorithm-choice.md has the
 #: measurements these come from) ...
 WHOLE_UP_TO_BYTES = 1 << 20
 PIECE_BYTES = 512 << 10

@@ -3,7 +3,7 @@
 Every member chooses from what all of them know alike (the collective, its
 size, the group's size and fast path), so ranks always agree. The
 thresholds below come from side-by-side measurements, kept with how to
-redo them in docs/algorithm-choice.md. ``ASYNCOLL_ALGORITHM`` forces a
+redo them in docs/design/algorithm-choice.md. ``ASYNCOLL_ALGORITHM`` forces a
 choice, for tests and benchmarks: a comma-separated list of
 ``collective=algorithm`` pairs or bare algorithm names (a bare name applies
 to every collective that has it), e.g. ``ASYNCOLL_ALGORITHM=ring`` or
@@ -48,7 +48,7 @@ UP_TO_BYTES: dict[str, dict[str, int]] = {
 #: A group spanning hosts, several members on some, runs these collectives up to
 #: this many bytes through each host's arena and one member per host
 #: (asyncoll._group.hierarchy), where its links and arenas have room; its links
-#: then take them up to this size (docs/algorithm-choice.md has the measurements).
+#: then take them up to this size (docs/design/algorithm-choice.md has the measurements).
 #: all_reduce takes every size: its leaders choose as socket_choice does (the ring
 #: for large arrays).
 HIERARCHY_UP_TO_BYTES = {"all_reduce": ANY_SIZE, "broadcast": 8 << 20, "reduce": 8 << 20,

@@ -29,7 +29,7 @@ log = logging.getLogger("asyncoll.coordinator")
 #: (700, 10, 10) suit a program of a few thousand objects; the daemon keeps a few
 #: dozen per member, which its collector traversed again and again as thousands
 #: joined. Its state holds few reference cycles, so collecting rarer costs little
-#: memory (benchmarks/scale.py; docs/coordinator-scale.md).
+#: memory (benchmarks/scale.py; docs/design/coordinator-scale.md).
 GC_THRESHOLDS = (50_000, 20, 100)
 
 
