@@ -17,7 +17,7 @@ from asyncoll._algorithms.ring import all_reduce_scratch_elements, ring_all_redu
 from asyncoll._algorithms.team import Team
 from asyncoll._algorithms.tree import tree_broadcast
 from asyncoll._group.faults import GroupFaults
-from asyncoll._transport.memory import memory_meshes
+from memory_mesh import memory_meshes  # tests/transport/memory_mesh.py
 from asyncoll._wire.frames import Fingerprint, Operation
 from asyncoll.errors import MismatchError, PeerLostError
 from asyncoll.types import ReduceOp

@@ -1,5 +1,8 @@
 """MemoryMesh: ranks of one process joined by direct calls, for tests.
 
+A test double, so it lives with the tests and does not ship in the package
+(asyncoll.testing is for users' tests, and its ranks are real peers).
+
 A second implementation of the transport's seams (Mesh and MeshControl)
 over the same per-peer :class:`~asyncoll._transport.inbox.Inbox`: a send
 hands the payload straight to the receiving rank's inbox for the sender
