@@ -54,8 +54,7 @@ def rendezvous(url: str, timeout: timedelta | None = None,
         ConfigurationError: a rank or size that is not the world's, or
             TORCH_DIST_INIT_BARRIER=1.
     """
-    import asyncoll
-    from asyncoll._api import world
+    from asyncoll._api import blocking, world
 
     # torch's own reading of TORCH_DIST_INIT_BARRIER, where this torch has one.
     c10d = importlib.import_module("torch.distributed.distributed_c10d")
@@ -63,9 +62,9 @@ def rendezvous(url: str, timeout: timedelta | None = None,
         raise ConfigurationError("TORCH_DIST_INIT_BARRIER=1 counts processes in torch's "
                                  "store, which asyncoll:// keeps local to each process; unset "
                                  "it (asyncoll's own rendezvous already waits for everyone)")
-    if not asyncoll.is_initialized():
-        asyncoll.init_process_group(init_method="env://", timeout=timeout)
-    rank, size = asyncoll.get_rank(), asyncoll.get_world_size()
+    if not blocking.is_initialized():
+        blocking.init_process_group(init_method="env://", timeout=timeout)
+    rank, size = blocking.get_rank(), blocking.get_world_size()
     asked = {key: values[-1] for key, values in parse_qs(urlparse(url).query).items()}
     for key, actual in (("rank", rank), ("world_size", size)):
         wanted = asked.get(key, "-1")
