@@ -195,7 +195,7 @@ class Session:
                         timeout: float) -> tuple[int, tuple[int, ...]]:
         """Agree with every rank on a new group; return (group id, its ranks)."""
         self._need_coordinator("new_group")
-        with self.registration.new_group_call():
+        with self.registration.new_groups.awaiting():
             reply = await self.client.request(NewGroup.of(ranks, timeout),
                                               timeout + COORDINATOR_GRACE_S,
                                               f"new_group({list(ranks)})")
@@ -237,7 +237,7 @@ class Session:
         all get the same answer, decided once by the coordinator)."""
         self.check_open("membership_changed")
         self._need_coordinator("membership_changed")
-        with self.registration.check():
+        with self.registration.checks.awaiting():
             reply = await self.client.request(CheckMembership(timeout=timeout),
                                               timeout + COORDINATOR_GRACE_S,
                                               "membership check")
