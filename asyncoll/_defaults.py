@@ -1,7 +1,8 @@
 """Defaults: deadlines and limits, defined once. Every wait in asyncoll uses one of these.
 
-What is read from the environment lives in asyncoll._runtime.settings, and what the
-transport is told in asyncoll._transport.settings.
+What is read from the environment lives in asyncoll._runtime.settings, what the
+transport is told in asyncoll._transport.settings, and what the group layer is
+told in asyncoll._policy.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import numpy as np
 
 from asyncoll._runtime.init_method import resolve
 from asyncoll._runtime.runtime import runtime
-from asyncoll._runtime.settings import Settings
+from asyncoll._runtime.settings import settings_at_join
 from asyncoll._runtime.session import Session
 from asyncoll._defaults import DEFAULT_TIMEOUT_S
 from asyncoll._wire.status import StragglerStatus
@@ -150,7 +150,7 @@ async def init_process_group(backend: str | None = None, init_method: str | None
         RendezvousTimeoutError: the world was not complete within the timeout.
         RendezvousError: the coordinator refused this peer or is unreachable.
     """
-    settings = Settings.from_environment()
+    settings = settings_at_join()
     where = resolve(backend, init_method, world_size, rank,
                     seconds(timeout, DEFAULT_TIMEOUT_S), job_id, settings.environment,
                     elastic, min_size, max_size)

@@ -26,7 +26,7 @@ from asyncoll._compat import timeout as timeout_after
 from asyncoll._runtime.init_method import resolve
 from asyncoll._runtime import hosting
 from asyncoll._runtime.runtime import runtime
-from asyncoll._runtime.settings import Settings
+from asyncoll._runtime.settings import Settings, settings_at_join
 from asyncoll._wire.endpoint import join_host_port
 from asyncoll.aio import World
 from asyncoll.group import seconds
@@ -74,7 +74,7 @@ async def run_ranks(world_size: int, body: Callable[[World], Awaitable[T]], *,
         Exception: whatever the first failing rank raised; the others are cancelled.
     """
     # Read once for every rank, as each process of a real job would at its start.
-    settings = Settings.from_environment()
+    settings = settings_at_join()
     hosts = min(hosts or PRETEND_HOSTS, world_size)
     host = loopback or LOOPBACK
     coordinator = await hosting.start(host, 0, settings.token, settings.tls)

@@ -67,7 +67,7 @@ from asyncoll._transport.shm.arena import (
     Waiter,
     arena_bytes,
 )
-from asyncoll._transport.settings import ARENA_SLOT_FLOOR_BYTES
+from asyncoll._policy import ARENA_SLOT_FLOOR_BYTES
 from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import (
     AsyncollError,
@@ -140,8 +140,8 @@ class GroupArena:
         self._group_id = group_id
         self._ranks = ranks
         #: The largest slot the arena may have (0: this group has no arena and never will).
-        self.slot_bytes = session.arena_slot_bytes if session.rank in ranks else 0
-        self._sized_to_room = session.arena_sized_to_room
+        self.slot_bytes = session.policy.arena_slot_bytes if session.rank in ranks else 0
+        self._sized_to_room = session.policy.arena_sized_to_room
         self.arena: Arena | None = None
         self._step: ArenaStep | None = None
         #: Held by the thread running an operation on the arena, for its length.

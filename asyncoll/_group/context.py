@@ -7,12 +7,12 @@ the runtime's Session provides it.
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from asyncoll._group.faults import GroupFaults
 from asyncoll._group.recorder import Recorder
-from asyncoll._tls.context import Tls
+from asyncoll._policy import GroupPolicy
 from asyncoll._transport.base import MeshControl
 
 T = TypeVar("T")
@@ -52,28 +52,8 @@ class Membership(Protocol):
         """Which groups are broken on this rank, and why."""
 
     @property
-    def forced_algorithms(self) -> Mapping[str, str]:
-        """The algorithm forced per collective (ASYNCOLL_ALGORITHM), read at join."""
-
-    @property
-    def arena_slot_bytes(self) -> int:
-        """Each member's slot in a same-host group's arena (0: no arenas), read at join."""
-
-    @property
-    def arena_sized_to_room(self) -> bool:
-        """Whether an arena's slot is sized to /dev/shm's room, up to arena_slot_bytes."""
-
-    @property
-    def links_bytes(self) -> int:
-        """The largest operation a cross-host group runs over direct links (0: none)."""
-
-    @property
-    def tls(self) -> Tls | None:
-        """TLS on every data connection, direct links included (None: off), read at join."""
-
-    @property
-    def hierarchy(self) -> bool:
-        """Whether groups spanning hosts use each host's arena (ASYNCOLL_HIERARCHY)."""
+    def policy(self) -> GroupPolicy:
+        """How this process's groups run their operations, read at join."""
 
     def run_blocking(self, action: Callable[[], T], lane: int) -> Awaitable[T]:
         """Run ``action`` on ``lane``'s own thread, off the loop; await it.

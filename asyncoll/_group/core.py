@@ -152,7 +152,7 @@ class GroupCore:
         key = (collective, nbytes, algorithm, capacity)
         name = self._choices.get(key)
         if name is None:
-            forced = algorithm or self._session.forced_algorithms.get(collective)
+            forced = algorithm or self._session.policy.forced_algorithms.get(collective)
             name = selection.choose(collective, nbytes, self.size, forced, fast.algorithm,
                                     capacity, fast.up_to)
             if len(self._choices) >= _CHOICES:

@@ -83,6 +83,6 @@ def fast_path_of(session: Membership, group_id: int, ranks: tuple[int, ...],
     ``scratch`` is the group's working memory, which direct links' algorithms share.
     """
     hosts = {session.mesh.hostname(rank) for rank in ranks}
-    if len(hosts) == 1 and "" not in hosts and session.arena_slot_bytes:
+    if len(hosts) == 1 and "" not in hosts and session.policy.arena_slot_bytes:
         return GroupArena(session, group_id, ranks)
-    return GroupLinks(session, group_id, ranks, session.links_bytes, scratch)
+    return GroupLinks(session, group_id, ranks, session.policy.links_bytes, scratch)

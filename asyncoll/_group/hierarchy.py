@@ -58,7 +58,7 @@ _UNBOUNDED = (1 << 62)
 def wanted(session: Membership, ranks: tuple[int, ...]) -> bool:
     """Whether a group of ``ranks`` would use a hierarchy: several hosts, several members
     on some, arenas on, and ASYNCOLL_HIERARCHY not 0."""
-    if not session.hierarchy or not session.arena_slot_bytes:
+    if not session.policy.hierarchy or not session.policy.arena_slot_bytes:
         return False
     hosts = [session.mesh.hostname(rank) for rank in ranks]
     return "" not in hosts and 1 < len(set(hosts)) < len(hosts)

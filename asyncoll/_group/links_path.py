@@ -111,7 +111,7 @@ class GroupLinks:
     def __init__(self, session: Membership, group_id: int, ranks: tuple[int, ...],
                  capacity: int, scratch: Scratch) -> None:
         self._session = session
-        self._tls = session.tls
+        self._tls = session.policy.tls
         self._group_id = group_id
         self._ranks = ranks
         self._scratch = scratch

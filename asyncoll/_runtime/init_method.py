@@ -47,12 +47,11 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
         raise ConfigurationError(f"backend {backend!r} is not available: asyncoll runs on "
                                  f"the CPU over TCP; pass one of {ACCEPTED_BACKENDS} or None")
     url = urlsplit(init_method or "env://")
-    launched = environ.get(COORDINATOR_VARIABLE) if url.scheme == "env" else None
+    launched = standing_coordinators(environ) if url.scheme == "env" else ()
     fallbacks: tuple[tuple[str, int], ...] = ()
     if launched:
         # asyncoll-run's coordinator: MASTER_PORT is left to torch's store.
-        (host, port), *others = split_addresses(launched, COORDINATOR_VARIABLE)
-        fallbacks = tuple(others)
+        (host, port), fallbacks = launched[0], launched[1:]
     elif url.scheme == "env":
         host = host_literal(_require(environ, "MASTER_ADDR"), "MASTER_ADDR")
         port = _int_value("MASTER_PORT", _require(environ, "MASTER_PORT"))
@@ -68,14 +67,7 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
         name = _first_set(environ, _RANK_VARIABLES)
         if name in environ:
             rank = _int_value(name, environ[name])
-    if world_size < 1:
-        raise ConfigurationError(f"world_size must be at least 1, got {world_size}")
-    if not -1 <= rank < world_size:
-        raise ConfigurationError(f"rank {rank} is out of range for world size {world_size}: "
-                                 f"use 0 to {world_size - 1}, or -1 to let the coordinator "
-                                 "choose")
-    if not 0 < port < 65536:
-        raise ConfigurationError(f"port {port} is not a TCP port; use 1 to 65535")
+    _check_place(world_size, rank, port)
     job = job_id if job_id is not None else environ.get("ASYNCOLL_JOB_ID", DEFAULT_JOB_ID)
     if elastic is None:
         elastic = environ.get("ASYNCOLL_ELASTIC", "0") not in ("", "0")
@@ -92,6 +84,44 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
                       timeout=timeout, may_host=rank == 0 and not launched,
                       elastic=bool(elastic), min_size=min_size, max_size=max_size,
                       fallbacks=fallbacks)
+
+
+def resolve_published(host: str, port: int, job: str, world_size: int, rank: int, timeout: float,
+              fallbacks: tuple[tuple[str, int], ...]) -> Rendezvous:
+    """Where to join a job whose coordinator one of its members hosts, at ``host:port``,
+    and told the others of (the torch backend's, through torch's store).
+
+    ``fallbacks`` are the standing coordinators to try after it
+    (:func:`standing_coordinators` of the hosting member). Such a job is not elastic.
+
+    Raises:
+        ConfigurationError: a bad world size, rank or port.
+    """
+    _check_place(world_size, rank, port)
+    return Rendezvous(host=host, port=port, job=job, world_size=world_size, rank=rank,
+                      timeout=timeout, may_host=False, fallbacks=fallbacks)
+
+
+def standing_coordinators(environ: Mapping[str, str]) -> tuple[tuple[str, int], ...]:
+    """The coordinators ASYNCOLL_COORDINATOR names, in the order to try them (none when it
+    is unset or empty).
+
+    Raises:
+        ConfigurationError: it names something that is not HOST:PORT.
+    """
+    listed = environ.get(COORDINATOR_VARIABLE)
+    return split_addresses(listed, COORDINATOR_VARIABLE) if listed else ()
+
+
+def _check_place(world_size: int, rank: int, port: int) -> None:
+    if world_size < 1:
+        raise ConfigurationError(f"world_size must be at least 1, got {world_size}")
+    if not -1 <= rank < world_size:
+        raise ConfigurationError(f"rank {rank} is out of range for world size {world_size}: "
+                                 f"use 0 to {world_size - 1}, or -1 to let the coordinator "
+                                 "choose")
+    if not 0 < port < 65536:
+        raise ConfigurationError(f"port {port} is not a TCP port; use 1 to 65535")
 
 
 def _tcp_address(init_method: str, netloc: str) -> tuple[str, int]:

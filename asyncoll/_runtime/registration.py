@@ -55,6 +55,29 @@ class Identity:
 
 
 @dataclass(slots=True)
+class Calls:
+    """Requests of one kind sent to the coordinator, and how many await their answer."""
+
+    made: int = 0
+    waiting: int = 0
+
+    @property
+    def seen(self) -> int:
+        """The requests the coordinator has answered: the ones it has seen for sure."""
+        return self.made - self.waiting
+
+    @contextlib.contextmanager
+    def awaiting(self) -> Iterator[None]:
+        """Count a request; while its answer is awaited, it counts as unseen."""
+        self.made += 1
+        self.waiting += 1
+        try:
+            yield
+        finally:
+            self.waiting -= 1
+
+
+@dataclass(slots=True)
 class Registration:
     """A session's record of what the coordinator has seen from it."""
 
@@ -64,35 +87,14 @@ class Registration:
     #: Monitored barriers started per group, and the groups with one in flight.
     barriers: dict[int, int] = field(default_factory=dict)
     _barriers_waiting: set[int] = field(default_factory=set)
-    new_group_calls: int = 0
-    _new_groups_waiting: int = 0
-    checks: int = 0
-    _checks_waiting: int = 0
+    #: new_group calls and membership checks.
+    new_groups: Calls = field(default_factory=Calls)
+    checks: Calls = field(default_factory=Calls)
     #: The ranks this member knows are gone (left, or lost).
     gone: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.groups[0] = tuple(range(self.identity.world_size))
-
-    @contextlib.contextmanager
-    def new_group_call(self) -> Iterator[None]:
-        """Count a new_group call; while its answer is awaited, it counts as unseen."""
-        self.new_group_calls += 1
-        self._new_groups_waiting += 1
-        try:
-            yield
-        finally:
-            self._new_groups_waiting -= 1
-
-    @contextlib.contextmanager
-    def check(self) -> Iterator[None]:
-        """Count a membership check, as :meth:`new_group_call` does."""
-        self.checks += 1
-        self._checks_waiting += 1
-        try:
-            yield
-        finally:
-            self._checks_waiting -= 1
 
     @contextlib.contextmanager
     def barrier(self, group_id: int) -> Iterator[int]:
@@ -118,6 +120,5 @@ class Registration:
                       heartbeat_timeout=me.heartbeat_timeout, elastic=int(me.elastic),
                       min_size=me.min_size, max_size=me.max_size,
                       directory_digest=me.directory_digest, groups=groups,
-                      new_group_calls=self.new_group_calls - self._new_groups_waiting,
-                      checks=self.checks - self._checks_waiting,
+                      new_group_calls=self.new_groups.seen, checks=self.checks.seen,
                       gone=pack_runs(tuple(sorted(self.gone - {me.rank}))), epoch=epoch)

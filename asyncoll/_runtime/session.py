@@ -9,7 +9,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -29,7 +29,6 @@ from asyncoll._defaults import (
     PROTOCOL_VERSION,
     RECONNECT_BACKOFF_CAP_S,
 )
-from asyncoll._tls.context import Tls
 from asyncoll._transport.tcp.mesh import TcpMesh
 from asyncoll._wire.messages import (
     Barrier,
@@ -119,6 +118,8 @@ class Session:
         self._embedded = embedded
         #: What the runtime read from the environment when this process joined.
         self.settings = settings
+        #: How this process's groups run their operations (the group layer reads it).
+        self.policy = settings.policy
         address = mesh.peer_address(welcome.rank) or ("", 0)
         #: What this member re-registers with a restarted coordinator.
         self.registration = Registration(Identity.of(
@@ -194,7 +195,7 @@ class Session:
                         timeout: float) -> tuple[int, tuple[int, ...]]:
         """Agree with every rank on a new group; return (group id, its ranks)."""
         self._need_coordinator("new_group")
-        with self.registration.new_group_call():
+        with self.registration.new_groups.awaiting():
             reply = await self.client.request(NewGroup.of(ranks, timeout),
                                               timeout + COORDINATOR_GRACE_S,
                                               f"new_group({list(ranks)})")
@@ -236,7 +237,7 @@ class Session:
         all get the same answer, decided once by the coordinator)."""
         self.check_open("membership_changed")
         self._need_coordinator("membership_changed")
-        with self.registration.check():
+        with self.registration.checks.awaiting():
             reply = await self.client.request(CheckMembership(timeout=timeout),
                                               timeout + COORDINATOR_GRACE_S,
                                               "membership check")
@@ -351,37 +352,6 @@ class Session:
             f"rank {message.rank} on host {hostname} ({host}) was lost: "
             f"{message.reason} (the coordinator's notice)", rank=message.rank,
             host=hostname))
-
-    @property
-    def forced_algorithms(self) -> Mapping[str, str]:
-        """The algorithm forced per collective (ASYNCOLL_ALGORITHM), read at join."""
-        return self.settings.forced_algorithms
-
-    @property
-    def arena_slot_bytes(self) -> int:
-        """Each member's slot in a same-host group's arena (0: no arenas), read at join."""
-        return self.settings.transport.arena_slot_bytes
-
-    @property
-    def arena_sized_to_room(self) -> bool:
-        """Whether an arena's slot is sized to /dev/shm's room, up to arena_slot_bytes."""
-        return self.settings.transport.arena_sized_to_room
-
-    @property
-    def links_bytes(self) -> int:
-        """The largest operation a cross-host group runs over direct links (0: none)."""
-        return self.settings.transport.links_bytes
-
-    @property
-    def tls(self) -> Tls | None:
-        """TLS on every data connection, direct links included (None: off), read at join."""
-        return self.settings.transport.tls
-
-    @property
-    def hierarchy(self) -> bool:
-        """Whether groups spanning hosts use each host's arena (ASYNCOLL_HIERARCHY), read
-        at join."""
-        return self.settings.transport.hierarchy
 
     def run_blocking(self, action: Callable[[], T], lane: int) -> Awaitable[T]:
         """Run ``action`` on ``lane``'s own thread, off the loop; await its result."""

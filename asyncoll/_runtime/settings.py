@@ -1,10 +1,11 @@
 """Everything asyncoll takes from the environment, read once per job (the only reader).
 
-``Settings.from_environment()`` runs when a process joins a job
-(init_process_group, the torch backend's first group, ``testing.run_ranks``):
-a variable changed later affects the next job, never one that is running.
-Bad values are refused there, with the variable and its value named, before
-anything is sent. The layers below get what they need as arguments.
+:func:`settings_at_join` runs when a process joins a job, whichever front door
+it comes through (init_process_group, the torch backend's first group,
+``testing.run_ranks``): a variable changed later affects the next job, never
+one that is running. Bad values are refused there, with the variable and its
+value named, before anything is sent. The layers below get what they need as
+arguments: the transport its TransportSettings, the group layer its GroupPolicy.
 """
 
 from __future__ import annotations
@@ -18,14 +19,13 @@ from types import MappingProxyType
 from asyncoll import _auth
 from asyncoll._algorithms import selection
 from asyncoll._defaults import HEARTBEAT_TIMEOUT_S
+from asyncoll._policy import ARENA_SLOT_BYTES, LINKS_BYTES, GroupPolicy
 from asyncoll._tls import context as tls_context
 from asyncoll._tls.context import Tls
 from asyncoll._transport.shm import arena
 from asyncoll._transport.shm import segment as shm
 from asyncoll._transport.settings import (
-    ARENA_SLOT_BYTES,
     EARLY_LIMIT_BYTES,
-    LINKS_BYTES,
     SHM_MIN_BYTES,
     SHM_RING_BYTES,
     TransportSettings,
@@ -55,8 +55,9 @@ class Settings:
     #: Seconds of silence after which the coordinator declares a member lost
     #: (ASYNCOLL_HEARTBEAT_TIMEOUT).
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT_S
-    #: {collective: algorithm} that ASYNCOLL_ALGORITHM forces.
-    forced_algorithms: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False)
+    #: What the group layer is told (ASYNCOLL_ALGORITHM, ASYNCOLL_ARENA_BYTES,
+    #: ASYNCOLL_LINKS_BYTES, ASYNCOLL_HIERARCHY).
+    policy: GroupPolicy = field(default_factory=GroupPolicy)
     #: What the data plane is told (ASYNCOLL_SHM, ASYNCOLL_SHM_BYTES, ...).
     transport: TransportSettings = TransportSettings()
     #: The name ranks tell which of them share a host by (ASYNCOLL_HOSTNAME; "":
@@ -82,16 +83,26 @@ class Settings:
         """
         token = _auth.token_from_environment(environ)
         tls = tls_from_environment(environ)
+        shared = shm.AVAILABLE and environ.get("ASYNCOLL_SHM", "1") != "0"
         return cls(token=token, tls=tls, heartbeat_timeout=_heartbeat_timeout(environ),
-                   forced_algorithms=MappingProxyType(
-                       selection.parse_forced(environ.get("ASYNCOLL_ALGORITHM", ""))),
-                   transport=_transport(environ, token, tls),
+                   policy=_policy(environ, tls, shared),
+                   transport=_transport(environ, token, tls, shared),
                    hostname=environ.get("ASYNCOLL_HOSTNAME", ""),
                    trace_buffer=_positive(environ, "ASYNCOLL_TRACE_BUFFER", TRACE_BUFFER, 0,
                                           "operations (0 turns the flight recorder off)"),
                    trace_dir=environ.get("ASYNCOLL_TRACE_DIR", ""),
                    trace_stacks=_flag(environ, "ASYNCOLL_TRACE_STACKS"),
                    environment=MappingProxyType(dict(environ)))
+
+
+def settings_at_join() -> Settings:
+    """This process's environment, read for a job it is joining: every front door reads
+    it here, once per join.
+
+    Raises:
+        ConfigurationError: a variable's value is not valid; the message names both.
+    """
+    return Settings.from_environment(os.environ)
 
 
 def _heartbeat_timeout(environ: Mapping[str, str]) -> float:
@@ -118,22 +129,27 @@ def tls_from_environment(environ: Mapping[str, str], listens: bool = True) -> Tl
     return tls_context.load(found, listens=listens) if found is not None else None
 
 
-def _transport(environ: Mapping[str, str], token: bytes | None,
-               tls: Tls | None) -> TransportSettings:
+def _policy(environ: Mapping[str, str], tls: Tls | None, shared: bool) -> GroupPolicy:
+    slot = _positive(environ, "ASYNCOLL_ARENA_BYTES", ARENA_SLOT_BYTES, smallest=0)
+    return GroupPolicy(
+        forced_algorithms=MappingProxyType(
+            selection.parse_forced(environ.get("ASYNCOLL_ALGORITHM", ""))),
+        arena_slot_bytes=slot if shared and arena.supported() else 0,
+        arena_sized_to_room="ASYNCOLL_ARENA_BYTES" not in environ,
+        links_bytes=_positive(environ, "ASYNCOLL_LINKS_BYTES", LINKS_BYTES, smallest=0),
+        hierarchy=environ.get("ASYNCOLL_HIERARCHY", "1") != "0", tls=tls)
+
+
+def _transport(environ: Mapping[str, str], token: bytes | None, tls: Tls | None,
+               shared: bool) -> TransportSettings:
     ring = _positive(environ, "ASYNCOLL_SHM_BYTES", SHM_RING_BYTES)
     if ring < shm.MIN_RING_BYTES:
         raise ConfigurationError(f"ASYNCOLL_SHM_BYTES must be at least {shm.MIN_RING_BYTES}, "
                                  f"got {ring}")
     smallest = _positive(environ, "ASYNCOLL_SHM_MIN_BYTES", SHM_MIN_BYTES)
-    slot = _positive(environ, "ASYNCOLL_ARENA_BYTES", ARENA_SLOT_BYTES, smallest=0)
-    enabled = shm.AVAILABLE and environ.get("ASYNCOLL_SHM", "1") != "0"
     return TransportSettings(
-        token=token, tls=tls, shm_min_bytes=smallest if enabled else 0, shm_ring_bytes=ring,
-        early_limit_bytes=_positive(environ, "ASYNCOLL_MAX_EARLY_BYTES", EARLY_LIMIT_BYTES),
-        arena_slot_bytes=slot if enabled and arena.supported() else 0,
-        arena_sized_to_room="ASYNCOLL_ARENA_BYTES" not in environ,
-        links_bytes=_positive(environ, "ASYNCOLL_LINKS_BYTES", LINKS_BYTES, smallest=0),
-        hierarchy=environ.get("ASYNCOLL_HIERARCHY", "1") != "0")
+        token=token, tls=tls, shm_min_bytes=smallest if shared else 0, shm_ring_bytes=ring,
+        early_limit_bytes=_positive(environ, "ASYNCOLL_MAX_EARLY_BYTES", EARLY_LIMIT_BYTES))
 
 
 def _positive(environ: Mapping[str, str], name: str, default: int, smallest: int = 1,

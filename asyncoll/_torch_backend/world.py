@@ -27,11 +27,10 @@ from asyncoll import aio
 from asyncoll._runtime import hosting
 from asyncoll._runtime.loop import CallbackThread
 from asyncoll._runtime.runtime import Runtime, runtime
-from asyncoll._runtime.settings import Settings
-from asyncoll._runtime.session import Rendezvous
+from asyncoll._runtime.settings import settings_at_join
 from asyncoll.coordinator.server import Coordinator
-from asyncoll._runtime.init_method import COORDINATOR_VARIABLE
-from asyncoll._wire.endpoint import host_literal, split_addresses
+from asyncoll._runtime.init_method import resolve_published, standing_coordinators
+from asyncoll._wire.endpoint import host_literal
 from asyncoll.errors import RendezvousTimeoutError
 
 log = logging.getLogger("asyncoll")
@@ -64,7 +63,7 @@ class TorchWorld:
             ConfigurationError: a bad asyncoll environment variable.
         """
         shared = runtime()
-        settings = Settings.from_environment()
+        settings = settings_at_join()
         coordinator: Coordinator | None = None
         try:
             if rank == 0:
@@ -73,8 +72,7 @@ class TorchWorld:
                     settings.tls))
                 # Standing coordinators named in the environment take the job back
                 # if the embedded one goes (with rank 0's process, say).
-                listed = settings.environment.get(COORDINATOR_VARIABLE, "")
-                fallbacks = split_addresses(listed, COORDINATOR_VARIABLE) if listed else ()
+                fallbacks = standing_coordinators(settings.environment)
                 published = {"host": coordinator.host, "port": coordinator.port,
                              "job": f"torch-{uuid.uuid4().hex}",
                              "fallbacks": [list(a) for a in fallbacks]}
@@ -84,11 +82,10 @@ class TorchWorld:
             if coordinator is not None:
                 shared.run(coordinator.stop())
             raise
-        where = Rendezvous(host=str(address["host"]), port=int(address["port"]),
-                           job=str(address["job"]), world_size=size, rank=rank,
-                           timeout=timeout, may_host=False,
-                           fallbacks=tuple((str(h), int(p)) for h, p in
-                                           address.get("fallbacks", ())))
+        where = resolve_published(str(address["host"]), int(address["port"]),
+                                  str(address["job"]), size, rank, timeout,
+                                  tuple((str(h), int(p)) for h, p in
+                                        address.get("fallbacks", ())))
         # The session stops the coordinator when it closes, or when it fails to join.
         return cls(shared, aio.World(shared.run(shared.join(where, settings, coordinator))))
 

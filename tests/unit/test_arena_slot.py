@@ -29,9 +29,9 @@ def test_a_largest_slot_below_the_floor_is_kept():
 
 
 def test_asyncoll_arena_bytes_sets_the_slot_exactly_and_its_absence_sizes_it_to_room():
-    default = Settings.from_environment({}).transport
+    default = Settings.from_environment({}).policy
     assert default.arena_sized_to_room and default.arena_slot_bytes in (8 * MiB, 0)
-    given = Settings.from_environment({"ASYNCOLL_ARENA_BYTES": str(3 * MiB)}).transport
+    given = Settings.from_environment({"ASYNCOLL_ARENA_BYTES": str(3 * MiB)}).policy
     assert not given.arena_sized_to_room and given.arena_slot_bytes in (3 * MiB, 0)
 
 

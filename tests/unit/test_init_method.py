@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from asyncoll._runtime.init_method import resolve
+from asyncoll._runtime.init_method import resolve, resolve_published, standing_coordinators
 from asyncoll.errors import ConfigurationError
 
 pytestmark = pytest.mark.timeout(60)
@@ -92,3 +92,19 @@ def test_bad_asyncoll_coordinator_variable_is_named():
                        match="ASYNCOLL_COORDINATOR='host-without-port' must be HOST:PORT"):
         resolve(None, "env://", -1, -1, 5.0, None,
                 environ={**ENV, "ASYNCOLL_COORDINATOR": "host-without-port"})
+
+
+def test_standing_coordinators_are_read_in_order_and_none_when_unset():
+    environ = {"ASYNCOLL_COORDINATOR": "10.0.0.1:4100,[::1]:4101"}
+    assert standing_coordinators(environ) == (("10.0.0.1", 4100), ("::1", 4101))
+    assert standing_coordinators({}) == standing_coordinators({"ASYNCOLL_COORDINATOR": ""}) == ()
+
+
+def test_a_published_coordinator_is_joined_with_its_fallbacks_and_never_hosted():
+    where = resolve_published("10.0.0.1", 4100, "torch-1", 2, 0, 5.0, (("10.0.0.2", 4101),))
+    assert (where.host, where.port, where.job, where.world_size, where.rank) == (
+        "10.0.0.1", 4100, "torch-1", 2, 0)
+    assert where.fallbacks == (("10.0.0.2", 4101),)
+    assert not where.may_host and where.bounds == (False, 0, 0)
+    with pytest.raises(ConfigurationError, match="rank 2 is out of range for world size 2"):
+        resolve_published("10.0.0.1", 4100, "torch-1", 2, 2, 5.0, ())

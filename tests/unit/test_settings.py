@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from asyncoll._policy import LINKS_BYTES, GroupPolicy
 from asyncoll._runtime.settings import Settings
 from asyncoll._defaults import HEARTBEAT_TIMEOUT_S
 from asyncoll._transport.shm import segment as shm
@@ -21,7 +22,7 @@ def test_an_empty_environment_gives_the_defaults():
 
     assert settings.token is None
     assert settings.heartbeat_timeout == HEARTBEAT_TIMEOUT_S
-    assert dict(settings.forced_algorithms) == {}
+    assert dict(settings.policy.forced_algorithms) == {}
     assert settings.transport == TransportSettings(
         shm_min_bytes=SHM_MIN_BYTES if shm.AVAILABLE else 0, shm_ring_bytes=SHM_RING_BYTES,
         early_limit_bytes=EARLY_LIMIT_BYTES)
@@ -37,11 +38,22 @@ def test_every_variable_is_read():
     assert settings.token == b"s3cret"
     assert settings.transport.token == b"s3cret"
     assert settings.heartbeat_timeout == 2.5
-    assert dict(settings.forced_algorithms) == {"all_reduce": "ring"}
+    assert dict(settings.policy.forced_algorithms) == {"all_reduce": "ring"}
     assert settings.transport.shm_ring_bytes == 8192
     assert settings.transport.shm_min_bytes == (1 if shm.AVAILABLE else 0)
     assert settings.transport.early_limit_bytes == 1000
     assert settings.environment["MASTER_ADDR"] == "10.0.0.1"
+
+
+def test_the_group_policy_is_read_apart_from_the_transport():
+    default = Settings.from_environment({}).policy
+    given = Settings.from_environment({"ASYNCOLL_LINKS_BYTES": "0", "ASYNCOLL_HIERARCHY": "0"})
+
+    assert (default.links_bytes, default.hierarchy) == (LINKS_BYTES, True)
+    assert (given.policy.links_bytes, given.policy.hierarchy) == (0, False)
+    assert not hasattr(given.transport, "links_bytes")
+    assert Settings().policy == GroupPolicy()
+    assert Settings.from_environment({"ASYNCOLL_SHM": "0"}).policy.arena_slot_bytes == 0
 
 
 def test_shared_memory_off_sends_nothing_through_it():
