@@ -5,6 +5,7 @@ Plain data that :mod:`asyncoll._rendezvous.state` decides on.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from asyncoll._rendezvous.stragglers import Arrivals, Clock, Doing
@@ -15,6 +16,8 @@ from asyncoll._wire.messages import Error, Join, Message, PeerInfo, Rejoin
 MEMBER_LINES_UP_TO = 64
 #: Most ranges a list of ranks is written out with in a message or a log line.
 RANGES_SHOWN = 16
+
+log = logging.getLogger("asyncoll.coordinator")
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,3 +185,8 @@ def members_text(members: list[Member]) -> str:
     if len(by_host) > RANGES_SHOWN:
         words.append(f"and {len(by_host) - RANGES_SHOWN} more hosts")
     return "; ".join(words)
+
+
+def member_level(job: Job) -> int:
+    """The level of a line about one member: debug in a job too large to log each."""
+    return logging.INFO if job.world_size <= MEMBER_LINES_UP_TO else logging.DEBUG
