@@ -28,18 +28,10 @@ from functools import lru_cache
 
 from asyncoll._rendezvous.departures import Departures
 from asyncoll._rendezvous.elastic import Elasticity
-from asyncoll._rendezvous.records import (
-    Job,
-    Member,
-    Rejoining,
-    Reply,
-    error,
-    log,
-    member_level,
-    ranks_text,
-)
+from asyncoll._rendezvous.records import Job, Member, Rejoining, Reply, error
 from asyncoll._rendezvous.registry import Registry
 from asyncoll._rendezvous.tally import Tally
+from asyncoll._rendezvous.words import log, member_level, ranks_text
 from asyncoll._wire.compact import unpack_runs
 from asyncoll._wire.messages import Adopted, PeerInfo, Rejoin
 from asyncoll.errors import ProtocolError

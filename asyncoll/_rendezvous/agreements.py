@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from asyncoll._rendezvous.records import Gathering, Job, Reply, error, log, ranks_text
+from asyncoll._rendezvous.records import Gathering, Job, Reply, error
 from asyncoll._rendezvous.tally import Tally
+from asyncoll._rendezvous.words import log, ranks_text
 from asyncoll._wire.compact import pack_runs, runs_count, unpack_runs
 from asyncoll._wire.messages import Barrier, GroupCreated, NewGroup, Ok
 from asyncoll.errors import ProtocolError, timed_out_words

@@ -11,9 +11,10 @@ import logging
 from asyncoll._rendezvous.agreements import Agreements
 from asyncoll._rendezvous.elastic import Elasticity
 from asyncoll._rendezvous.leaves import answer_leaves, held
-from asyncoll._rendezvous.records import Job, Reply, error, log, member_level
+from asyncoll._rendezvous.records import Job, Reply, error
 from asyncoll._rendezvous.registry import Registry
 from asyncoll._rendezvous.tally import Tally
+from asyncoll._rendezvous.words import log, member_level
 from asyncoll._wire.messages import MemberGone, Ok
 
 

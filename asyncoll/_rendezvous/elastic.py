@@ -9,20 +9,10 @@ from __future__ import annotations
 
 from asyncoll._rendezvous.directory import directory_of
 from asyncoll._rendezvous.leaves import answer_leaves
-from asyncoll._rendezvous.records import (
-    Gathering,
-    Job,
-    Member,
-    Reply,
-    Waiter,
-    error,
-    log,
-    member_level,
-    members_text,
-    ranks_text,
-)
+from asyncoll._rendezvous.records import Gathering, Job, Member, Reply, Waiter, error
 from asyncoll._rendezvous.registry import Registry
 from asyncoll._rendezvous.stragglers import Arrivals
+from asyncoll._rendezvous.words import log, member_level, members_text, ranks_text
 from asyncoll._wire.messages import (
     CheckMembership,
     Join,

@@ -8,20 +8,11 @@ from __future__ import annotations
 
 from asyncoll._rendezvous.directory import directory_of
 from asyncoll._rendezvous.elastic import Elasticity
-from asyncoll._rendezvous.records import (
-    Job,
-    Member,
-    Reply,
-    Waiter,
-    error,
-    log,
-    member_level,
-    members_text,
-    ranks_text,
-)
+from asyncoll._rendezvous.records import Job, Member, Reply, Waiter, error
 from asyncoll._rendezvous.registry import Registry
 from asyncoll._rendezvous.tally import Tally
 from asyncoll._rendezvous.waiting import missing_text
+from asyncoll._rendezvous.words import log, member_level, members_text, ranks_text
 from asyncoll._wire.messages import Join, PeerInfo
 
 #: How stale the line on who is missing from a rendezvous may be, in seconds.

@@ -56,9 +56,10 @@ from asyncoll._rendezvous.leaves import (
     announce_leaves,
     leave_notice_interval,
 )
-from asyncoll._rendezvous.records import Job, Reply, error, log
+from asyncoll._rendezvous.records import Job, Reply, error
 from asyncoll._rendezvous.registry import Registry, member_rank
 from asyncoll._rendezvous.tally import Tally
+from asyncoll._rendezvous.words import log
 from asyncoll._wire import messages as wire
 
 # The constants are defined in the modules that read them (patch them there), and
