@@ -26,27 +26,38 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from asyncoll._rendezvous.base import log, member_level, version_refusal
 from asyncoll._rendezvous.departures import Departures
-from asyncoll._rendezvous.records import (
-    Job,
-    Member,
-    Rejoining,
-    Reply,
-    error,
-    ranks_text,
-)
+from asyncoll._rendezvous.elastic import Elasticity
+from asyncoll._rendezvous.records import Job, Member, Rejoining, Reply, error
+from asyncoll._rendezvous.registry import Registry
+from asyncoll._rendezvous.tally import Tally
+from asyncoll._rendezvous.words import log, member_level, ranks_text
 from asyncoll._wire.compact import unpack_runs
-from asyncoll._wire.messages import Adopted, MembersPending, PeerInfo, Rejoin
+from asyncoll._wire.messages import Adopted, PeerInfo, Rejoin
 from asyncoll.errors import ProtocolError
 
 
-class Adoption(Departures):
-    """Re-registrations with a restarted coordinator, and the adoption they complete."""
+class Adoption:
+    """Re-registrations with a restarted coordinator, and the adoption they complete.
 
-    def _rejoin(self, conn: int, request_id: int, msg: Rejoin, now: float) -> list[Reply]:
+    Args:
+        registry: the coordinator's jobs and connections.
+        elasticity: tells an adopted job's members of the processes pending.
+        departures: loses the ranks that did not re-register in time.
+        tally: where adopted jobs are counted.
+    """
+
+    def __init__(self, registry: Registry, elasticity: Elasticity, departures: Departures,
+                 tally: Tally) -> None:
+        self._registry = registry
+        self._elasticity = elasticity
+        self._departures = departures
+        self._tally = tally
+
+    def rejoin(self, conn: int, request_id: int, msg: Rejoin, now: float) -> list[Reply]:
+        """A member of a job re-registers: refused, waiting for adoption, or adopted."""
         refusal = self._refuse_rejoin(conn, msg)
-        job = self._jobs.get(msg.job)
+        job = self._registry.newest(msg.job)
         if refusal is None and job is not None and job.running:
             return self._rejoin_running(job, conn, request_id, msg)
         if refusal is None and (job is None or not job.adopting):
@@ -63,11 +74,11 @@ class Adoption(Departures):
         if earlier is not None:
             # The same process again, on a new connection (it gave up waiting
             # on the old one): the old connection's end must not count.
-            self._conn_job.pop(earlier.conn, None)
+            self._registry.detach(earlier.conn)
             job.conn_rank.pop(earlier.conn, None)
         job.rejoins[msg.rank] = Rejoining(conn, request_id, msg)
         job.conn_rank[conn] = msg.rank
-        self._conn_job[conn] = job
+        self._registry.attach(conn, job)
         gone = _unpacked(msg.gone)
         job.known_gone.update(gone)
         for group in msg.groups:
@@ -85,11 +96,9 @@ class Adoption(Departures):
         return []
 
     def _refuse_rejoin(self, conn: int, msg: Rejoin) -> tuple[str, str] | None:
-        refusal = version_refusal(msg.version)
+        refusal = self._registry.refuse_first(conn, msg.version)
         if refusal is not None:
             return refusal
-        if conn in self._conn_job:
-            return ("protocol", "this connection has already joined or re-registered")
         if not msg.job or msg.world_size < 1 or not 0 <= msg.rank < msg.world_size or min(
                 msg.generation, msg.new_group_calls, msg.checks, msg.epoch) < 0:
             return ("protocol", f"malformed re-registration: job {msg.job!r}, rank {msg.rank} "
@@ -123,7 +132,7 @@ class Adoption(Departures):
                        directory_digest=msg.directory_digest)
         adopting.groups[0] = tuple(range(msg.world_size))
         adopting.adopt_by = now + msg.heartbeat_timeout
-        self._jobs[msg.job] = adopting
+        self._registry.add(adopting)
         log.warning("job %r: rank %d re-registered with this coordinator: taking the job "
                     "back (%d ranks, generation %d), for up to %g s", msg.job, msg.rank,
                     msg.world_size, msg.generation, msg.heartbeat_timeout)
@@ -133,7 +142,7 @@ class Adoption(Departures):
             for waiter in job.waiting.values():
                 waiter.deadline = now + waiter.join.timeout
                 adopting.pending[waiter.conn] = waiter
-                self._conn_job[waiter.conn] = adopting
+                self._registry.attach(waiter.conn, adopting)
         return adopting
 
     @staticmethod
@@ -142,7 +151,7 @@ class Adoption(Departures):
         rejoined_gone = sum(1 for rank in job.known_gone if rank in job.rejoins)
         return job.world_size - len(job.known_gone) - (len(job.rejoins) - rejoined_gone)
 
-    def _adoption_due(self, job: Job, now: float) -> list[Reply]:
+    def due(self, job: Job, now: float) -> list[Reply]:
         """At the grace's end, adopt the job with a majority of its expected ranks."""
         if now < job.adopt_by:
             return []
@@ -155,11 +164,11 @@ class Adoption(Departures):
         replies: list[Reply] = []
         for rank in sorted(job.known_gone & job.rejoins.keys()):
             entry = job.rejoins.pop(rank)
-            self._conn_job.pop(entry.conn, None)
+            self._registry.detach(entry.conn)
             job.conn_rank.pop(entry.conn, None)
             replies.append(error(entry.conn, entry.request_id, "excluded", _gone_text(job, rank)))
         if not job.rejoins:
-            self._forget(job)
+            self._registry.forget(job)
             return replies
         for rank, entry in job.rejoins.items():
             msg = entry.rejoin
@@ -180,16 +189,14 @@ class Adoption(Departures):
         job.rejoins.clear()
         log.info("adopted job %r: %d members, generation %d", job.name, adopted.members,
                  job.generation)
-        self.tally.jobs_adopted += 1
+        self._tally.jobs_adopted += 1
         lost = [rank for rank in absent if rank not in job.known_gone]
         job.departed.update(rank for rank in absent if rank in job.known_gone)
         for rank in lost:
-            replies += self._depart(job, rank, -1, "was lost: it did not re-register with the "
+            replies += self._departures.depart(job, rank, -1, "was lost: it did not re-register with the "
                                     f"restarted coordinator within {grace:g} s", now)
         if job.pending and job.running:
-            job.epoch += 1
-            notice = MembersPending(pending=len(job.pending), epoch=job.epoch)
-            replies += [Reply(job.members[r].conn, 0, notice) for r in job.live()]
+            replies += self._elasticity.tell_pending(job)
         return replies
 
     def _rejoin_running(self, job: Job, conn: int, request_id: int,
@@ -205,15 +212,15 @@ class Adoption(Departures):
                     "cannot be taken back here; give each job its own id (ASYNCOLL_JOB_ID)")
             return [error(conn, request_id, "rendezvous", text)]
         # The same member again, on a new connection: the old one's end must not count.
-        self._conn_job.pop(member.conn, None)
+        self._registry.detach(member.conn)
         job.conn_rank.pop(member.conn, None)
         member.conn = conn
         job.conn_rank[conn] = msg.rank
-        self._conn_job[conn] = job
+        self._registry.attach(conn, job)
         return [Reply(conn, request_id, Adopted(generation=job.generation,
                                                 members=len(job.live())))]
 
-    def _drop_rejoin(self, job: Job, conn: int) -> None:
+    def drop_rejoin(self, job: Job, conn: int) -> None:
         """Re-registered connection ``conn`` closed before adoption: its rank is missing again."""
         rank = job.conn_rank.pop(conn, None)
         if rank is not None and job.rejoins.get(rank, None) is not None:
@@ -221,8 +228,8 @@ class Adoption(Departures):
         job.pending.pop(conn, None)
         if not job.rejoins:
             for waiter in job.pending.values():
-                self._conn_job.pop(waiter.conn, None)
-            self._forget(job)
+                self._registry.detach(waiter.conn)
+            self._registry.forget(job)
 
 
 def _disagreement(job: Job, msg: Rejoin) -> tuple[str, str] | None:

@@ -8,18 +8,27 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from asyncoll._rendezvous.base import StateBase, log
-from asyncoll._rendezvous.records import Gathering, Job, Reply, error, ranks_text
+from asyncoll._rendezvous.records import Gathering, Job, Reply, error
+from asyncoll._rendezvous.tally import Tally
+from asyncoll._rendezvous.words import log, ranks_text
 from asyncoll._wire.compact import pack_runs, runs_count, unpack_runs
 from asyncoll._wire.messages import Barrier, GroupCreated, NewGroup, Ok
-from asyncoll.errors import ProtocolError
+from asyncoll.errors import ProtocolError, timed_out_words
 
 
-class Agreements(StateBase):
-    """new_group and barrier requests."""
+class Agreements:
+    """new_group and barrier requests, and the end of agreements that cannot complete.
 
-    def _new_group(self, job: Job, rank: int, conn: int, request_id: int, msg: NewGroup,
-                   now: float) -> list[Reply]:
+    Args:
+        tally: where created groups and disagreements are counted.
+    """
+
+    def __init__(self, tally: Tally) -> None:
+        self._tally = tally
+
+    def new_group(self, job: Job, rank: int, conn: int, request_id: int, msg: NewGroup,
+                  now: float) -> list[Reply]:
+        """Rank ``rank``'s new_group call; the group is created once every rank called it."""
         refusal = _group_refusal(msg.runs, job.world_size)
         if refusal is not None:
             return [error(conn, request_id, "configuration", refusal)]
@@ -48,19 +57,20 @@ class Agreements(StateBase):
                     f"members ({detail}); every rank must call new_group with the same ranks "
                     "in the same order")
             log.warning("%s", text)
-            self.tally.desyncs += 1
+            self._tally.desyncs += 1
             return [error(c, r, "mismatch", text) for c, r, _ in gathering.arrivals.values()]
         (runs,) = proposals
         group_id = call + 1
         job.groups[group_id] = unpack_runs(runs)
-        self.tally.new_group(now - gathering.started)
+        self._tally.new_group(now - gathering.started)
         log.info("job %r: group %d created with ranks %s", job.name, group_id,
                  _ranks_words(runs))
         created = GroupCreated(group_id=group_id, runs=runs)
         return [Reply(c, r, created) for c, r, _ in gathering.arrivals.values()]
 
-    def _barrier(self, job: Job, rank: int, conn: int, request_id: int, msg: Barrier,
-                 now: float) -> list[Reply]:
+    def barrier(self, job: Job, rank: int, conn: int, request_id: int, msg: Barrier,
+                now: float) -> list[Reply]:
+        """Rank ``rank`` arrives at a barrier; all pass once every member of its group has."""
         done = job.adopted_barriers.get(msg.group_id)
         if done is not None and msg.seq <= done:
             # Sent again after an adoption: the other members completed it then.
@@ -115,6 +125,33 @@ class Agreements(StateBase):
         text = f"{gathering.what} in job {job.name!r} cannot complete: {who} already left the job"
 
         return [error(c, r, "peer_lost", text) for c, r, _ in gathering.arrivals.values()]
+
+    @staticmethod
+    def broken_by(job: Job, key: tuple[object, ...], gathering: Gathering, rank: int,
+                  hostname: str, how: str) -> list[Reply]:
+        """Rank ``rank``, on ``hostname``, went (``how``): fail ``gathering`` if it still
+        waits for it."""
+        if rank not in gathering.expected or rank in gathering.arrivals:
+            return []
+        del job.gatherings[key]
+        text = (f"{gathering.what} in job {job.name!r} cannot complete: rank {rank} "
+                f"on {hostname} {how} before calling it")
+        return [error(c, r, "peer_lost", text) for c, r, _ in gathering.arrivals.values()]
+
+    @staticmethod
+    def time_out(job: Job, key: tuple[object, ...], gathering: Gathering,
+                 now: float) -> list[Reply]:
+        """``gathering``'s deadline passed: fail it on every rank that arrived."""
+        del job.gatherings[key]
+        missing = gathering.expected - gathering.arrivals.keys()
+        text = (f"{gathering.what} in job {job.name!r} timed out after "
+                f"{now - gathering.started:.1f} s: ranks {ranks_text(missing)} "
+                f"did not arrive (ranks {ranks_text(gathering.arrivals)} did). "
+                f"{timed_out_words(gathering.deadline - gathering.started)}")
+        log.warning("%s", text)
+        return [error(c, r, gathering.timeout_code, text)
+                for c, r, _ in gathering.arrivals.values()]
+
 
 def _ranks_words(runs: tuple[int, ...]) -> str:
     """A group's ranks in words, short however large the group."""

@@ -52,6 +52,12 @@ class Directory:
                        generation=self._generation, ports=ports)
 
 
+def directory_of(job: Job, ports_up_to: int) -> Directory:
+    """The directory of ``job``'s membership now, for its Welcomes."""
+    return Directory([job.members[r] for r in range(job.world_size)], job.generation,
+                     ports_up_to)
+
+
 def answer_lookup(job: Job, conn: int, request_id: int, lookup: Lookup) -> Reply:
     """The address of the rank that ``lookup`` asks for, or why there is none."""
     member = job.members.get(lookup.rank) if lookup.generation == job.generation else None

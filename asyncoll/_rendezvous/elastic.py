@@ -7,52 +7,73 @@ gets a Welcome with the new directory (see :mod:`asyncoll._rendezvous.state`).
 
 from __future__ import annotations
 
-from asyncoll._rendezvous.base import StateBase, log, member_level
+from asyncoll._rendezvous.directory import directory_of
+from asyncoll._rendezvous.leaves import answer_leaves
+from asyncoll._rendezvous.records import Gathering, Job, Member, Reply, Waiter, error
+from asyncoll._rendezvous.registry import Registry
 from asyncoll._rendezvous.stragglers import Arrivals
-from asyncoll._rendezvous.records import (
-    Gathering,
-    Job,
-    Member,
-    Reply,
-    Waiter,
-    error,
-    members_text,
-    ranks_text,
-)
+from asyncoll._rendezvous.words import log, member_level, members_text, ranks_text
 from asyncoll._wire.messages import (
     CheckMembership,
     Join,
-    MembersPending,
     MembershipState,
+    MembersPending,
     PeerInfo,
     Reconfigure,
 )
 
 
-class ElasticMembership(StateBase):
-    """Pending joins, membership checks and reconfigures of elastic jobs."""
+class Elasticity:
+    """Pending joins, membership checks and reconfigures of elastic jobs.
 
-    def _join_pending(self, job: Job, conn: int, request_id: int, join: Join,
+    Args:
+        registry: the coordinator's jobs and connections; members a reconfigure goes on
+            without are excluded there.
+        ports_up_to: the largest membership whose Welcome lists every port.
+    """
+
+    def __init__(self, registry: Registry, ports_up_to: int) -> None:
+        self._registry = registry
+        self._ports_up_to = ports_up_to
+
+    def admit_pending(self, job: Job, conn: int, request_id: int, join: Join, order: int,
                       now: float) -> list[Reply]:
-        self._joins += 1
-        job.pending[conn] = Waiter(conn, request_id, join, self._joins, now + join.timeout)
-        self._conn_job[conn] = job
-        log.log(member_level(job), "job %r: peer from %s (pid %d) is pending, to be admitted "
-                "at the next reconfigure; %d pending", job.name, join.hostname, join.pid,
-                len(job.pending))
+        """Hold ``join`` (the ``order``-th) to running elastic ``job`` for its next
+        reconfigure, and tell the members."""
+        job.pending[conn] = Waiter(conn, request_id, join, order, now + join.timeout)
+        self._registry.attach(conn, job)
+        log.log(member_level(job), "job %r: peer from %s (pid %d) is pending, to be "
+                "admitted at the next reconfigure; %d pending", job.name, join.hostname,
+                join.pid, len(job.pending))
+        return self.tell_pending(job) + self.settle_reconfigure(job, now)
+
+    @staticmethod
+    def tell_pending(job: Job) -> list[Reply]:
+        """Tell ``job``'s live members how many processes are pending now."""
         job.epoch += 1
         notice = MembersPending(pending=len(job.pending), epoch=job.epoch)
-        return [Reply(job.members[r].conn, 0, notice) for r in job.live()
-                ] + self._settle_reconfigure(job, now)
+        return [Reply(job.members[r].conn, 0, notice) for r in job.live()]
 
-    def _expire_pending(self, job: Job, now: float) -> list[Reply]:
+    @staticmethod
+    def drop_pending(job: Job, conn: int) -> bool:
+        """Pending connection ``conn`` closed: whether it was pending in ``job``."""
+        pending = job.pending.pop(conn, None)
+        if pending is None:
+            return False
+        log.log(member_level(job), "job %r: pending peer from %s (pid %d) "
+                "disconnected; it leaves no trace", job.name, pending.join.hostname,
+                pending.join.pid)
+        return True
+
+    def expire_pending(self, job: Job, now: float) -> list[Reply]:
+        """Refuse the pending peers of ``job`` whose own deadline has passed."""
         replies = []
         for conn, waiter in list(job.pending.items()):
             if now < waiter.deadline:
                 continue
             del job.pending[conn]
             job.epoch += 1
-            self._conn_job.pop(conn, None)
+            self._registry.detach(conn)
             text = (f"job {job.name!r} did not admit this process within "
                     f"{waiter.join.timeout:g} s: its members did not call reconfigure() "
                     "(it leaves no trace in the job; try again later)")
@@ -61,8 +82,10 @@ class ElasticMembership(StateBase):
             replies.append(error(conn, waiter.request_id, "rendezvous_timeout", text))
         return replies
 
-    def _check_membership(self, job: Job, rank: int, conn: int, request_id: int,
-                          msg: CheckMembership, now: float) -> list[Reply]:
+    def check_membership(self, job: Job, rank: int, conn: int, request_id: int,
+                         msg: CheckMembership, now: float) -> list[Reply]:
+        """Rank ``rank`` asks whether the membership changed; answered once all live
+        members asked."""
         call = job.checks.get(rank, 0)
         job.checks[rank] = call + 1
         if call < job.adopted_checks:
@@ -75,10 +98,11 @@ class ElasticMembership(StateBase):
                                   now + msg.timeout, now, "timeout")
             job.gatherings[key] = gathering
         gathering.arrivals[rank] = (conn, request_id, None)
-        return self._settle_check(job, key, gathering)
+        return self.settle_check(job, key, gathering)
 
-    def _settle_check(self, job: Job, key: tuple[object, ...],
-                      gathering: Gathering) -> list[Reply]:
+    def settle_check(self, job: Job, key: tuple[object, ...],
+                     gathering: Gathering) -> list[Reply]:
+        """Answer membership check ``gathering`` if every live member has answered."""
         # A member that has begun to reconfigure answered for itself: members
         # can part at a check when one met a loss in it that another did not
         # (it went on, and meets the loss next), and all must meet again.
@@ -99,8 +123,9 @@ class ElasticMembership(StateBase):
         return [Reply(c, r, answer) for rank, (c, r, _) in gathering.arrivals.items()
                 if rank not in job.departed]
 
-    def _reconfigure(self, job: Job, rank: int, conn: int, request_id: int, msg: Reconfigure,
-                     now: float) -> list[Reply]:
+    def reconfigure(self, job: Job, rank: int, conn: int, request_id: int, msg: Reconfigure,
+                    now: float) -> list[Reply]:
+        """Rank ``rank`` calls reconfigure, which starts the next generation once it can."""
         if not job.elastic:
             return [error(conn, request_id, "configuration",
                           f"job {job.name!r} is not elastic: start every process with "
@@ -121,17 +146,17 @@ class ElasticMembership(StateBase):
         replies = []
         for check_key, check in list(job.gatherings.items()):
             if check_key[0] == "check":
-                replies += self._settle_check(job, check_key, check)
-        return replies + self._settle_reconfigure(job, now)
+                replies += self.settle_check(job, check_key, check)
+        return replies + self.settle_reconfigure(job, now)
 
-    def _settle_reconfigure(self, job: Job, now: float, final: bool = False) -> list[Reply]:
+    def settle_reconfigure(self, job: Job, now: float, final: bool = False) -> list[Reply]:
         """Complete the reconfigure if it can (at its deadline, ``final``, if it ever can)."""
         key = ("reconfigure", job.generation)
         gathering = job.gatherings.get(key)
         if gathering is None:
             return []
         if not final and len(gathering.arrivals) < gathering.still_expected(job.departed):
-            return []  # counted first, as in _settle_check
+            return []  # counted first, as in settle_check
         live = set(job.live())
         if not final and not (gathering.expected & live) <= gathering.arrivals.keys():
             return []
@@ -165,8 +190,7 @@ class ElasticMembership(StateBase):
                     f"{gathering.deadline - gathering.started:g} s, and the job went on "
                     f"without it (generation {old + 1}); this process is no longer a member: "
                     "leave, and join again with init_process_group(elastic=True)")
-            self._excluded[member.conn] = text
-            self._conn_job.pop(member.conn, None)
+            self._registry.exclude(member.conn, text)
             # Told at once, so that its next call of any kind fails with this,
             # not only its next request to the coordinator.
             replies.append(error(member.conn, 0, "excluded", text))
@@ -207,8 +231,8 @@ class ElasticMembership(StateBase):
         log.info("job %r: generation %d: %d members (%s): %s", job.name, job.generation,
                  job.world_size, "; ".join(c for c in changes if c) or "no change",
                  members_text(everyone))
-        directory = self._directory(job)
-        replies += self._answer_leaves(job)  # the Welcome tells the new membership
+        directory = directory_of(job, self._ports_up_to)
+        replies += answer_leaves(job)  # the Welcome tells the new membership
         answers = {job.members[new].conn: gathering.arrivals[old_rank][1]
                    for new, old_rank in enumerate(members)}
         answers.update({w.conn: w.request_id for w in newcomers})

@@ -8,8 +8,9 @@ others have waited on for seconds, and each group's straggler.
 
 from __future__ import annotations
 
-from asyncoll._rendezvous.records import Job, ranks_text
+from asyncoll._rendezvous.records import Job
 from asyncoll._rendezvous.stragglers import SAMPLES_PER_HEARTBEAT, Doing
+from asyncoll._rendezvous.words import ranks_text
 from asyncoll._wire.messages import Heartbeat
 
 #: A rank that waits this long in an operation others are behind on is shown.

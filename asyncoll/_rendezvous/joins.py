@@ -6,52 +6,65 @@ becomes pending; a rendezvous that is not complete by its deadline fails.
 
 from __future__ import annotations
 
-from asyncoll._rendezvous.base import log, member_level, version_refusal
-from asyncoll._rendezvous.elastic import ElasticMembership
-from asyncoll._rendezvous.records import (
-    Job,
-    Member,
-    Reply,
-    Waiter,
-    error,
-    members_text,
-    ranks_text,
-)
+from asyncoll._rendezvous.directory import directory_of
+from asyncoll._rendezvous.elastic import Elasticity
+from asyncoll._rendezvous.records import Job, Member, Reply, Waiter, error
+from asyncoll._rendezvous.registry import Registry
+from asyncoll._rendezvous.tally import Tally
 from asyncoll._rendezvous.waiting import missing_text
+from asyncoll._rendezvous.words import log, member_level, members_text, ranks_text
 from asyncoll._wire.messages import Join, PeerInfo
 
 #: How stale the line on who is missing from a rendezvous may be, in seconds.
 MISSING_LINE_EVERY_S = 1.0
 
 
-# On ElasticMembership: a join to a running elastic job makes the peer pending.
-class Joins(ElasticMembership):
-    """Joins, and the rendezvous they make up."""
+class Rendezvous:
+    """Joins, and the rendezvous they make up.
 
-    def _join(self, conn: int, request_id: int, join: Join, now: float) -> list[Reply]:
+    Args:
+        registry: the coordinator's jobs and connections.
+        elasticity: holds a join to a running elastic job as pending.
+        tally: where completed rendezvous are timed.
+        ports_up_to: the largest membership whose Welcome lists every port.
+    """
+
+    def __init__(self, registry: Registry, elasticity: Elasticity, tally: Tally,
+                 ports_up_to: int) -> None:
+        self._registry = registry
+        self._elasticity = elasticity
+        self._tally = tally
+        self._ports_up_to = ports_up_to
+        # Joins so far: each waiting or pending peer's order.
+        self._joins = 0
+
+    def join(self, conn: int, request_id: int, join: Join, now: float) -> list[Reply]:
+        """A peer on connection ``conn`` joins: refused, waiting, welcomed or pending."""
         refusal = self._refuse_join(conn, join)
         if refusal is not None:
             log.warning("job %r: refused a peer from %s (pid %d): %s", join.job, join.hostname,
                         join.pid, refusal[1])
             return [error(conn, request_id, *refusal)]
-        job = self._jobs.get(join.job)
+        job = self._registry.newest(join.job)
         if job is not None and (job.running or job.adopting) and job.elastic:
-            return self._join_pending(job, conn, request_id, join, now)
+            self._joins += 1
+            return self._elasticity.admit_pending(job, conn, request_id, join, self._joins,
+                                                  now)
         if job is not None and job.running:
             # Its members have begun to leave (or _refuse_join would have said
             # no): this join starts the job's next generation.
-            self._retired.append(job)
+            self._registry.retire(job)
             job = None
         if job is None:
             job = Job(join.job, join.world_size, now + join.timeout, now,
                       join.heartbeat_timeout, elastic=bool(join.elastic),
                       min_size=join.min_size, max_size=join.max_size)
-            self._jobs[join.job] = job
+            self._registry.add(job)
         self._joins += 1
         job.waiting[conn] = waiter = Waiter(conn, request_id, join, self._joins)
         if join.rank >= 0:
             job.requested[join.rank] = waiter
-        self._conn_job[conn] = job
+        self._registry.attach(conn, job)
         wanted = "any rank" if join.rank < 0 else f"rank {join.rank}"
         log.log(member_level(job), "job %r: peer from %s (pid %d) joined asking for %s; "
                 "%d of %d present", job.name, join.hostname, join.pid, wanted,
@@ -61,11 +74,9 @@ class Joins(ElasticMembership):
         return self._complete(job, now)
 
     def _refuse_join(self, conn: int, join: Join) -> tuple[str, str] | None:
-        refusal = version_refusal(join.version)
+        refusal = self._registry.refuse_first(conn, join.version)
         if refusal is not None:
             return refusal
-        if conn in self._conn_job:
-            return ("protocol", "this connection has already joined a job")
         if join.world_size < 1:
             return ("configuration", f"world size must be at least 1, got {join.world_size}")
         if join.rank >= join.world_size or join.rank < -1:
@@ -78,7 +89,7 @@ class Joins(ElasticMembership):
             return ("configuration", f"an elastic job needs 0 <= min_size <= world_size <= "
                                      f"max_size (0: no bound), got min_size {join.min_size}, "
                                      f"world_size {join.world_size}, max_size {join.max_size}")
-        job = self._jobs.get(join.job)
+        job = self._registry.newest(join.job)
         if job is None:
             return None
         if job.adopting and not (job.elastic and join.elastic):
@@ -130,7 +141,7 @@ class Joins(ElasticMembership):
                                         j.pid)
             job.conn_rank[waiter.conn] = rank
         everyone = [job.members[r] for r in range(job.world_size)]
-        directory = self._directory(job)
+        directory = directory_of(job, self._ports_up_to)
         replies = [Reply(w.conn, w.request_id, directory.welcome(ranks[w.conn]))
                    for w in job.waiting.values()]
         job.waiting.clear()
@@ -138,14 +149,14 @@ class Joins(ElasticMembership):
         job.running = True
         job.running_since = job.heartbeats_due = now
         job.groups[0] = tuple(range(job.world_size))
-        self.tally.rendezvous(now - job.started)
+        self._tally.rendezvous(now - job.started)
         log.info("job %r: rendezvous complete with %d ranks: %s", job.name, job.world_size,
                  members_text(everyone))
         return replies
 
-    def _missing(self, name: str, now: float) -> str:
+    def missing(self, name: str, now: float) -> str:
         """Who job ``name`` waits for, in a line; made anew at most once a second."""
-        job = self._jobs.get(name)
+        job = self._registry.newest(name)
         if job is None or job.running:
             return ""
         made_of, made_at, line = job.missing
@@ -158,7 +169,8 @@ class Joins(ElasticMembership):
             job.missing = (now_of, now, line)
         return line
 
-    def _expire_rendezvous(self, job: Job, now: float) -> list[Reply]:
+    def expire(self, job: Job, now: float) -> list[Reply]:
+        """Fail waiting ``job``'s rendezvous: its deadline has passed."""
         requested = sorted(w.join.rank for w in job.waiting.values() if w.join.rank >= 0)
         unranked = sum(1 for w in job.waiting.values() if w.join.rank < 0)
         missing = job.world_size - len(job.waiting)
@@ -172,6 +184,17 @@ class Joins(ElasticMembership):
         replies = [error(w.conn, w.request_id, "rendezvous_timeout", text)
                    for w in job.waiting.values()]
         for conn in job.waiting:
-            self._conn_job.pop(conn, None)
-        self._forget(job)
+            self._registry.detach(conn)
+        self._registry.forget(job)
         return replies
+
+    def drop_waiter(self, job: Job, conn: int) -> None:
+        """Connection ``conn``, waiting in ``job``'s rendezvous, closed."""
+        waiter = job.waiting.pop(conn, None)
+        if waiter is not None:
+            job.requested.pop(waiter.join.rank, None)
+            log.log(member_level(job), "job %r: a peer from %s (pid %d) disconnected "
+                    "during rendezvous; %d of %d peers still waiting", job.name,
+                    waiter.join.hostname, waiter.join.pid, len(job.waiting), job.world_size)
+        if not job.waiting:
+            self._registry.forget(job)

@@ -25,48 +25,42 @@ survivors keep their order and are numbered from 0, the pending peers
 follow in the order they joined (up to ``max_size``), and every one of them
 gets a Welcome with the new directory.
 
-Each part of the decisions has a module of its own: joins (the
-rendezvous), agreements (new_group, barrier), elastic (membership checks,
-reconfigures) and departures (leaves, losses, heartbeats).
+The state is composed of parts, each an object of its own module that keeps
+its own data and is handed, when it is made, the parts it calls:
+:class:`~asyncoll._rendezvous.registry.Registry` (the jobs, and which
+connection belongs to which), :class:`~asyncoll._rendezvous.joins.Rendezvous`
+(joins), :class:`~asyncoll._rendezvous.agreements.Agreements` (new_group,
+barrier), :class:`~asyncoll._rendezvous.elastic.Elasticity` (pending peers,
+membership checks, reconfigures),
+:class:`~asyncoll._rendezvous.departures.Departures` (leaves, losses,
+heartbeats) and :class:`~asyncoll._rendezvous.adoption.Adoption` (a restarted
+coordinator taking jobs back). Each job's data is a plain
+:class:`~asyncoll._rendezvous.records.Job`. This class routes each request,
+tick and disconnect to the part that decides it.
 """
 
 from __future__ import annotations
 
 from asyncoll._rendezvous.adoption import Adoption
 from asyncoll._rendezvous.agreements import Agreements
-from asyncoll._rendezvous.base import log, member_level
-from asyncoll._rendezvous.directory import answer_lookup
-from asyncoll._rendezvous.departures import (
+from asyncoll._rendezvous.departures import Departures
+from asyncoll._rendezvous.directory import PORTS_IN_WELCOME_UP_TO, answer_lookup
+from asyncoll._rendezvous.elastic import Elasticity
+from asyncoll._rendezvous.heartbeats import heard
+from asyncoll._rendezvous.job_status import describe
+from asyncoll._rendezvous.joins import MISSING_LINE_EVERY_S, Rendezvous
+from asyncoll._rendezvous.leaves import (
     LEAVE_NOTICE_INTERVAL_S,
     LEAVE_NOTICE_S_PER_MEMBER,
     TOLD_AT_ONCE_UP_TO,
+    announce_leaves,
     leave_notice_interval,
 )
-from asyncoll._rendezvous.heartbeats import heard, stuck
-from asyncoll._rendezvous.joins import MISSING_LINE_EVERY_S, Joins
-from asyncoll._rendezvous.records import Job, Member, Reply, error, ranks_text
-from asyncoll._wire.messages import (
-    Barrier,
-    CheckMembership,
-    DumpTrace,
-    GroupStatus,
-    Heartbeat,
-    Lookup,
-    Join,
-    JobStatus,
-    Leave,
-    MemberStatus,
-    MissingReply,
-    Message,
-    NewGroup,
-    Reconfigure,
-    Rejoin,
-    Status,
-    StatusReply,
-    StragglerStatus,
-    WhoIsMissing,
-)
-from asyncoll.errors import timed_out_words
+from asyncoll._rendezvous.records import Job, Reply, error
+from asyncoll._rendezvous.registry import Registry, member_rank
+from asyncoll._rendezvous.tally import Tally
+from asyncoll._rendezvous.words import log
+from asyncoll._wire import messages as wire
 
 # The constants are defined in the modules that read them (patch them there), and
 # named here too.
@@ -74,187 +68,143 @@ __all__ = ["LEAVE_NOTICE_INTERVAL_S", "LEAVE_NOTICE_S_PER_MEMBER", "MISSING_LINE
            "TOLD_AT_ONCE_UP_TO", "RendezvousState", "Reply"]
 
 
-class RendezvousState(Joins, Agreements, Adoption):
-    """Every job the coordinator serves, and the decisions about them."""
+class RendezvousState:
+    """Every job the coordinator serves, and the decisions about them.
+
+    Args:
+        ports_in_welcome_up_to: the largest membership whose Welcome lists every rank's
+            port.
+    """
+
+    def __init__(self, ports_in_welcome_up_to: int = PORTS_IN_WELCOME_UP_TO) -> None:
+        #: The largest membership whose Welcome lists every rank's port.
+        self.ports_in_welcome_up_to = ports_in_welcome_up_to
+        #: What the daemon's metrics report.
+        self.tally = Tally()
+        self._registry = Registry()
+        self._agreements = Agreements(self.tally)
+        self._elasticity = Elasticity(self._registry, ports_in_welcome_up_to)
+        self._rendezvous = Rendezvous(self._registry, self._elasticity, self.tally,
+                                      ports_in_welcome_up_to)
+        self._departures = Departures(self._registry, self._elasticity, self._agreements,
+                                      self.tally)
+        self._adoption = Adoption(self._registry, self._elasticity, self._departures,
+                                  self.tally)
 
     # -- queries ---------------------------------------------------------------
 
     def job_names(self) -> list[str]:
         """The ids of the jobs that have at least one peer waiting or running."""
-        return sorted({job.name for job in self._live()})
+        return sorted({job.name for job in self._registry.live()})
 
     def jobs(self) -> list[Job]:
         """Every job waiting, adopting or running: read them, do not change them."""
-        return self._live()
+        return self._registry.live()
 
     def job_is_active(self, name: str) -> bool:
         """Whether job ``name`` still has peers waiting or members that have not left."""
-        return any(job.name == name for job in self._live())
+        return any(job.name == name for job in self._registry.live())
 
-    def status(self, job: str, now: float) -> StatusReply:
+    def status(self, job: str, now: float) -> wire.StatusReply:
         """Every live job named ``job`` (every job for ""), for operators and waiting peers."""
-        return StatusReply(jobs=tuple(self._describe(j, now) for j in self._live()
-                                      if not job or j.name == job))
-
-    @staticmethod
-    def _describe(job: Job, now: float) -> JobStatus:
-        if job.running:
-            members = tuple(
-                MemberStatus(rank=r, host=m.info.host, port=m.info.port,
-                             hostname=m.info.hostname, pid=m.pid,
-                             state="left" if r in job.departed else "running", ops=m.ops,
-                             heartbeat_age_s=-1.0 if m.last_heartbeat is None else
-                             round(now - m.last_heartbeat, 3), operation=_operation(m, now))
-                for r, m in sorted(job.members.items())) + tuple(
-                MemberStatus(rank=-1, host=w.join.host, port=w.join.port,
-                             hostname=w.join.hostname, pid=w.join.pid, state="pending",
-                             ops=-1, heartbeat_age_s=-1.0)
-                for w in sorted(job.pending.values(), key=lambda w: w.order))
-        elif job.adopting:
-            members = tuple(
-                MemberStatus(rank=r, host=e.rejoin.host, port=e.rejoin.port,
-                             hostname=e.rejoin.hostname, pid=e.rejoin.pid, state="adopting",
-                             ops=-1, heartbeat_age_s=-1.0)
-                for r, e in sorted(job.rejoins.items()))
-        else:
-            members = tuple(
-                MemberStatus(rank=w.join.rank, host=w.join.host, port=w.join.port,
-                             hostname=w.join.hostname, pid=w.join.pid, state="waiting",
-                             ops=-1, heartbeat_age_s=-1.0)
-                for w in sorted(job.waiting.values(), key=lambda w: w.order))
-        groups = tuple(GroupStatus(group_id=g, ranks=ranks)
-                       for g, ranks in sorted(job.groups.items()))
-        state = "running" if job.running else "adopting" if job.adopting else "waiting"
-        return JobStatus(job=job.name, state=state,
-                         world_size=job.world_size, age_s=round(now - job.started, 3),
-                         members=members, groups=groups, generation=job.generation,
-                         elastic=int(job.elastic), min_size=job.min_size,
-                         max_size=job.max_size, stuck=tuple(stuck(job, now)) if job.running
-                         else (), stragglers=tuple(
-                             StragglerStatus(s.group_id, s.rank, s.last, s.operations,
-                                             round(s.median_late_us / 1e6, 6))
-                             for s in job.arrivals.stragglers()))
+        return wire.StatusReply(jobs=tuple(describe(j, now) for j in self._registry.live()
+                                        if not job or j.name == job))
 
     # -- requests --------------------------------------------------------------
 
-    def handle(self, conn: int, request_id: int, message: Message, now: float) -> list[Reply]:
+    def handle(self, conn: int, request_id: int, message: wire.Message,
+               now: float) -> list[Reply]:
         """Decide what to answer to ``message``, received on connection ``conn``."""
-        if isinstance(message, Join):
-            return self._join(conn, request_id, message, now)
-        if isinstance(message, Rejoin):
-            return self._rejoin(conn, request_id, message, now)
-        if isinstance(message, Status):
+        if isinstance(message, wire.Join):
+            return self._rendezvous.join(conn, request_id, message, now)
+        if isinstance(message, wire.Rejoin):
+            return self._adoption.rejoin(conn, request_id, message, now)
+        if isinstance(message, wire.Status):
             return [Reply(conn, request_id, self.status(message.job, now))]
-        if isinstance(message, DumpTrace):
+        if isinstance(message, wire.DumpTrace):
             return self._dump_traces(conn, request_id, message.job, now)
-        if isinstance(message, WhoIsMissing):
-            return [Reply(conn, request_id, MissingReply(line=self._missing(message.job, now)))]
-        excluded = self._excluded.get(conn)
+        if isinstance(message, wire.WhoIsMissing):
+            return [Reply(conn, request_id,
+                          wire.MissingReply(line=self._rendezvous.missing(message.job, now)))]
+        excluded = self._registry.exclusion(conn)
         if excluded is not None:
             return [error(conn, request_id, "excluded", excluded)]
-        job = self._conn_job.get(conn)
-        member = self._member_rank(job, conn)
+        job = self._registry.job_of(conn)
+        member = member_rank(job, conn)
         if job is None or member is None:
             return [error(conn, request_id, "protocol",
-                           f"a {message.TYPE} request needs a completed join first on this "
-                           "connection")]
-        if isinstance(message, NewGroup):
-            return self._new_group(job, member, conn, request_id, message, now)
-        if isinstance(message, Barrier):
-            return self._barrier(job, member, conn, request_id, message, now)
-        if isinstance(message, CheckMembership):
-            return self._check_membership(job, member, conn, request_id, message, now)
-        if isinstance(message, Reconfigure):
-            return self._reconfigure(job, member, conn, request_id, message, now)
-        if isinstance(message, Lookup):
+                          f"a {message.TYPE} request needs a completed join first on this "
+                          "connection")]
+        if isinstance(message, wire.NewGroup):
+            return self._agreements.new_group(job, member, conn, request_id, message, now)
+        if isinstance(message, wire.Barrier):
+            return self._agreements.barrier(job, member, conn, request_id, message, now)
+        if isinstance(message, wire.CheckMembership):
+            return self._elasticity.check_membership(job, member, conn, request_id, message,
+                                                     now)
+        if isinstance(message, wire.Reconfigure):
+            return self._elasticity.reconfigure(job, member, conn, request_id, message, now)
+        if isinstance(message, wire.Lookup):
             return [answer_lookup(job, conn, request_id, message)]
-        if isinstance(message, Heartbeat):
+        if isinstance(message, wire.Heartbeat):
             # Recorded for status; declaring silent members lost is the
             # failure detector's job, which reads the same timestamps.
             heard(job, member, message, now)
             self.tally.heartbeats += 1
             return []
-        if isinstance(message, Leave):
-            return self._depart(job, member, conn, "left", now, request_id)
+        if isinstance(message, wire.Leave):
+            return self._departures.depart(job, member, conn, "left", now, request_id)
         return [error(conn, request_id, "protocol",
-                       f"the coordinator does not accept {message.TYPE} messages")]
+                      f"the coordinator does not accept {message.TYPE} messages")]
 
     def _dump_traces(self, conn: int, request_id: int, job: str, now: float) -> list[Reply]:
         """Ask the running members of ``job`` ("" every job) to write out their flight
         recorders; answer with the jobs' status."""
-        notices = [Reply(member.conn, 0, DumpTrace(job=j.name)) for j in self._live()
-                   if j.running and (not job or j.name == job)
+        notices = [Reply(member.conn, 0, wire.DumpTrace(job=j.name))
+                   for j in self._registry.live() if j.running and (not job or j.name == job)
                    for rank, member in sorted(j.members.items()) if rank not in j.departed]
         log.info("asking %d members to write out their flight recorders", len(notices))
         return notices + [Reply(conn, request_id, self.status(job, now))]
 
     def disconnect(self, conn: int, now: float) -> list[Reply]:
         """Connection ``conn`` closed: forget its peer, failing what waits on it."""
-        self._excluded.pop(conn, None)
-        job = self._conn_job.pop(conn, None)
+        job = self._registry.disconnect(conn)
         if job is None:
             return []
         if job.adopting:
-            self._drop_rejoin(job, conn)
+            self._adoption.drop_rejoin(job, conn)
             return []
         if not job.running:
-            waiter = job.waiting.pop(conn, None)
-            if waiter is not None:
-                job.requested.pop(waiter.join.rank, None)
-                log.log(member_level(job), "job %r: a peer from %s (pid %d) disconnected "
-                        "during rendezvous; %d of %d peers still waiting", job.name,
-                        waiter.join.hostname, waiter.join.pid, len(job.waiting), job.world_size)
-            if not job.waiting:
-                self._forget(job)
+            self._rendezvous.drop_waiter(job, conn)
             return []
-        pending = job.pending.pop(conn, None)
-        if pending is not None:
-            log.log(member_level(job), "job %r: pending peer from %s (pid %d) disconnected; it "
-                    "leaves no trace", job.name, pending.join.hostname, pending.join.pid)
+        if self._elasticity.drop_pending(job, conn):
             return []
-        rank = self._member_rank(job, conn)
+        rank = member_rank(job, conn)
         if rank is None:
             return []
-        return self._depart(job, rank, conn, "disconnected without leaving", now)
+        return self._departures.depart(job, rank, conn, "disconnected without leaving", now)
 
     def tick(self, now: float) -> list[Reply]:
         """Fail every rendezvous and gathering whose deadline has passed, and declare
         lost every member whose heartbeats stopped for longer than its job allows."""
         replies: list[Reply] = []
-        for job in self._live():
+        for job in self._registry.live():
             if job.adopting:
-                replies += self._expire_pending(job, now) + self._adoption_due(job, now)
+                replies += (self._elasticity.expire_pending(job, now)
+                            + self._adoption.due(job, now))
                 continue
             if not job.running and now >= job.deadline:
-                replies += self._expire_rendezvous(job, now)
+                replies += self._rendezvous.expire(job, now)
                 continue
             if job.running and now >= job.left_told_at + leave_notice_interval(job):
-                replies += self._announce_departures(job, now)
+                replies += announce_leaves(job, now)
             if job.running:
                 if now >= job.heartbeats_due:
-                    replies += self._check_heartbeats(job, now)
-                replies += self._expire_pending(job, now)
+                    replies += self._departures.check_heartbeats(job, now)
+                replies += self._elasticity.expire_pending(job, now)
             for key, gathering in list(job.gatherings.items()):
                 if key[0] == "reconfigure" and now >= gathering.deadline:
-                    replies += self._settle_reconfigure(job, now, final=True)
+                    replies += self._elasticity.settle_reconfigure(job, now, final=True)
                 elif now >= gathering.deadline:
-                    del job.gatherings[key]
-                    missing = gathering.expected - gathering.arrivals.keys()
-                    text = (f"{gathering.what} in job {job.name!r} timed out after "
-                            f"{now - gathering.started:.1f} s: ranks {ranks_text(missing)} "
-                            f"did not arrive (ranks {ranks_text(gathering.arrivals)} did). "
-                            f"{timed_out_words(gathering.deadline - gathering.started)}")
-                    log.warning("%s", text)
-                    replies += [error(c, r, gathering.timeout_code, text)
-                                for c, r, _ in gathering.arrivals.values()]
+                    replies += self._agreements.time_out(job, key, gathering, now)
         return replies
-
-
-def _operation(member: Member, now: float) -> str:
-    """What ``member``'s last heartbeat said it was doing, in words."""
-    op = member.doing
-    if op is None:
-        return ""
-    how = "running for" if op.running else "done, started"
-    tail = "" if op.running else " ago"
-    return f"{op.collective} #{op.seq} of group {op.group_id}, {how} {now - op.since:.0f} s{tail}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from asyncoll._rendezvous.records import ranks_text
+from asyncoll._rendezvous.words import ranks_text
 
 
 def missing_text(job: str, world_size: int, requested: Collection[int], unranked: int) -> str:
