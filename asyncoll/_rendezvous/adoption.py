@@ -193,8 +193,9 @@ class Adoption:
         lost = [rank for rank in absent if rank not in job.known_gone]
         job.departed.update(rank for rank in absent if rank in job.known_gone)
         for rank in lost:
-            replies += self._departures.depart(job, rank, -1, "was lost: it did not re-register with the "
-                                    f"restarted coordinator within {grace:g} s", now)
+            replies += self._departures.depart(
+                job, rank, -1, "was lost: it did not re-register with the restarted "
+                f"coordinator within {grace:g} s", now)
         if job.pending and job.running:
             replies += self._elasticity.tell_pending(job)
         return replies
