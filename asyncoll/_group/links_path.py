@@ -192,29 +192,28 @@ class GroupLinks:
             if layer is not None and flag[0] and all(int(entry[2]) for entry in directory):
                 await layer(team.phase(2))
         except BaseException:
-            for sock in sockets.values():
-                sock.close()  # type: ignore[attr-defined]
-            if server is not None:
-                server.close()
+            _let_go(sockets, server)
             raise
         if flag[0]:
             assert server is not None
-            mesh = self._session.mesh
-            here = mesh.hostname(self._session.rank)
-            local = sum(1 for rank in self._ranks if mesh.hostname(rank) == here)
-            hosts = [mesh.peer_address(rank) for rank in self._ranks]
-            dialling = Dialling(server, me, cookie, [
-                (host[0] if host else "", int(entry[0]), int(entry[1]))
-                for host, entry in zip(hosts, directory)], self._tls)
-            self.links = DirectLinks(sockets,  # type: ignore[arg-type]
-                                     EAGER_POLLS if local <= processors() else 0, dialling)
-            self._session.on_close(self.close)
+            self._open(me, server, cookie, sockets, directory)
         else:
-            for sock in sockets.values():
-                sock.close()  # type: ignore[attr-defined]
-            if server is not None:
-                server.close()
+            _let_go(sockets, server)
             self.capacity = 0
+
+    def _open(self, me: int, server: object, cookie: int, sockets: dict[int, object],
+              directory: Sequence[NDArray[Any]]) -> None:
+        """Make the links of the set-up's ``sockets``, dialling others as they are needed."""
+        mesh = self._session.mesh
+        here = mesh.hostname(self._session.rank)
+        local = sum(1 for rank in self._ranks if mesh.hostname(rank) == here)
+        hosts = [mesh.peer_address(rank) for rank in self._ranks]
+        dialling = Dialling(server, me, cookie, [  # type: ignore[arg-type]
+            (host[0] if host else "", int(entry[0]), int(entry[1]))
+            for host, entry in zip(hosts, directory)], self._tls)
+        self.links = DirectLinks(sockets,  # type: ignore[arg-type]
+                                 EAGER_POLLS if local <= processors() else 0, dialling)
+        self._session.on_close(self.close)
 
     async def _connect(self, me: int, n: int, server: object, cookie: int,
                        directory: Sequence[NDArray[Any]]) -> dict[int, object]:
@@ -364,6 +363,14 @@ class GroupLinks:
                 links.close()
             finally:
                 self.lock.release()
+
+
+def _let_go(sockets: dict[int, object], server: object | None) -> None:
+    """Close a set-up's sockets and its listening server (the links were not made)."""
+    for sock in sockets.values():
+        sock.close()  # type: ignore[attr-defined]
+    if server is not None:
+        server.close()  # type: ignore[attr-defined]
 
 
 def _barrier(doubling: DoublingOnLinks, token: NDArray[Any], step: LinksStep,
