@@ -1,10 +1,13 @@
 """FastPath: what a group's operations in the calling thread need, on one host or across hosts.
 
-A group gets one of two: members all on one host share a memory arena
-(asyncoll._group.arena_path.GroupArena) where arenas are on; other groups
-get direct TCP links (asyncoll._group.links_path.GroupLinks), over loopback
-between same-host members (with ASYNCOLL_SHM=0, say). GroupCore uses either
-the same way.
+A group gets one of three, chosen once, by :func:`fast_path_of`: members
+all on one host share a memory arena (asyncoll._group.arena_path.GroupArena)
+where arenas are on; members on several hosts, several on some, have their
+hosts' arenas and direct links between the hosts
+(asyncoll._group.hierarchy.HostHierarchy) where arenas are on and
+ASYNCOLL_HIERARCHY is not 0; other groups get direct TCP links
+(asyncoll._group.links_path.GroupLinks), over loopback between same-host
+members (with ASYNCOLL_SHM=0, say). GroupCore uses each the same way.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any, Protocol
 from asyncoll._algorithms.team import Team
 from asyncoll._group.arena_path import GroupArena
 from asyncoll._group.context import Membership
+from asyncoll._group.hierarchy import HostHierarchy
 from asyncoll._group.links_path import GroupLinks
 from asyncoll._group.plan import Kernel, Signature, Transport
 from asyncoll._group.transports import Scratch
@@ -26,7 +30,8 @@ from asyncoll.errors import AsyncollError
 class FastPath(Protocol):
     """A group's way of running operations in the calling thread."""
 
-    #: The algorithm name selection gives operations on this path ("arena", "links").
+    #: The algorithm name selection gives operations on this path ("arena", "links"; the
+    #: hierarchy's are the links').
     algorithm: str
     #: The phases (Team.phase) of the set-up's operation it uses.
     set_up_phases: int
@@ -78,11 +83,19 @@ class FastPath(Protocol):
 
 def fast_path_of(session: Membership, group_id: int, ranks: tuple[int, ...],
                  scratch: Scratch) -> FastPath:
-    """The arena for a group whose members share a host (arenas on), direct links otherwise.
+    """The arena for a group whose members share a host (arenas on), the hierarchy for a
+    member of one spanning hosts with several members on some (arenas and the hierarchy
+    on), direct links otherwise.
 
     ``scratch`` is the group's working memory, which direct links' algorithms share.
     """
-    hosts = {session.mesh.hostname(rank) for rank in ranks}
-    if len(hosts) == 1 and "" not in hosts and session.policy.arena_slot_bytes:
+    policy = session.policy
+    hosts = [session.mesh.hostname(rank) for rank in ranks]
+    distinct = set(hosts)
+    if len(distinct) == 1 and "" not in distinct and policy.arena_slot_bytes:
         return GroupArena(session, group_id, ranks)
-    return GroupLinks(session, group_id, ranks, session.policy.links_bytes, scratch)
+    links = GroupLinks(session, group_id, ranks, policy.links_bytes, scratch)
+    if session.rank in ranks and policy.hierarchy and policy.arena_slot_bytes and \
+            "" not in distinct and 1 < len(distinct) < len(hosts):
+        return HostHierarchy(session, group_id, ranks, links, scratch)
+    return links

@@ -1,4 +1,4 @@
-"""HostHierarchy: a multi-host group's collectives through each host's arena.
+"""HostHierarchy: a multi-host group's fast path, through each host's arena and direct links.
 
 A group whose members span hosts, several on some, runs all_reduce (every
 size), broadcast and reduce (up to selection.HIERARCHY_UP_TO_BYTES) and
@@ -19,17 +19,26 @@ leader's bits (step 3 copies them), so results are the same on every rank;
 desyncs are found by the arenas (within a host) and the links (between
 hosts), and a member giving up tells both.
 
-The hierarchy is set up inside the links' set-up (GroupLinks.set_up):
-each host's members map an arena, and an all-reduce over the group agrees
-on the smallest room of any host's arena (any size, in pieces); a host that
-could map none makes it 0, and then no member uses the hierarchy.
+It is the fast path (asyncoll._group.fast_path) of such a group: its
+direct links (asyncoll._group.links_path.GroupLinks) and its host's arena
+(asyncoll._group.arena_path.GroupArena). Operations run over the links,
+under their lock and with their steps; the collectives and sizes above
+run in three steps, the others (and all, where the group ends up with no
+hierarchy) over the links among all members, as in a group without one.
+
+The hierarchy is set up inside the links' set-up, as their layer
+(GroupLinks.set_up): each host's members map an arena, and an all-reduce
+over the group agrees on the smallest room of any host's arena (any size,
+in pieces); a host that could map none makes it 0, and then no member uses
+the hierarchy. A member that wants none (ASYNCOLL_HIERARCHY=0) has plain
+links, which tell every member so, and then no member sets one up.
 """
 
 from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -45,8 +54,12 @@ from asyncoll._algorithms.team import Team
 from asyncoll._algorithms.tree import tree_broadcast, tree_reduce
 from asyncoll._group.arena_path import ArenaStep, GroupArena
 from asyncoll._group.context import Membership
-from asyncoll._group.plan import Kernel, Signature
+from asyncoll._group.links_path import GroupLinks, LinksStep
+from asyncoll._group.plan import Kernel, Signature, Transport
 from asyncoll._group.transports import Scratch
+from asyncoll._transport.links import DirectLinks
+from asyncoll._wire.frames import Fingerprint
+from asyncoll.errors import AsyncollError
 from asyncoll.types import ReduceOp
 
 #: The collectives the hierarchy runs (others take the flat links).
@@ -55,25 +68,28 @@ COLLECTIVES = ("all_reduce", "broadcast", "reduce", "barrier")
 _UNBOUNDED = (1 << 62)
 
 
-def wanted(session: Membership, ranks: tuple[int, ...]) -> bool:
-    """Whether a group of ``ranks`` would use a hierarchy: several hosts, several members
-    on some, arenas on, and ASYNCOLL_HIERARCHY not 0."""
-    if not session.policy.hierarchy or not session.policy.arena_slot_bytes:
-        return False
-    hosts = [session.mesh.hostname(rank) for rank in ranks]
-    return "" not in hosts and 1 < len(set(hosts)) < len(hosts)
-
-
 class HostHierarchy:
-    """One member's view of its group's hosts, and the arena of its own host.
+    """A member's fast path in a group spanning hosts, several members on some.
+
+    Its view of the group's hosts, the arena of its own host, and the
+    group's direct links (see the module).
 
     Args:
-        session: this process's membership in the job.
+        session: this process's membership in the job; a member of the group.
         group_id: the group.
         ranks: its members' global ranks, in group-rank order.
+        links: the group's direct links, not yet set up.
+        scratch: the group's working memory.
     """
 
-    def __init__(self, session: Membership, group_id: int, ranks: tuple[int, ...]) -> None:
+    #: The algorithm name selection gives operations on this path: the links'.
+    algorithm = GroupLinks.algorithm
+    #: The phases (Team.phase) of the set-up's operation it uses: the links' (theirs
+    #: count the hierarchy's).
+    set_up_phases = GroupLinks.set_up_phases
+
+    def __init__(self, session: Membership, group_id: int, ranks: tuple[int, ...],
+                 links: GroupLinks, scratch: Scratch) -> None:
         mesh = session.mesh
         by_host: dict[str, list[int]] = {}
         for index, rank in enumerate(ranks):
@@ -96,8 +112,57 @@ class HostHierarchy:
         self.room = 0
         self._last: ArenaStep | None = None
         self._teams: dict[tuple[int, ...], LinkTeam] = {}
+        self._links = links
+        self._scratch = scratch
+        #: Held by the thread running an operation on the path (the links'), for its length.
+        self.lock = links.lock
+        #: The next operation over the links: what the kernels are given (GroupLinks.step).
+        self.step: Callable[[Fingerprint, float], LinksStep] = links.step
+        # Chosen before the set-up decides whether the group has its hierarchy, so
+        # that every member chooses alike whenever it calls.
+        flat = links.up_to
+        self._up_to = {
+            collective: max(flat[collective], selection.HIERARCHY_UP_TO_BYTES.get(collective, 0))
+            for collective in flat}
+
+    @property
+    def capacity(self) -> int:
+        """The largest operation (bytes) operations choose the path for: the links'."""
+        return self._links.capacity
+
+    @property
+    def up_to(self) -> Mapping[str, int]:
+        """The largest operation each collective chooses the path for: larger than the
+        links' for the collectives the hierarchy takes (if the group then has none, the
+        flat links run them)."""
+        return self._up_to
+
+    @property
+    def ready(self) -> bool:
+        """Whether the links are open, so operations may run in the calling thread."""
+        return self._links.links is not None
+
+    @property
+    def links(self) -> DirectLinks | None:
+        """The group's direct links, once open (None: not yet, or closed)."""
+        return self._links.links
+
+    @property
+    def deadline(self) -> float:
+        """The deadline of the latest operation on the path (time.monotonic; 0.0: none)."""
+        return self._links.deadline
+
+    @property
+    def undecided(self) -> bool:
+        """Whether the next operation on the path must set it up first."""
+        return self._links.undecided
 
     async def set_up(self, team: Team) -> None:
+        """Open the links with every member, and set the hierarchy up as their layer
+        (GroupLinks.set_up)."""
+        await self._links.set_up(team, self._set_up_arenas)
+
+    async def _set_up_arenas(self, team: Team) -> None:
         """Map this host's arena, and agree on the room with every member (three phases
         of ``team``, the group's)."""
         room = _UNBOUNDED
@@ -126,13 +191,50 @@ class HostHierarchy:
         self._last = self.arena.step(fingerprint, max(deadline - time.monotonic(), 0.0))
         return self._last
 
-    def abandon(self, error: BaseException) -> None:
-        """Tell this host's other members, through the arena, that this one gave up."""
+    def kernel(self, signature: Signature, algorithm: str, transport: Transport) -> Kernel:
+        """What runs calls of ``signature``: (links step, arrays) -> None.
+
+        The hierarchy's three steps for the collectives and sizes it takes,
+        where the group has it (or may: it is set up inside the first
+        operation, whose kernel is made before); else the links' kernel
+        (GroupLinks.kernel), which stands in for the transport's
+        ``algorithm`` (``transport``) among all members.
+        """
+        flat = self._links.kernel(signature, algorithm, transport)
+        collective = signature.collective
+        if collective not in COLLECTIVES or not (self.room or self._links.undecided):
+            return flat
+        nbytes = signature.elements * signature.dtype.itemsize \
+            if signature.dtype is not None else 0
+        if nbytes > selection.HIERARCHY_UP_TO_BYTES[collective]:
+            return flat
+        # Which of the two runs is known once the links are set up (the first
+        # operation's kernel is made before): the same on every member.
+        return functools.partial(_either, self, nbytes, self._three_steps(signature), flat)
+
+    def expired(self, exc: BaseException) -> list[int] | None:
+        """The member indices a deadline's expiry (``exc``) waited for, in this host's arena
+        or over the links; None for other errors."""
+        behind = self.arena.expired(exc) if self.arena is not None else None
+        if behind is not None:
+            return [self.local[index] for index in behind]
+        return self._links.expired(exc)
+
+    def failure(self, exc: BaseException) -> AsyncollError | None:
+        """The asyncoll error a link's ``exc`` stands for (the arena's waits raise asyncoll
+        errors themselves), else None."""
+        return self._links.failure(exc)
+
+    def abandon(self, step: LinksStep, error: BaseException) -> None:
+        """Tell the other members, over the links and through this host's arena, that this
+        member gave up on ``step``."""
+        self._links.abandon(step, error)
         if self.arena is not None and self._last is not None:
             self.arena.abandon(self._last, error)
 
-    def kernel(self, signature: Signature, scratch: Scratch) -> Kernel:
+    def _three_steps(self, signature: Signature) -> Kernel:
         """What runs calls of ``signature`` in three steps: (links step, arrays) -> None."""
+        scratch = self._scratch
         collective = signature.collective
         if collective == "barrier":
             return functools.partial(_barrier, self, DoublingOnLinks(
@@ -178,6 +280,12 @@ class HostHierarchy:
                 step.links, [self._ranks[i] for i in leaders], self.host, members=leaders)
         run_here(algorithm(team.again()))
         team.check_neighbours()
+
+
+def _either(h: HostHierarchy, nbytes: int, hierarchical: Kernel, flat: Kernel,
+            step: LinksStep, arrays: object) -> None:
+    """Run ``hierarchical`` where the group's hierarchy has room for it, else ``flat``."""
+    (hierarchical if h.room >= nbytes else flat)(step, arrays)
 
 
 def _combining(op: ReduceOp) -> ReduceOp:

@@ -18,8 +18,9 @@ learned), and an all-reduce of "connected" flags tells every member
 whether all did. If any could not (a firewall that lets only the data ports
 through, say), every member knows, and the group keeps the transport's
 algorithms: ranks always agree on the path. The other links are opened by
-the operations that first need them. A group spanning hosts with several
-members on some also sets up its hierarchy here (asyncoll._group.hierarchy).
+the operations that first need them. A path built on the links (a group's
+hierarchy, asyncoll._group.hierarchy) sets itself up inside that same set-up,
+as its layer, where every member has one.
 
 While an operation waits, between polls it checks what the loop has learned
 (a lost peer, an ABORT: the group's sticky error), whether the member it
@@ -36,7 +37,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,16 +49,13 @@ from asyncoll._algorithms.link_team import LinkTeam, run_here
 from asyncoll._algorithms.ring import ring_all_gather
 from asyncoll._algorithms.team import Team
 from asyncoll._algorithms import selection
-from asyncoll._group import hierarchy
 from asyncoll._group.context import Membership
-from asyncoll._group.hierarchy import HostHierarchy
 from asyncoll._group.mismatch import stale as stale_frame
 from asyncoll._group.processors import processors
 from asyncoll._group.plan import Kernel, Signature, Transport
 from asyncoll._group.transports import Scratch
 from asyncoll._transport import link_opening
 from asyncoll._transport.link_opening import Dialling
-from asyncoll._transport.shm.arena import ArenaExpired
 from asyncoll._transport.link_errors import LinkAborted, LinkLost, LinkMismatch, LinksExpired
 from asyncoll._transport.links import EAGER_POLLS, DirectLinks
 from asyncoll._wire.frames import Fingerprint
@@ -74,6 +72,8 @@ from asyncoll.types import ReduceOp
 
 log = logging.getLogger("asyncoll")
 
+#: What a path built on the links sets up inside their set-up, on the group's team.
+Layer = Callable[[Team], Awaitable[None]]
 
 
 @dataclass
@@ -105,7 +105,8 @@ class GroupLinks:
 
     #: The algorithm name selection gives operations on this path.
     algorithm = "links"
-    #: The phases (Team.phase) of the set-up's operation it uses.
+    #: The phases (Team.phase) of the set-up's operation it uses: two of its own, and
+    #: three of a layer's (the hierarchy's), which every member counts, with a layer or not.
     set_up_phases = 5
 
     def __init__(self, session: Membership, group_id: int, ranks: tuple[int, ...],
@@ -123,24 +124,13 @@ class GroupLinks:
         self.capacity = capacity if member else 0
         self.links: DirectLinks | None = None
         self._step: LinksStep | None = None
-        #: Each host's arena and one member per host, for the small collectives of a
-        #: group spanning hosts with several members on some (None: flat links only).
-        self._hierarchy = HostHierarchy(session, group_id, ranks) \
-            if member and hierarchy.wanted(session, ranks) else None
-        # Chosen before the set-up decides whether the group has its hierarchy, so
-        # that every member chooses alike whenever it calls.
-        flat = selection.UP_TO_BYTES[selection.LINKS]
-        self._up_to = flat if self._hierarchy is None else {
-            collective: max(flat[collective], selection.HIERARCHY_UP_TO_BYTES.get(collective, 0))
-            for collective in flat}
         #: Held by the thread running an operation over the links, for its length.
         self.lock = threading.Lock()
 
     @property
     def up_to(self) -> Mapping[str, int]:
-        """The largest operation each collective chooses the links for: larger where the
-        group would have a hierarchy (if it then has none, the flat links run them)."""
-        return self._up_to
+        """The largest operation each collective chooses the links for."""
+        return selection.UP_TO_BYTES[selection.LINKS]
 
     @property
     def ready(self) -> bool:
@@ -158,11 +148,17 @@ class GroupLinks:
         """Whether the next operation on this path must open the links first."""
         return self.capacity > 0 and self.links is None
 
-    async def set_up(self, team: Team) -> None:
+    async def set_up(self, team: Team, layer: Layer | None = None) -> None:
         """Learn every member's address and open the links to the ring neighbours (inside
         the first operation on this path).
 
         Afterwards either :attr:`ready`, or :attr:`capacity` is 0 on every member.
+
+        Args:
+            team: the set-up's operation's team.
+            layer: the set-up of a path built on the links, run with ``team.phase(2)``
+                once they are connected, where every member has one; a member with none
+                says so, and then no member runs its own.
         """
         me, n = team.me, team.size
         cookie = secrets.randbits(62)
@@ -174,10 +170,10 @@ class GroupLinks:
         except OSError as exc:
             log.info("group %d: no direct links (cannot listen on %s: %s)", self._group_id,
                      address[0] if address else "?", exc)
-        # Each member's port, cookie, and whether it would use the hierarchy.
+        # Each member's port, cookie, and whether it has a layer to set up.
         directory = [np.zeros(3, dtype=np.int64) for _ in range(n)]
         directory[me][:] = (server.getsockname()[1] if server is not None else 0, cookie,
-                            self._hierarchy is not None)
+                            layer is not None)
         sockets: dict[int, object] = {}
         try:
             await ring_all_gather(team.phase(0), directory, 1 << 20)
@@ -192,36 +188,32 @@ class GroupLinks:
             flag = np.array([ok], dtype=np.uint8)
             await recursive_doubling_all_reduce(team.phase(1), flag, ReduceOp.MIN,
                                                 np.empty(1, dtype=np.uint8))
-            if not (flag[0] and all(int(entry[2]) for entry in directory)):
-                self._hierarchy = None  # on every member, as each saw the same
-            if self._hierarchy is not None:
-                await self._hierarchy.set_up(team.phase(2))
-                if not self._hierarchy.room:
-                    self._hierarchy = None
+            # Every member decides alike, as each saw the same directory and flag.
+            if layer is not None and flag[0] and all(int(entry[2]) for entry in directory):
+                await layer(team.phase(2))
         except BaseException:
-            for sock in sockets.values():
-                sock.close()  # type: ignore[attr-defined]
-            if server is not None:
-                server.close()
+            _let_go(sockets, server)
             raise
         if flag[0]:
             assert server is not None
-            mesh = self._session.mesh
-            here = mesh.hostname(self._session.rank)
-            local = sum(1 for rank in self._ranks if mesh.hostname(rank) == here)
-            hosts = [mesh.peer_address(rank) for rank in self._ranks]
-            dialling = Dialling(server, me, cookie, [
-                (host[0] if host else "", int(entry[0]), int(entry[1]))
-                for host, entry in zip(hosts, directory)], self._tls)
-            self.links = DirectLinks(sockets,  # type: ignore[arg-type]
-                                     EAGER_POLLS if local <= processors() else 0, dialling)
-            self._session.on_close(self.close)
+            self._open(me, server, cookie, sockets, directory)
         else:
-            for sock in sockets.values():
-                sock.close()  # type: ignore[attr-defined]
-            if server is not None:
-                server.close()
+            _let_go(sockets, server)
             self.capacity = 0
+
+    def _open(self, me: int, server: object, cookie: int, sockets: dict[int, object],
+              directory: Sequence[NDArray[Any]]) -> None:
+        """Make the links of the set-up's ``sockets``, dialling others as they are needed."""
+        mesh = self._session.mesh
+        here = mesh.hostname(self._session.rank)
+        local = sum(1 for rank in self._ranks if mesh.hostname(rank) == here)
+        hosts = [mesh.peer_address(rank) for rank in self._ranks]
+        dialling = Dialling(server, me, cookie, [  # type: ignore[arg-type]
+            (host[0] if host else "", int(entry[0]), int(entry[1]))
+            for host, entry in zip(hosts, directory)], self._tls)
+        self.links = DirectLinks(sockets,  # type: ignore[arg-type]
+                                 EAGER_POLLS if local <= processors() else 0, dialling)
+        self._session.on_close(self.close)
 
     async def _connect(self, me: int, n: int, server: object, cookie: int,
                        directory: Sequence[NDArray[Any]]) -> dict[int, object]:
@@ -248,25 +240,8 @@ class GroupLinks:
         The transport's ``algorithm`` itself, run in this thread over a
         LinkTeam (asyncoll._algorithms.link_team); recursive doubling in
         plain calls instead, made ready once, where a coroutine's layers cost
-        more than the exchange (small all-reduces and the barrier). In a group
-        with a hierarchy (asyncoll._group.hierarchy), its three steps instead,
-        for the collectives and sizes it takes.
+        more than the exchange (small all-reduces and the barrier).
         """
-        flat = self._flat_kernel(signature, algorithm, transport)
-        h = self._hierarchy
-        if h is None or signature.collective not in hierarchy.COLLECTIVES:
-            return flat
-        nbytes = signature.elements * signature.dtype.itemsize \
-            if signature.dtype is not None else 0
-        if nbytes > selection.HIERARCHY_UP_TO_BYTES[signature.collective]:
-            return flat
-        # Which of the two runs is known once the links are set up (the first
-        # operation's kernel is made before): the same on every member.
-        return functools.partial(_either, h, nbytes, h.kernel(signature, self._scratch), flat)
-
-    def _flat_kernel(self, signature: Signature, algorithm: str,
-                     transport: Transport) -> Kernel:
-        """The kernel over the links among all members (see :meth:`kernel`)."""
         size = len(self._ranks)
         if signature.collective == "barrier":
             # A barrier moves no data: the kernel all-reduces a zero byte of its own.
@@ -320,8 +295,6 @@ class GroupLinks:
 
     def expired(self, exc: BaseException) -> list[int] | None:
         """The member indices a deadline's expiry (``exc``) waited for; None for other errors."""
-        if isinstance(exc, ArenaExpired) and self._hierarchy is not None:
-            return [self._hierarchy.local[index] for index in exc.behind]
         return exc.waiting_for if isinstance(exc, LinksExpired) else None
 
     def failure(self, exc: BaseException) -> AsyncollError | None:
@@ -380,15 +353,11 @@ class GroupLinks:
         code = error_code(type(error) if isinstance(error, AsyncollError) else CollectiveError)
         named = error.rank if isinstance(error, PeerLostError) else -1
         step.links.abort(operation, code, named, str(error))
-        if self._hierarchy is not None:
-            self._hierarchy.abandon(error)
 
     def close(self) -> None:
-        """Close the links, and the hierarchy's arena (the session closes)."""
+        """Close the links (the session closes)."""
         links, self.links = self.links, None
         self.capacity = 0
-        if self._hierarchy is not None and self._hierarchy.arena is not None:
-            self._hierarchy.arena.close()
         if links is not None and self.lock.acquire(blocking=False):
             try:
                 links.close()
@@ -396,10 +365,12 @@ class GroupLinks:
                 self.lock.release()
 
 
-def _either(h: HostHierarchy, nbytes: int, hierarchical: Kernel, flat: Kernel,
-            step: LinksStep, arrays: object) -> None:
-    """Run ``hierarchical`` where the group's hierarchy has room for it, else ``flat``."""
-    (hierarchical if h.room >= nbytes else flat)(step, arrays)
+def _let_go(sockets: dict[int, object], server: object | None) -> None:
+    """Close a set-up's sockets and its listening server (the links were not made)."""
+    for sock in sockets.values():
+        sock.close()  # type: ignore[attr-defined]
+    if server is not None:
+        server.close()  # type: ignore[attr-defined]
 
 
 def _barrier(doubling: DoublingOnLinks, token: NDArray[Any], step: LinksStep,

@@ -18,20 +18,18 @@ import functools
 import math
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from asyncoll._algorithms import selection
 from asyncoll._algorithms.team import Team
+from asyncoll._group.recorder import Recorder
 from asyncoll._wire.dtypes import dtype_code
 from asyncoll._wire.frames import Fingerprint
 from asyncoll._wire.frames import Operation as Kind
 from asyncoll.errors import ConfigurationError
 from asyncoll.types import ReduceOp
-
-if TYPE_CHECKING:
-    from asyncoll._group.runner import Runner
 
 #: The transport's algorithm for a call, given the team and the call's arrays.
 Transport = Callable[[Team, Any], Awaitable[None]]
@@ -71,6 +69,20 @@ class Repeat:
         self.form = form
 
 
+class Turns(Protocol):
+    """What a plan needs of its group's runner (asyncoll._group.runner.Runner)."""
+
+    #: Plans handed to the loop that finished there (a plan closed unstarted counts too).
+    finished: int
+
+    @property
+    def recorder(self) -> Recorder | None:
+        """This rank's flight recorder (None: off)."""
+
+    def in_turn(self, plan: Plan) -> Coroutine[Any, Any, None]:
+        """The coroutine that runs ``plan`` behind the group's earlier operations."""
+
+
 class Plan(collections.abc.Coroutine):  # type: ignore[type-arg]
     """One collective call, made and checked, not yet run.
 
@@ -79,7 +91,7 @@ class Plan(collections.abc.Coroutine):  # type: ignore[type-arg]
     instead, where its path allows.
     """
 
-    def __init__(self, runner: Runner, what: str, fingerprint: Fingerprint, limit: float,
+    def __init__(self, runner: Turns, what: str, fingerprint: Fingerprint, limit: float,
                  transport: Transport, arrays: Any,
                  finish: Callable[[int], None] | None = None,
                  kernel: Kernel | None = None) -> None:

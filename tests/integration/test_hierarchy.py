@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from asyncoll import ReduceOp
+from asyncoll._group.hierarchy import HostHierarchy
 from asyncoll.testing import run_ranks
 
 pytestmark = pytest.mark.timeout(120)
@@ -28,6 +29,12 @@ pytestmark = pytest.mark.timeout(120)
 def arenas_on(monkeypatch):
     monkeypatch.setenv("ASYNCOLL_SHM", "1")
     monkeypatch.delenv("ASYNCOLL_HIERARCHY", raising=False)
+
+
+def hierarchy_of(world) -> HostHierarchy | None:
+    """The group's hierarchy, where its fast path is one (else None: flat links)."""
+    fast = world._fast
+    return fast if isinstance(fast, HostHierarchy) else None
 
 
 def inputs(rank: int, count: int) -> np.ndarray:
@@ -58,7 +65,7 @@ async def test_small_collectives_run_through_each_hosts_arena_and_match_numpy(wo
                 # Only the root's array changes.
                 assert np.array_equal(y, inputs(me, 100)), (root, me)
             await world.barrier()
-        hierarchy = world._fast._hierarchy
+        hierarchy = hierarchy_of(world)
         mapped = hierarchy is not None and hierarchy.arena is not None and \
             hierarchy.arena.ready
         return results, hierarchy, (world._fast.links.connected, mapped)
@@ -93,7 +100,7 @@ async def test_hierarchy_off_keeps_flat_links_and_the_same_results(monkeypatch):
     async def body(world):
         x = inputs(world.rank, 10)
         await world.all_reduce(x)
-        return x, world._fast._hierarchy
+        return x, hierarchy_of(world)
 
     outcomes = await run_ranks(4, body, hosts=2)
     expected = sum(inputs(r, 10) for r in range(4))
@@ -119,7 +126,7 @@ async def test_one_rank_wanting_no_hierarchy_turns_it_off_on_every_rank(monkeypa
         x = inputs(world.rank, 10)
         await world.all_reduce(x)
         await world.barrier()
-        return x, world._fast._hierarchy
+        return x, hierarchy_of(world)
 
     outcomes = await run_ranks(4, body, hosts=2)
     expected = sum(inputs(r, 10) for r in range(4))
@@ -135,7 +142,7 @@ async def test_broadcast_and_reduce_of_megabytes_take_the_hierarchy():
 
     async def body(world):
         me = world.rank
-        h = world._fast._hierarchy
+        h = hierarchy_of(world)
         before = h.arena._step.operation if h.arena._step is not None else 0
         x = inputs(me, count) if me == 1 else np.zeros(count, np.float32)
         await world.broadcast(x, src=1)
@@ -164,7 +171,7 @@ async def test_all_reduce_of_any_size_takes_the_hierarchy_with_a_ring_of_leaders
 
     async def body(world):
         me = world.rank
-        h = world._fast._hierarchy
+        h = hierarchy_of(world)
         x = np.arange(count, dtype=np.int64) % 1000 * (me + 1)
         y = np.full(count, me + 1, dtype=np.float64) / 3
         await world.all_reduce(x)
