@@ -57,10 +57,10 @@ async def test_small_collectives_run_through_each_hosts_arena_and_match_numpy(wo
                 # Only the root's array changes.
                 assert np.array_equal(y, inputs(me, 100)), (root, me)
             await world.barrier()
-        hierarchy = world._fast._hierarchy
+        hierarchy = world._core._fast._hierarchy
         mapped = hierarchy is not None and hierarchy.arena is not None and \
             hierarchy.arena.ready
-        return results, hierarchy, (world._fast.links.connected, mapped)
+        return results, hierarchy, (world._core._fast.links.connected, mapped)
 
     outcomes = await run_ranks(world_size, body, hosts=hosts)
     for results, _, _ in outcomes[1:]:
@@ -92,7 +92,7 @@ async def test_hierarchy_off_keeps_flat_links_and_the_same_results(monkeypatch):
     async def body(world):
         x = inputs(world.rank, 10)
         await world.all_reduce(x)
-        return x, world._fast._hierarchy
+        return x, world._core._fast._hierarchy
 
     outcomes = await run_ranks(4, body, hosts=2)
     expected = sum(inputs(r, 10) for r in range(4))
@@ -116,7 +116,7 @@ async def test_one_rank_wanting_no_hierarchy_turns_it_off_on_every_rank(monkeypa
         x = inputs(world.rank, 10)
         await world.all_reduce(x)
         await world.barrier()
-        return x, world._fast._hierarchy
+        return x, world._core._fast._hierarchy
 
     outcomes = await run_ranks(4, body, hosts=2)
     expected = sum(inputs(r, 10) for r in range(4))
@@ -132,7 +132,7 @@ async def test_broadcast_and_reduce_of_megabytes_take_the_hierarchy():
 
     async def body(world):
         me = world.rank
-        h = world._fast._hierarchy
+        h = world._core._fast._hierarchy
         before = h.arena._step.operation if h.arena._step is not None else 0
         x = inputs(me, count) if me == 1 else np.zeros(count, np.float32)
         await world.broadcast(x, src=1)
@@ -161,13 +161,13 @@ async def test_all_reduce_of_any_size_takes_the_hierarchy_with_a_ring_of_leaders
 
     async def body(world):
         me = world.rank
-        h = world._fast._hierarchy
+        h = world._core._fast._hierarchy
         x = np.arange(count, dtype=np.int64) % 1000 * (me + 1)
         y = np.full(count, me + 1, dtype=np.float64) / 3
         await world.all_reduce(x)
         before = h.arena._step.operation
         await world.all_reduce(y, op=ReduceOp.AVG)
-        return x, y.tobytes(), h.arena._step.operation - before, world._fast.algorithm
+        return x, y.tobytes(), h.arena._step.operation - before, world._core._fast.algorithm
 
     outcomes = await run_ranks(world_size, body, hosts=hosts)
     total = world_size * (world_size + 1) // 2
