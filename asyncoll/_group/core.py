@@ -2,10 +2,10 @@
 
 AsyncProcessGroup holds one, and offers its methods as the group's own.
 Every collective method checks its arguments and hands :meth:`GroupCore.plan`
-a Signature and its arrays; from them this
-layer chooses the algorithm by size (from what every rank knows alike, so
-ranks always agree), derives the fingerprint, binds the transport's
-algorithm and the fast path's kernel, and remembers the call to run again.
+a Signature and its arrays; from them this layer chooses the algorithm by
+size (from what every rank knows alike, so ranks always agree), derives the
+fingerprint, binds the transport's algorithm and the fast path's kernel, and
+remembers the call to run again.
 Where a plan runs is decided here only: :meth:`GroupCore.execute` and
 :meth:`GroupCore.submit` run it in the calling thread when the group's fast
 path takes it (a shared-memory arena on one host, direct links across

@@ -2,10 +2,13 @@
 
 AsyncProcessGroup holds its parts (the core that makes and places plans,
 the object collectives, the point-to-point messages) rather than inheriting
-from them, and offers their methods as its own with a Delegate each. The
-first use on a group binds the part's method and keeps it on the group, as
-functools.cached_property does: every later call finds it at once, with no
-call in between, which the calls that repeat a small collective need.
+from them, and offers their methods as its own: a Delegate on the class
+declares each (its type and docstring are the part's method's), and
+:func:`bind` puts the part's bound method on the group as it is made, so
+every call finds it at once, with no call in between, which the calls that
+repeat a small collective need. Binding as the group is made, in the same
+order every time, keeps the group's attributes in CPython's compact form
+(a later write to its ``__dict__`` would slow every attribute read).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ class Delegate(Generic[P, R]):
     docstring."""
 
     def __init__(self, part: str, method: Callable[Concatenate[Any, P], R]) -> None:
-        self._part = part
+        self.part = part
         self._name = ""
         self.__doc__ = method.__doc__
 
@@ -37,9 +40,16 @@ class Delegate(Generic[P, R]):
     def __get__(self, group: object, owner: type | None = None) -> Callable[P, R]: ...
 
     def __get__(self, group: object, owner: type | None = None) -> Any:
+        # Only on the class, or on a group bind() has not run for yet: bind() puts the
+        # part's method on the group itself, which is found before this.
         if group is None:
             return self
-        bound = getattr(getattr(group, self._part), self._name)
-        # Kept on the group, it shadows this (non-data) descriptor from now on.
-        group.__dict__[self._name] = bound
-        return bound
+        return getattr(getattr(group, self.part), self._name)
+
+
+def bind(group: object) -> None:
+    """Put on ``group`` the bound method of its part for every Delegate of its class."""
+    for cls in reversed(type(group).__mro__):
+        for name, value in vars(cls).items():
+            if isinstance(value, Delegate):
+                setattr(group, name, getattr(getattr(group, value.part), name))

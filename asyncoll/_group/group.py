@@ -29,7 +29,7 @@ from asyncoll._group import arguments as check
 from asyncoll._group import blockwise
 from asyncoll._group.context import Membership
 from asyncoll._group.core import GroupCore
-from asyncoll._group.delegate import Delegate
+from asyncoll._group.delegate import Delegate, bind
 from asyncoll._group.objects import ObjectCollectives
 from asyncoll._group.plan import Plan, Signature, repeat_key, seconds
 from asyncoll._group.point_to_point import PointToPoint
@@ -75,6 +75,7 @@ class AsyncProcessGroup:
         self.ranks: tuple[int, ...] = core.ranks
         self.timeout = timeout
         self._me = core.rank
+        bind(self)
 
     @property
     def rank(self) -> int:

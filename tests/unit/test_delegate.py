@@ -1,8 +1,8 @@
-"""Delegate: a part's method offered as the group's own, bound once and kept."""
+"""Delegate: a part's method offered as the group's own, bound as the group is made."""
 
 from __future__ import annotations
 
-from asyncoll._group.delegate import Delegate
+from asyncoll._group.delegate import Delegate, bind
 from asyncoll._group.group import AsyncProcessGroup
 
 
@@ -21,22 +21,36 @@ class Whole:
 
     def __init__(self) -> None:
         self._part = Part()
+        bind(self)
+
+
+class Unbound:
+    again = Delegate("_part", Part.again)
+
+    def __init__(self) -> None:
+        self._part = Part()
 
 
 def test_the_wholes_method_is_the_parts_bound_method_with_no_call_between() -> None:
     whole = Whole()
 
+    assert vars(whole)["again"] == whole._part.again  # on the group: found before the class's
     assert whole.again("barrier", root=2) == "barrier 2"
-    assert whole.again.__self__ is whole._part
-    assert vars(whole)["again"] == whole._part.again  # kept: found before the descriptor
     assert whole._part.calls == 1
 
 
 def test_each_whole_binds_its_own_part() -> None:
     one, two = Whole(), Whole()
-    one.again("x")
 
+    assert one.again.__self__ is one._part
     assert two.again.__self__ is two._part
+
+
+def test_without_bind_the_delegate_still_finds_the_parts_method_and_keeps_nothing() -> None:
+    whole = Unbound()
+
+    assert whole.again("x") == "x -1"
+    assert "again" not in vars(whole)
 
 
 def test_on_the_class_it_is_the_delegate_with_the_parts_docstring() -> None:
