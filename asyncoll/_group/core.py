@@ -1,10 +1,11 @@
 """GroupCore: a group's members, how its calls become plans, and where plans run.
 
-Every collective method of AsyncProcessGroup checks its arguments and
-hands :meth:`GroupCore.plan` a Signature and its arrays; from them this
-layer chooses the algorithm by size (from what every rank knows alike, so
-ranks always agree), derives the fingerprint, binds the transport's
-algorithm and the fast path's kernel, and remembers the call to run again.
+AsyncProcessGroup holds one, and offers its methods as the group's own.
+Every collective method checks its arguments and hands :meth:`GroupCore.plan`
+a Signature and its arrays; from them this layer chooses the algorithm by
+size (from what every rank knows alike, so ranks always agree), derives the
+fingerprint, binds the transport's algorithm and the fast path's kernel, and
+remembers the call to run again.
 Where a plan runs is decided here only: :meth:`GroupCore.execute` and
 :meth:`GroupCore.submit` run it in the calling thread when the group's fast
 path takes it (a shared-memory arena on one host, direct links across
@@ -54,7 +55,7 @@ DONE.set_result(None)
 class GroupCore:
     """A group's members, and the making and placing of its calls.
 
-    AsyncProcessGroup adds the collectives; this is what they share.
+    The group's collectives, object collectives and messages all go through it.
     """
 
     def __init__(self, session: Membership, group_id: int, ranks: Sequence[int],
@@ -64,8 +65,12 @@ class GroupCore:
         #: The members' global ranks, in group-rank order.
         self.ranks: tuple[int, ...] = tuple(ranks)
         self.timeout = timeout
-        me = session.rank
-        self._me = self.ranks.index(me) if me in self.ranks else -1
+        #: This process's rank in the whole job.
+        self.global_rank = me = session.rank
+        #: This process's rank within the group, or -1 when it is not a member.
+        self.rank = self.ranks.index(me) if me in self.ranks else -1
+        #: The number of ranks in the group.
+        self.size = len(self.ranks)
         self._scratch = Scratch()
         #: The group's way of running operations in the calling thread.
         self._fast: FastPath = fast_path_of(session, group_id, self.ranks, self._scratch)
@@ -78,29 +83,6 @@ class GroupCore:
         # calls repeat the same few, and each microsecond shows.
         self._choices: dict[tuple[str, int, str | None, int], str] = {}
         session.faults.register(group_id, self.ranks)
-
-    @property
-    def rank(self) -> int:
-        """This process's rank within the group, or -1 when it is not a member."""
-        return self._me
-
-    @property
-    def size(self) -> int:
-        """The number of ranks in the group."""
-        return len(self.ranks)
-
-    @property
-    def global_rank(self) -> int:
-        """This process's rank in the whole job."""
-        return self._session.rank
-
-    @property
-    def is_member(self) -> bool:
-        """Whether this process belongs to the group."""
-        return self._me >= 0
-
-    def __repr__(self) -> str:
-        return f"<AsyncProcessGroup {self.group_id} ranks={list(self.ranks)}>"
 
     # -- making plans ------------------------------------------------------------------
 
@@ -172,8 +154,8 @@ class GroupCore:
         Raises:
             ConfigurationError: this process is not a member.
         """
-        if self._me < 0:
-            raise ConfigurationError(f"rank {self._session.rank} called {what} on group "
+        if self.rank < 0:
+            raise ConfigurationError(f"rank {self.global_rank} called {what} on group "
                                      f"{self.group_id} (ranks {list(self.ranks)}), which it "
                                      "is not a member of")
 
@@ -236,7 +218,7 @@ class GroupCore:
                 plan.what, plan.fingerprint, plan.limit, kernel, plan.arrays):
             return False
         if plan.finish is not None:
-            plan.finish(self._me)
+            plan.finish(self.rank)
         return True
 
     def again(self, what: str, arrays: Any, op: ReduceOp | None = None, root: int = -1) -> bool:

@@ -3,10 +3,15 @@
 Every collective method checks its arguments at once, in the caller's
 thread, so bad input raises before anything is sent, and returns the call's
 Plan (asyncoll._group.plan): awaiting it runs it in the group's turn, and
-the blocking front doors hand it to ``execute`` or ``submit``
-(asyncoll._group.core). ``src`` and ``dst`` are global ranks, as in torch.
-Point-to-point messages (send, recv) are not sequenced with the collectives;
-they are matched per (peer, tag) in call order, as MPI's are.
+the blocking front doors hand it to ``execute`` or ``submit``. ``src`` and
+``dst`` are global ranks, as in torch. Point-to-point messages (send, recv)
+are not sequenced with the collectives; they are matched per (peer, tag) in
+call order, as MPI's are.
+
+The group holds its parts and offers their methods as its own
+(asyncoll._group.delegate): its core makes and places the plans
+(asyncoll._group.core), its object collectives (asyncoll._group.objects)
+and its messages (asyncoll._group.point_to_point) use the core.
 """
 
 from __future__ import annotations
@@ -16,15 +21,15 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
-
 from asyncoll._algorithms import monitored
-from asyncoll._algorithms.pairwise import direct_all_to_all, direct_gather, direct_scatter
+from asyncoll._algorithms.pairwise import direct_gather, direct_scatter
 from asyncoll._algorithms.ops import check_op, coerce_op
 from asyncoll._algorithms.team import Team
 from asyncoll._group import arguments as check
+from asyncoll._group import blockwise
 from asyncoll._group.context import Membership
+from asyncoll._group.core import GroupCore
+from asyncoll._group.delegate import Delegate, bind
 from asyncoll._group.objects import ObjectCollectives
 from asyncoll._group.plan import Plan, Signature, repeat_key, seconds
 from asyncoll._group.point_to_point import PointToPoint
@@ -49,14 +54,66 @@ class WorldGroup:
 WORLD = WorldGroup()
 
 
-class AsyncProcessGroup(ObjectCollectives, PointToPoint):
+class AsyncProcessGroup:
     """A set of ranks that run collectives together (torch's ProcessGroup).
 
     Every rank of the job holds one for each group created, members or not;
     on a non-member, :attr:`rank` is -1 and collectives refuse to run. Its
-    object collectives and its send and recv come from ObjectCollectives
-    (asyncoll._group.objects) and PointToPoint (asyncoll._group.point_to_point).
+    object collectives and its send and recv are those of its parts,
+    ObjectCollectives (asyncoll._group.objects) and PointToPoint
+    (asyncoll._group.point_to_point).
     """
+
+    def __init__(self, session: Membership, group_id: int, ranks: Sequence[int],
+                 timeout: float) -> None:
+        core = self._core = GroupCore(session, group_id, ranks, timeout)
+        self._session = session
+        self._objects = ObjectCollectives(core)
+        self._p2p = PointToPoint(core, session)
+        self.group_id = group_id
+        #: The members' global ranks, in group-rank order.
+        self.ranks: tuple[int, ...] = core.ranks
+        self.timeout = timeout
+        self._me = core.rank
+        bind(self)
+
+    @property
+    def rank(self) -> int:
+        """This process's rank within the group, or -1 when it is not a member."""
+        return self._me
+
+    @property
+    def size(self) -> int:
+        """The number of ranks in the group."""
+        return len(self.ranks)
+
+    @property
+    def global_rank(self) -> int:
+        """This process's rank in the whole job."""
+        return self._session.rank
+
+    @property
+    def is_member(self) -> bool:
+        """Whether this process belongs to the group."""
+        return self._me >= 0
+
+    def __repr__(self) -> str:
+        return f"<AsyncProcessGroup {self.group_id} ranks={list(self.ranks)}>"
+
+    # -- its parts' methods, as its own ----------------------------------------------------
+
+    plan = Delegate("_core", GroupCore.plan)
+    plan_on_transport = Delegate("_core", GroupCore.plan_on_transport)
+    check_member = Delegate("_core", GroupCore.check_member)
+    execute = Delegate("_core", GroupCore.execute)
+    submit = Delegate("_core", GroupCore.submit)
+    again = Delegate("_core", GroupCore.again)
+    all_gather_object = Delegate("_objects", ObjectCollectives.all_gather_object)
+    broadcast_object_list = Delegate("_objects", ObjectCollectives.broadcast_object_list)
+    gather_object = Delegate("_objects", ObjectCollectives.gather_object)
+    scatter_object_list = Delegate("_objects", ObjectCollectives.scatter_object_list)
+    send = Delegate("_p2p", PointToPoint.send)
+    recv = Delegate("_p2p", PointToPoint.recv)
 
     # -- reductions --------------------------------------------------------------------
 
@@ -119,7 +176,8 @@ class AsyncProcessGroup(ObjectCollectives, PointToPoint):
         reduce_op = self._reduce_op(op, what)
         inputs = check.sources(check.tensor_list(input_list, self.size, "input_list", what),
                                "input_list", what)
-        return self._reduce_scatter(what, output, inputs, reduce_op, timeout, algorithm)
+        return blockwise.reduce_scatter(self._core, what, as_buffer(output, what), inputs,
+                                        reduce_op, timeout, algorithm)
 
     def reduce_scatter_tensor(self, output: Any, input: Any, op: Any = ReduceOp.SUM,
                               timeout: Timeout = None, algorithm: str | None = None) -> Plan:
@@ -130,34 +188,13 @@ class AsyncProcessGroup(ObjectCollectives, PointToPoint):
         what = "reduce_scatter_tensor"
         reduce_op = self._reduce_op(op, what)
         flat = as_source(input, what)
-        count = as_buffer(output, what).flat.size
+        buffer = as_buffer(output, what)
+        count = buffer.flat.size
         check.same_size(flat, count * self.size, "input", what,
                         f"group size {self.size} x the output's {count}")
-        return self._reduce_scatter(what, output, _blocks(flat, count, self.size), reduce_op,
-                                    timeout, algorithm, flat)
-
-    def _reduce_scatter(self, what: str, output: Any, inputs: list[NDArray[Any]],
-                        reduce_op: ReduceOp, timeout: Timeout, algorithm: str | None,
-                        whole: NDArray[Any] | None = None) -> Plan:
-        """The reduce-scatter of ``inputs`` (block i for member i) into ``output``.
-
-        With ``whole``, the input the blocks were cut from, the call may repeat.
-        """
-        buffer = as_buffer(output, what)
-        out = buffer.flat
-        me = self.rank
-        dtype = check.same_dtype([out, *inputs], ["output"] + [
-            f"input {i}" for i in range(len(inputs))], what)
-        check_op(reduce_op, dtype)
-        check.same_size(out, inputs[me].size, "output", what,
-                        f"the size of this member's input block, {inputs[me].size}")
-        sizes = tuple(block.size for block in inputs)
-        signature = Signature("reduce_scatter", Kind.REDUCE_SCATTER, dtype, sum(sizes),
-                              reduce_op, sizes=sizes)
-        repeat = None if whole is None else (repeat_key(what, (out, whole), reduce_op),
-                                             functools.partial(_input_cut, out.size, self.size))
-        return self.plan(what, signature, (out, inputs), sum(sizes) * dtype.itemsize, timeout,
-                         algorithm, write_back([buffer]), repeat)
+        return blockwise.reduce_scatter(self._core, what, buffer,
+                                        blockwise.blocks(flat, count, self.size), reduce_op,
+                                        timeout, algorithm, flat)
 
     # -- one to all, all to one ----------------------------------------------------------
 
@@ -188,14 +225,12 @@ class AsyncProcessGroup(ObjectCollectives, PointToPoint):
         self.check_member(what)
         root = check.member_index(self.ranks, dst, "dst", what)
         mine = as_source(tensor, what)
-        buffers = self._root_list(gather_list, root, "gather_list", what)
-        flats = None
-        if buffers is not None:
+        listed = blockwise.at_root(self._core, gather_list, root, "gather_list", "dst", what)
+        buffers = flats = None
+        if listed is not None:
+            buffers = check.outputs(listed, "gather_list", what)
             flats = [b.flat for b in buffers]
-            check.same_dtype([mine, *flats], ["tensor"] + [
-                f"gather_list[{i}]" for i in range(len(flats))], what)
-            check.same_size(flats[root], mine.size, f"gather_list[{root}]", what,
-                            "the size of this rank's tensor")
+            blockwise.check_blocks(mine, flats, root, "gather_list", what)
         return self.plan_on_transport(
             what, Signature(what, Kind.GATHER, mine.dtype, root=root), spread(direct_gather),
             (mine, root, flats), seconds(timeout, self.timeout), write_back(buffers or ()))
@@ -210,17 +245,11 @@ class AsyncProcessGroup(ObjectCollectives, PointToPoint):
         self.check_member(what)
         root = check.member_index(self.ranks, src, "src", what)
         buffer = as_buffer(tensor, what)
+        listed = blockwise.at_root(self._core, scatter_list, root, "scatter_list", "src", what)
         blocks = None
-        if self.rank == root:
-            blocks = check.sources(check.tensor_list(scatter_list, self.size, "scatter_list",
-                                                     what), "scatter_list", what)
-            check.same_dtype([buffer.flat, *blocks], ["tensor"] + [
-                f"scatter_list[{i}]" for i in range(len(blocks))], what)
-            check.same_size(blocks[root], buffer.flat.size, f"scatter_list[{root}]", what,
-                            "the size of this rank's tensor")
-        elif scatter_list is not None:
-            raise ConfigurationError(f"{what}: scatter_list must be None on rank "
-                                     f"{self.global_rank}, which is not src {src}")
+        if listed is not None:
+            blocks = check.sources(listed, "scatter_list", what)
+            blockwise.check_blocks(buffer.flat, blocks, root, "scatter_list", what)
         return self.plan_on_transport(
             what, Signature(what, Kind.SCATTER, buffer.flat.dtype, root=root),
             spread(direct_scatter), (buffer.flat, root, blocks), seconds(timeout, self.timeout),
@@ -240,8 +269,8 @@ class AsyncProcessGroup(ObjectCollectives, PointToPoint):
         self.check_member(what)
         buffers = check.outputs(check.tensor_list(tensor_list, self.size, "tensor_list", what),
                                 "tensor_list", what)
-        return self._all_gather(what, as_source(tensor, what), buffers,
-                                [b.flat for b in buffers], timeout, algorithm)
+        return blockwise.all_gather(self._core, what, as_source(tensor, what), buffers,
+                                    [b.flat for b in buffers], timeout, algorithm)
 
     def all_gather_into_tensor(self, output: Any, input: Any, timeout: Timeout = None,
                                algorithm: str | None = None) -> Plan:
@@ -256,27 +285,10 @@ class AsyncProcessGroup(ObjectCollectives, PointToPoint):
         count = mine.size
         check.same_size(buffer.flat, count * self.size, "output", what,
                         f"group size {self.size} x the input's {count}")
-        return self._all_gather(what, mine, [buffer], _blocks(buffer.flat, count, self.size),
-                                timeout, algorithm, (
-                                    repeat_key(what, (buffer.flat, mine)),
-                                    functools.partial(_output_cut, count, self.size)))
-
-    def _all_gather(self, what: str, mine: NDArray[Any], buffers: list[Any],
-                    flats: list[NDArray[Any]], timeout: Timeout, algorithm: str | None,
-                    repeat: Any = None) -> Plan:
-        """Member i's ``mine`` into ``flats[i]`` on every member (``buffers`` hold them)."""
-        me = self.rank
-        check.same_dtype([mine, *flats], ["tensor"] + [f"output {i}" for i in range(len(flats))],
-                         what)
-        check.same_size(flats[me], mine.size, f"output block {me}", what,
-                        "the size of this rank's input")
-        sizes = tuple(f.size for f in flats)
-        signature = Signature("all_gather", Kind.ALL_GATHER, mine.dtype, sum(sizes),
-                              sizes=sizes)
-        # The largest block, which every member agrees on (not its own input's size).
-        nbytes = max(sizes) * mine.dtype.itemsize
-        return self.plan(what, signature, (flats, mine), nbytes, timeout, algorithm,
-                         write_back(buffers), repeat)
+        return blockwise.all_gather(
+            self._core, what, mine, [buffer], blockwise.blocks(buffer.flat, count, self.size),
+            timeout, algorithm, (repeat_key(what, (buffer.flat, mine)),
+                                 functools.partial(blockwise.output_cut, count, self.size)))
 
     def all_to_all(self, output_list: Sequence[Any], input_list: Sequence[Any],
                    timeout: Timeout = None) -> Plan:
@@ -287,7 +299,8 @@ class AsyncProcessGroup(ObjectCollectives, PointToPoint):
                                 "output_list", what)
         inputs = check.sources(check.tensor_list(input_list, self.size, "input_list", what),
                                "input_list", what)
-        return self._all_to_all(what, buffers, [b.flat for b in buffers], inputs, timeout)
+        return blockwise.all_to_all(self._core, what, buffers, [b.flat for b in buffers],
+                                    inputs, timeout)
 
     def all_to_all_single(self, output: Any, input: Any,
                           output_split_sizes: Sequence[int] | None = None,
@@ -311,21 +324,9 @@ class AsyncProcessGroup(ObjectCollectives, PointToPoint):
         if in_rows and out_rows and in_width != out_width:
             raise ConfigurationError(f"{what}: input rows have {in_width} elements but output "
                                      f"rows have {out_width}; they must match")
-        return self._all_to_all(what, [buffer], _cut(buffer.flat, out_splits, out_width),
-                                _cut(flat_in, in_splits, in_width), timeout)
-
-    def _all_to_all(self, what: str, buffers: list[Any], outputs: list[NDArray[Any]],
-                    inputs: list[NDArray[Any]], timeout: Timeout) -> Plan:
-        check.same_dtype([*outputs, *inputs], [f"output {i}" for i in range(len(outputs))] + [
-            f"input {i}" for i in range(len(inputs))], what)
-        me = self.rank
-        check.same_size(outputs[me], inputs[me].size, f"output block {me}", what,
-                        "the size of the input block this rank sends itself")
-        if any(np.may_share_memory(o, i) for o in outputs for i in inputs if o.size and i.size):
-            inputs = [i.copy() for i in inputs]  # in place: keep the sent values intact
-        return self.plan_on_transport(
-            what, Signature(what, Kind.ALL_TO_ALL, outputs[0].dtype), spread(direct_all_to_all),
-            (inputs, outputs), seconds(timeout, self.timeout), write_back(buffers))
+        return blockwise.all_to_all(self._core, what, [buffer],
+                                    blockwise.cut(buffer.flat, out_splits, out_width),
+                                    blockwise.cut(flat_in, in_splits, in_width), timeout)
 
     # -- barriers ------------------------------------------------------------------------
 
@@ -395,40 +396,9 @@ class AsyncProcessGroup(ObjectCollectives, PointToPoint):
         self.check_member(what)
         return reduce_op
 
-    def _root_list(self, items: Sequence[Any] | None, root: int, name: str,
-                   what: str) -> list[Any] | None:
-        if self.rank == root:
-            return check.outputs(check.tensor_list(items, self.size, name, what), name, what)
-        if items is not None:
-            raise ConfigurationError(f"{what}: {name} must be None on rank {self.global_rank}, "
-                                     f"which is not dst {self.ranks[root]}")
-        return None
-
 
 async def _through_coordinator(team: Team, session: Membership, group_id: int,
                                limit: float) -> None:
     """A barrier the coordinator keeps (monitored_barrier): it names who did not arrive."""
     await session.barrier(group_id, limit)
 
-
-def _input_cut(block: int, count: int, arrays: tuple[NDArray[Any], NDArray[Any]]
-               ) -> tuple[NDArray[Any], list[NDArray[Any]]]:
-    """A repeated reduce_scatter_tensor's (output, input): the input cut into blocks."""
-    return arrays[0], _blocks(arrays[1], block, count)
-
-
-def _output_cut(block: int, count: int, arrays: tuple[NDArray[Any], NDArray[Any]]
-                ) -> tuple[list[NDArray[Any]], NDArray[Any]]:
-    """A repeated all_gather_into_tensor's (output, input): the output cut into blocks."""
-    return _blocks(arrays[0], block, count), arrays[1]
-
-
-def _cut(flat: NDArray[Any], rows: list[int], width: int) -> list[NDArray[Any]]:
-    """Consecutive blocks of ``rows[i] * width`` elements of ``flat``."""
-    bounds = np.concatenate(([0], np.cumsum(rows))) * width
-    return [flat[int(bounds[i]):int(bounds[i + 1])] for i in range(len(rows))]
-
-
-def _blocks(flat: NDArray[Any], block: int, count: int) -> list[NDArray[Any]]:
-    """``flat`` cut into ``count`` consecutive blocks of ``block`` elements."""
-    return [flat[i * block:(i + 1) * block] for i in range(count)]

@@ -1,7 +1,8 @@
 """The object collectives: Python objects pickled, as torch does, and moved as bytes.
 
-:class:`ObjectCollectives` gives a group its methods; the functions below
-are their algorithms over the transport.
+:class:`ObjectCollectives` makes their plans for a group, whose core
+(asyncoll._group.core) it holds; the functions below are their algorithms
+over the transport.
 
 Unpickling runs code chosen by the sender, so these collectives are only
 for peers of one job, which trust each other (issue: authentication keeps
@@ -30,18 +31,22 @@ from asyncoll._wire.frames import Operation as Kind
 from asyncoll.errors import ConfigurationError
 
 
-class ObjectCollectives(GroupCore):
+class ObjectCollectives:
     """A group's collectives of picklable Python objects (torch's ``*_object*`` calls)."""
+
+    def __init__(self, core: GroupCore) -> None:
+        self._core = core
 
     def all_gather_object(self, object_list: list[Any], obj: Any,
                           timeout: float | timedelta | None = None) -> Plan:
         """Set ``object_list[i]`` to member i's ``obj`` on every member (pickled)."""
         what = "all_gather_object"
-        self.check_member(what)
-        check.tensor_list(object_list, self.size, "object_list", what)
-        return self.plan_on_transport(what, Signature(what, Kind.ALL_GATHER_OBJECT),
+        core = self._core
+        core.check_member(what)
+        check.tensor_list(object_list, core.size, "object_list", what)
+        return core.plan_on_transport(what, Signature(what, Kind.ALL_GATHER_OBJECT),
                                       spread(all_gather), (object_list, dump(obj, what)),
-                                      seconds(timeout, self.timeout))
+                                      seconds(timeout, core.timeout))
 
     def broadcast_object_list(self, object_list: list[Any], src: int,
                               timeout: float | timedelta | None = None) -> Plan:
@@ -50,45 +55,48 @@ class ObjectCollectives(GroupCore):
         Every member passes a list of the same length.
         """
         what = "broadcast_object_list"
-        self.check_member(what)
-        root = check.member_index(self.ranks, src, "src", what)
+        core = self._core
+        core.check_member(what)
+        root = check.member_index(core.ranks, src, "src", what)
         if not isinstance(object_list, list):
             raise ConfigurationError(f"{what}: object_list must be a list, got "
                                      f"{type(object_list).__name__}")
-        mine = [dump(o, what) for o in object_list] if self.rank == root else None
-        return self.plan_on_transport(
+        mine = [dump(o, what) for o in object_list] if core.rank == root else None
+        return core.plan_on_transport(
             what, Signature(what, Kind.BROADCAST_OBJECT_LIST, root=root,
                             elements=len(object_list)),
-            spread(broadcast), (object_list, mine, root), seconds(timeout, self.timeout))
+            spread(broadcast), (object_list, mine, root), seconds(timeout, core.timeout))
 
     def gather_object(self, obj: Any, object_gather_list: list[Any] | None, dst: int,
                       timeout: float | timedelta | None = None) -> Plan:
         """Set ``object_gather_list[i]`` on global rank ``dst`` to member i's ``obj``."""
         what = "gather_object"
-        self.check_member(what)
-        root = check.member_index(self.ranks, dst, "dst", what)
-        if self.rank == root:
-            check.tensor_list(object_gather_list, self.size, "object_gather_list", what)
-        return self.plan_on_transport(
+        core = self._core
+        core.check_member(what)
+        root = check.member_index(core.ranks, dst, "dst", what)
+        if core.rank == root:
+            check.tensor_list(object_gather_list, core.size, "object_gather_list", what)
+        return core.plan_on_transport(
             what, Signature(what, Kind.GATHER_OBJECT, root=root), spread(gather),
-            (dump(obj, what), object_gather_list, root), seconds(timeout, self.timeout))
+            (dump(obj, what), object_gather_list, root), seconds(timeout, core.timeout))
 
     def scatter_object_list(self, output_list: list[Any], input_list: list[Any] | None,
                             src: int, timeout: float | timedelta | None = None) -> Plan:
         """Set ``output_list[0]`` on member i to ``input_list[i]`` of global rank ``src``."""
         what = "scatter_object_list"
-        self.check_member(what)
-        root = check.member_index(self.ranks, src, "src", what)
+        core = self._core
+        core.check_member(what)
+        root = check.member_index(core.ranks, src, "src", what)
         if not isinstance(output_list, list) or not output_list:
             raise ConfigurationError(f"{what}: scatter_object_output_list must be a list of at "
                                      f"least one item, got {output_list!r}")
         mine = None
-        if self.rank == root:
-            items = check.tensor_list(input_list, self.size, "scatter_object_input_list", what)
+        if core.rank == root:
+            items = check.tensor_list(input_list, core.size, "scatter_object_input_list", what)
             mine = [dump(o, what) for o in items]
-        return self.plan_on_transport(
+        return core.plan_on_transport(
             what, Signature(what, Kind.SCATTER_OBJECT_LIST, root=root), spread(scatter),
-            (output_list, mine, root), seconds(timeout, self.timeout))
+            (output_list, mine, root), seconds(timeout, core.timeout))
 
 
 def dump(obj: object, what: str) -> NDArray[Any]:

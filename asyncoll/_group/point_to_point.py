@@ -210,12 +210,22 @@ def _timed_out(what: str, limit: float) -> str:
     return f"{what} did not complete within {limit:g} s. {timed_out_words(limit)}"
 
 
-class PointToPoint(GroupCore):
-    """A group's send and recv (see the module)."""
+class PointToPoint:
+    """A group's send and recv (see the module): checked here, carried by its Messages."""
+
+    def __init__(self, core: GroupCore, session: Membership) -> None:
+        # What each message reads, taken once: none of it changes in a group's life.
+        self._session = session
+        self._group_id = core.group_id
+        self._ranks = core.ranks
+        self._timeout = core.timeout
+        self._me = session.rank
+        self._check_member = core.check_member
 
     @functools.cached_property
     def _messages(self) -> Messages:
-        return Messages(self._session, self.group_id, self.ranks)
+        # Made on the first message: a group that sends none registers no channel.
+        return Messages(self._session, self._group_id, self._ranks)
 
     def send(self, tensor: Any, dst: int, tag: int = 0,
              timeout: float | timedelta | None = None) -> Coroutine[Any, Any, None]:
@@ -225,7 +235,7 @@ class PointToPoint(GroupCore):
         """
         peer = self._peer(dst, "dst", tag, "send")
         data = as_source(tensor, "send")
-        return self._messages.send(peer, tag, data, seconds(timeout, self.timeout))
+        return self._messages.send(peer, tag, data, seconds(timeout, self._timeout))
 
     def recv(self, tensor: Any, src: int | None, tag: int = 0,
              timeout: float | timedelta | None = None) -> Coroutine[Any, Any, int]:
@@ -244,22 +254,22 @@ class PointToPoint(GroupCore):
                 point-to-point messages.
         """
         if src is None:
-            self.check_member("recv")
+            self._check_member("recv")
             _check_tag(tag, "recv")
-            peers = [rank for rank in self.ranks if rank != self.global_rank]
+            peers = [rank for rank in self._ranks if rank != self._me]
             if not peers:
                 raise ConfigurationError("recv without src in a group of one rank: no other "
                                          "member can send to it")
             buffer = as_buffer(tensor, "recv")
-            return self._messages.recv_any(peers, tag, buffer, seconds(timeout, self.timeout))
+            return self._messages.recv_any(peers, tag, buffer, seconds(timeout, self._timeout))
         peer = self._peer(src, "src", tag, "recv")
         buffer = as_buffer(tensor, "recv")
-        return self._messages.recv(peer, tag, buffer, seconds(timeout, self.timeout))
+        return self._messages.recv(peer, tag, buffer, seconds(timeout, self._timeout))
 
     def _peer(self, rank: int, role: str, tag: int, what: str) -> int:
-        self.check_member(what)
-        check.member_index(self.ranks, rank, role, what)
-        if rank == self.global_rank:
+        self._check_member(what)
+        check.member_index(self._ranks, rank, role, what)
+        if rank == self._me:
             raise ConfigurationError(f"{what}: {role} {rank} is this process's own rank; "
                                      "a rank cannot send to or receive from itself")
         _check_tag(tag, what)

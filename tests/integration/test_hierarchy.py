@@ -33,7 +33,7 @@ def arenas_on(monkeypatch):
 
 def hierarchy_of(world) -> HostHierarchy | None:
     """The group's hierarchy, where its fast path is one (else None: flat links)."""
-    fast = world._fast
+    fast = world._core._fast
     return fast if isinstance(fast, HostHierarchy) else None
 
 
@@ -68,7 +68,7 @@ async def test_small_collectives_run_through_each_hosts_arena_and_match_numpy(wo
         hierarchy = hierarchy_of(world)
         mapped = hierarchy is not None and hierarchy.arena is not None and \
             hierarchy.arena.ready
-        return results, hierarchy, (world._fast.links.connected, mapped)
+        return results, hierarchy, (world._core._fast.links.connected, mapped)
 
     outcomes = await run_ranks(world_size, body, hosts=hosts)
     for results, _, _ in outcomes[1:]:
@@ -177,7 +177,7 @@ async def test_all_reduce_of_any_size_takes_the_hierarchy_with_a_ring_of_leaders
         await world.all_reduce(x)
         before = h.arena._step.operation
         await world.all_reduce(y, op=ReduceOp.AVG)
-        return x, y.tobytes(), h.arena._step.operation - before, world._fast.algorithm
+        return x, y.tobytes(), h.arena._step.operation - before, world._core._fast.algorithm
 
     outcomes = await run_ranks(world_size, body, hosts=hosts)
     total = world_size * (world_size + 1) // 2

@@ -67,7 +67,7 @@ async def every_collective(world):
         await world.all_gather(parts, inputs(me, count))
         for rank, part in enumerate(parts):
             assert np.array_equal(part, inputs(rank, count))
-    links = world._fast.links
+    links = world._core._fast.links
     link_sockets = [p.sock for p in links._peers.values()] if links is not None else []
     return type(world._session.mesh._server).__name__, link_sockets
 

@@ -197,7 +197,7 @@ def direct_links(group):
     from asyncoll._api import world
 
     resolved = world.resolve(group)
-    links = getattr(resolved._fast, "links", None)  # a same-host group has an arena instead
+    links = getattr(resolved._core._fast, "links", None)  # a same-host group has an arena instead
     return links.connected if links is not None else 0
 
 

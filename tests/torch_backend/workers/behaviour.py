@@ -136,18 +136,17 @@ def main() -> None:
     results["fast_path"] = [small_done, small.tolist(), big[:3].tolist(), big[-1].item()]
 
     # An all_reduce repeating an earlier one's signature (dtype, size, op) runs
-    # again without being made anew (GroupCore.again), with the right result:
+    # again without being made anew (the group's again), with the right result:
     # on a 1-D tensor, then on a 2-D one that requires grad.
-    from asyncoll._group.core import GroupCore
+    group = dist.distributed_c10d._get_default_group()._group  # asyncoll's AsyncProcessGroup
+    real_run_again, again = group.again, []
 
-    real_run_again, again = GroupCore.again, []
-
-    def spy(self, *args):
-        result = real_run_again(self, *args)
+    def spy(*args):
+        result = real_run_again(*args)
         again.append(result)
         return result
 
-    GroupCore.again = spy
+    group.again = spy
     dist.barrier()
     repeated = []
     for k in range(3):
@@ -158,7 +157,7 @@ def main() -> None:
         two = torch.full((2, 3), float(rank * 10 + k), requires_grad=True)
         dist.all_reduce(two, op=dist.ReduceOp.MAX)
         repeated.append(two.tolist())
-    GroupCore.again = real_run_again
+    group.again = real_run_again
     results["repeats"] = [repeated, again]
 
     # batch_isend_irecv around the ring.
