@@ -51,7 +51,7 @@ from asyncoll._algorithms import selection
 from asyncoll._group import hierarchy
 from asyncoll._group.context import Membership
 from asyncoll._group.hierarchy import HostHierarchy
-from asyncoll._group.mismatch import stale as stale_frame
+from asyncoll._group.mismatch import desync, stale as stale_frame
 from asyncoll._group.processors import processors
 from asyncoll._group.plan import Kernel, Signature, Transport
 from asyncoll._group.transports import Scratch
@@ -65,7 +65,6 @@ from asyncoll.errors import (
     AsyncollError,
     CollectiveError,
     GroupBrokenError,
-    MismatchError,
     PeerLostError,
     broken_by,
     error_code,
@@ -361,12 +360,8 @@ class GroupLinks:
                                    stale)
                 broken.__cause__ = stale
                 return broken
-            differences = "; ".join(step.fingerprint.differences(theirs, me, rank)) or (
-                f"a record of {exc.nbytes} bytes")
-            return MismatchError(
-                f"ranks {me} and {rank} called operation #{step.operation} of group "
-                f"{self._group_id} differently ({differences}): every rank must call the "
-                "same collectives in the same order, with the same arguments")
+            return desync(me, rank, (self._group_id, step.operation, 0), step.fingerprint,
+                          theirs, f"a record of {exc.nbytes} bytes")
         return None
 
     def abandon(self, step: LinksStep, error: BaseException) -> None:
