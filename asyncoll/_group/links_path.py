@@ -44,9 +44,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asyncoll._algorithms.doubling import DoublingOnLinks, recursive_doubling_all_reduce
-from asyncoll._algorithms.link_team import LinkTeam, run_here
 from asyncoll._algorithms.ring import ring_all_gather
-from asyncoll._algorithms.team import Team
+from asyncoll._algorithms.team import Team, run_here
 from asyncoll._algorithms import selection
 from asyncoll._group import hierarchy
 from asyncoll._group.context import Membership
@@ -117,7 +116,7 @@ class GroupLinks:
         member = session.rank in ranks
         self._me = ranks.index(session.rank) if member else -1
         # The team of operations run over the links, made once (they run one at a time).
-        self._team: LinkTeam | None = None
+        self._team: Team | None = None
         #: The largest operation to run over the links (0: this group has none).
         self.capacity = capacity if member else 0
         self.links: DirectLinks | None = None
@@ -245,7 +244,7 @@ class GroupLinks:
         """What runs calls of ``signature`` over the links: (step, arrays) -> None.
 
         The transport's ``algorithm`` itself, run in this thread over a
-        LinkTeam (asyncoll._algorithms.link_team); recursive doubling in
+        Team over a LinksMesh (asyncoll._transport.link_mesh); recursive doubling in
         plain calls instead, made ready once, where a coroutine's layers cost
         more than the exchange (small all-reduces and the barrier). In a group
         with a hierarchy (asyncoll._group.hierarchy), its three steps instead,
@@ -282,10 +281,11 @@ class GroupLinks:
     def _over_links(self, transport: Transport, step: LinksStep, arrays: object) -> None:
         """Run the transport's algorithm to its end over the links, in this thread."""
         team = self._team
-        if team is None or team.links is not step.links:
-            team = self._team = LinkTeam(step.links, self._ranks, step.me)
-        run_here(transport(team.again(), arrays))  # type: ignore[arg-type]
-        team.check_neighbours()
+        if team is None or team.mesh is not step.links.mesh:
+            team = self._team = Team(step.links.mesh, range(len(self._ranks)), 0, 0,
+                                     me=step.me)
+        run_here(transport(team.again(), arrays))
+        run_here(team.check_neighbours())
 
     def step(self, fingerprint: Fingerprint, limit: float) -> LinksStep:
         """The next operation over the links, with its deadline ``limit`` seconds from now."""

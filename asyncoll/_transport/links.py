@@ -47,6 +47,7 @@ from asyncoll._transport.link_connections import (
     pending,
     transmit,
 )
+from asyncoll._transport.link_mesh import LinksMesh
 from asyncoll._transport.link_errors import LinkAborted, LinkLost, LinkMismatch, LinksExpired
 from asyncoll._transport.link_opening import Dialling
 from asyncoll._wire.frames import (
@@ -102,6 +103,10 @@ class DirectLinks(Connections):
         self._later: LinkAborted | None = None
         self.deadline = 0.0
         self.check: Callable[[list[int]], None] = lambda waiting_for: None
+        #: These links behind the algorithms' Mesh seam, for a Team to run over
+        #: (rank -1: links made of given sockets only do not know this member's index).
+        self.mesh = LinksMesh(self, dialling.me, len(dialling.addresses)) \
+            if dialling is not None else LinksMesh(self, -1, len(sockets) + 1)
 
     # -- what an operation does ------------------------------------------------------------
 
