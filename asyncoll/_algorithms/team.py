@@ -28,7 +28,7 @@ one step: one team, one copy of each algorithm, for both.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Container, Sequence
+from collections.abc import Awaitable, Container, Generator, Sequence
 from typing import Any
 
 from numpy.typing import NDArray
@@ -52,6 +52,19 @@ def as_bytes(array: NDArray[Any]) -> memoryview:
     # Only numpy's newer stubs declare ndarray a buffer: the ignore is needed
     # with the numpy that Python 3.10 and 3.11 get, and unused with newer ones.
     return memoryview(array).cast("B")  # type: ignore[arg-type, unused-ignore]
+
+
+class _Nothing:
+    """An awaitable with nothing to wait for (one exhausted iterator serves every await)."""
+
+    __slots__ = ()
+    _done: Generator[Any, None, None] = iter(())  # type: ignore[assignment]
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self._done
+
+
+_NOTHING = _Nothing()
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:
@@ -102,7 +115,8 @@ class Team:
         self._sends: list[Awaitable[None]] = []
         self._sent_to: set[int] = set()
         self._received_from: set[int] = set()
-        #: Receives posted so far, by member index: who has not answered, on a timeout.
+        #: Receives posted on the event loop so far, by member index: who has not answered,
+        #: on a timeout (those over direct links are told by LinksExpired).
         self.receives: list[tuple[int, Awaitable[None]]] = []
 
     def phase(self, index: int) -> Team:
@@ -141,13 +155,12 @@ class Team:
             check = self.mesh.recv_into(self.ranks[right], self.tag(CHECK_STEP), _EMPTY,
                                         self.fingerprint)
             self.receives.append((right, check))
-        if check is None and not self._sends:
-            return None
-        return self._finish_check(check)
+        if check is None:
+            return self.flush() if self._sends else None
+        return self._finish_check(check) if self._sends else check
 
-    async def _finish_check(self, check: Awaitable[None] | None) -> None:
-        if check is not None:
-            await check
+    async def _finish_check(self, check: Awaitable[None]) -> None:
+        await check
         await self.flush()
 
     def waiting_for(self) -> list[int]:
@@ -189,15 +202,23 @@ class Team:
             # A receive the algorithm no longer awaits (another failed first) fails
             # with the group's error, which is reported once, by that other one.
             received.add_done_callback(_retrieve)
-        self.receives.append((index, received))
+            self.receives.append((index, received))
         self._received_from.add(index)
         return received
 
-    async def flush(self) -> None:
-        """Wait until every send started so far has left its memory."""
-        sends, self._sends = self._sends, []
-        for sent in sends:
-            await sent
+    def flush(self) -> Awaitable[None]:
+        """An awaitable that is done once every send started so far has left its memory."""
+        sends = self._sends
+        if not sends:
+            return _NOTHING
+        self._sends = []
+        # One send (a ring's step, a tree's edge) is its own awaitable: no coroutine.
+        return sends[0] if len(sends) == 1 else _each(sends)
+
+
+async def _each(awaitables: list[Awaitable[None]]) -> None:
+    for awaitable in awaitables:
+        await awaitable
 
 
 def run_here(algorithm: Awaitable[None] | None) -> None:
@@ -212,7 +233,7 @@ def run_here(algorithm: Awaitable[None] | None) -> None:
         return
     steps = algorithm.__await__()
     try:
-        steps.send(None)
+        next(steps)
     except StopIteration:
         return
     steps.close()

@@ -23,6 +23,10 @@ from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint
 if TYPE_CHECKING:
     from asyncoll._transport.links import DirectLinks
 
+#: What a wait that is over by the time it is awaited yields: nothing, ever. One,
+#: exhausted, serves every await (a generator would be made for each).
+_DONE: Generator[Any, None, None] = iter(())  # type: ignore[assignment]
+
 
 class _Flushed:
     """What ``send`` returns: awaiting it blocks until every record sent has left."""
@@ -34,8 +38,7 @@ class _Flushed:
 
     def __await__(self) -> Generator[Any, None, None]:
         self._links.flush()
-        return
-        yield  # a generator that never suspends
+        return _DONE
 
 
 class _Received:
@@ -52,8 +55,7 @@ class _Received:
         self._links.wait_received(self._index, self._step)
         if self._consume is not None:
             self._consume(0, self._room)  # the whole payload, in one part
-        return
-        yield  # a generator that never suspends
+        return _DONE
 
 
 class LinksMesh:
