@@ -127,10 +127,10 @@ class Team:
         team._received_from = self._received_from
         return team
 
-    def again(self, seq: int = 0) -> Team:
-        """This team, ready for the group's operation ``seq`` (one team may serve them
-        all, one at a time, where they share the rest: the direct links' does)."""
-        self.seq = seq
+    def again(self) -> Team:
+        """This team, ready for the group's next operation: one team serves them all, one
+        at a time, where its tags need not change (the direct links number operations
+        themselves)."""
         self._sends.clear()
         self._sent_to.clear()
         self._received_from.clear()

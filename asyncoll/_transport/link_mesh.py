@@ -15,13 +15,26 @@ goes on the wire, and the fingerprint passed is the stamped one.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from asyncoll._transport.base import Consumer, Tag
 from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint
 
-if TYPE_CHECKING:
-    from asyncoll._transport.links import DirectLinks
+
+class DirectLinks(Protocol):
+    """What a LinksMesh uses of asyncoll._transport.links.DirectLinks."""
+
+    def send(self, index: int, step: int, payload: memoryview) -> None:
+        """Start sending a record to member ``index``."""
+
+    def post(self, index: int, step: int, out: memoryview) -> None:
+        """Expect record ``step`` of the running operation from member ``index``."""
+
+    def wait_received(self, index: int, step: int) -> None:
+        """Block until the record posted for (``index``, ``step``) has arrived."""
+
+    def flush(self) -> None:
+        """Block until every record sent has left this process."""
 
 #: What a wait that is over by the time it is awaited yields: nothing, ever. One,
 #: exhausted, serves every await (a generator would be made for each).
