@@ -131,11 +131,19 @@ class Team:
         """This team, ready for the group's next operation: one team serves them all, one
         at a time, where its tags need not change (the direct links number operations
         themselves)."""
-        self._sends.clear()
         self._sent_to.clear()
         self._received_from.clear()
-        self.receives.clear()
+        if self._sends or self.receives:  # (an operation that failed left them)
+            self._sends.clear()
+            self.receives.clear()
         return self
+
+    async def checked(self, algorithm: Awaitable[None]) -> None:
+        """Run ``algorithm`` over this team, then :meth:`check_neighbours`."""
+        await algorithm
+        pending = self.check_neighbours()
+        if pending is not None:
+            await pending
 
     def check_neighbours(self) -> Awaitable[None] | None:
         """After the algorithm: exchange empty frames where it sent none to a neighbour.
@@ -147,16 +155,15 @@ class Team:
         """
         left, right = unchecked_neighbours(self.size, self.me, self._sent_to,
                                            self._received_from)
-        if left >= 0:
-            self._start(self.mesh.send(self.ranks[left], self.tag(CHECK_STEP), _EMPTY,
-                                       self.fingerprint))
-        check = None
-        if right >= 0:
-            check = self.mesh.recv_into(self.ranks[right], self.tag(CHECK_STEP), _EMPTY,
-                                        self.fingerprint)
-            self.receives.append((right, check))
-        if check is None:
+        if left < 0 and right < 0:
             return self.flush() if self._sends else None
+        tag = (self.group_id, self.seq, self.first_step + CHECK_STEP)
+        if left >= 0:
+            self._start(self.mesh.send(self.ranks[left], tag, _EMPTY, self.fingerprint))
+        if right < 0:
+            return self.flush()
+        check = self.mesh.recv_into(self.ranks[right], tag, _EMPTY, self.fingerprint)
+        self.receives.append((right, check))
         return self._finish_check(check) if self._sends else check
 
     async def _finish_check(self, check: Awaitable[None]) -> None:

@@ -174,8 +174,7 @@ class HostHierarchy:
         if team is None or team.mesh is not step.links.mesh:
             # One per set of leaders (a root's host has its own), made once.
             team = self._teams[leaders] = Team(step.links.mesh, leaders, 0, 0, me=self.host)
-        run_here(algorithm(team.again()))
-        run_here(team.check_neighbours())
+        run_here(team.checked(algorithm(team.again())))
 
 
 def _combining(op: ReduceOp) -> ReduceOp:

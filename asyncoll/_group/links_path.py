@@ -284,8 +284,7 @@ class GroupLinks:
         if team is None or team.mesh is not step.links.mesh:
             team = self._team = Team(step.links.mesh, range(len(self._ranks)), 0, 0,
                                      me=step.me)
-        run_here(transport(team.again(), arrays))
-        run_here(team.check_neighbours())
+        run_here(team.checked(transport(team.again(), arrays)))
 
     def step(self, fingerprint: Fingerprint, limit: float) -> LinksStep:
         """The next operation over the links, with its deadline ``limit`` seconds from now."""

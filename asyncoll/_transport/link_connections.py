@@ -17,7 +17,6 @@ from collections import deque
 
 from asyncoll._tls import handshake as tls_handshake
 from asyncoll._transport.link_errors import LinkLost
-from asyncoll._transport.matcher import EarlyCount, Matcher
 from asyncoll._transport.link_opening import (
     GREETING,
     Dialling,
@@ -25,6 +24,7 @@ from asyncoll._transport.link_opening import (
     open_secure,
     start_dial,
 )
+from asyncoll._transport.matcher import EarlyCount, Matcher
 
 #: Each connection's read buffer: small records arrive whole in one recv.
 READ_BYTES = 64 << 10

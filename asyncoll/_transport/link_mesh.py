@@ -57,7 +57,7 @@ class _Flushed:
 class _Received:
     """What ``recv_into`` returns: awaiting it blocks until the record is in."""
 
-    __slots__ = ("_links", "_index", "_step", "_room", "_consume")
+    __slots__ = ("_consume", "_index", "_links", "_room", "_step")
 
     def __init__(self, links: DirectLinks, index: int, step: int, room: memoryview,
                  consume: Consumer | None) -> None:
