@@ -48,10 +48,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asyncoll._algorithms.chunking import chunk_bounds
+from asyncoll._algorithms.desync import out_of_step
 from asyncoll._algorithms.ops import combine, finish, reduce_into, ufunc_of
 from asyncoll._transport.shm.arena import PUBLISHED, Arena, Poll, Waiter
 from asyncoll._wire.frames import Fingerprint
-from asyncoll.errors import MismatchError
 from asyncoll.types import ReduceOp
 
 # A module constant: reading an Enum member off its class costs 0.2 us a time.
@@ -406,8 +406,4 @@ def _check_fingerprints(arena: Arena, mine: Fingerprint, operation: int) -> None
         return
     me, them = arena.ranks[arena.me], arena.ranks[member]
     theirs = Fingerprint(*arena.fingerprint(member, operation))
-    raise MismatchError(
-        f"ranks {me} and {them} called operation #{operation} of their shared-memory "
-        f"arena differently ({'; '.join(mine.differences(theirs, me, them))}): every "
-        "rank must call the same collectives in the same order, with the same "
-        "arguments")
+    raise out_of_step(me, them, operation, "their shared-memory arena", mine, theirs)

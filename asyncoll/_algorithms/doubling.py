@@ -15,7 +15,7 @@ Both members of a pair combine the same two partials in the same order
 Who talks to whom, at which step, and in which order each pair combines is
 worked out once per (size, member) in a :class:`DoublingPlan`. Two runners
 follow it: a coroutine over a Team (the transport's algorithm, also run
-over direct links through a LinkTeam) and :class:`DoublingOnLinks`, plain
+over direct links through a LinksMesh) and :class:`DoublingOnLinks`, plain
 calls on a group's DirectLinks for the small blocking all-reduces
 across hosts, where a coroutine's layers cost more than the exchange. Both
 send the same records at the same steps, so they compute the same bits and
@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asyncoll._algorithms.ops import combine, finish
-from asyncoll._algorithms.team import CHECK_STEP, Team, as_bytes
+from asyncoll._algorithms.team import CHECK_STEP, Team, as_bytes, unchecked_neighbours
 from asyncoll._transport.links import DirectLinks
 from asyncoll.types import ReduceOp
 
@@ -83,10 +83,8 @@ def plan_of(size: int, me: int) -> DoublingPlan:
                 partner_virtual + folded
             schedule.append((k + 1, partner, virtual < partner_virtual))
     talks_to = {partner for _, partner, _ in schedule} | {hands_to, takes_from}
-    left, right = (me - 1) % size, (me + 1) % size
     return DoublingPlan(size, hands_to, takes_from, tuple(schedule), last_step,
-                        left if size > 1 and left not in talks_to else -1,
-                        right if size > 1 and right not in talks_to else -1)
+                        *unchecked_neighbours(size, me, talks_to, talks_to))
 
 
 def _combine_round(op: ReduceOp, data: NDArray[Any], incoming: NDArray[Any],
@@ -134,8 +132,8 @@ class DoublingOnLinks:
     """:func:`recursive_doubling_all_reduce` over a group's DirectLinks, in this thread,
     made ready once for arrays of one dtype and size (MPI's persistent collective).
 
-    It sends the records LinkTeam would, at the same steps, and then does the
-    neighbour check LinkTeam does. Arrays up to :data:`OWN_SCRATCH_BYTES` get
+    It sends the records a Team over the links would, at the same steps, and
+    then does the neighbour check a Team does. Arrays up to :data:`OWN_SCRATCH_BYTES` get
     room of their own for the partner's partial, made here; larger ones take
     ``scratch(dtype, count)`` (the group's, reused) on every run.
 
@@ -157,8 +155,10 @@ class DoublingOnLinks:
         self.me, self.size, self.op = me, size, op
         self.plan = plan_of(size, me) if size > 1 else None
         on_links = members if members is not None else range(size)
-        #: The left and right neighbours' indices on the links.
-        self._neighbours = (on_links[(me - 1) % size], on_links[(me + 1) % size])
+        #: The neighbour check of a run that moves nothing: (left, right) on the links.
+        left, right = unchecked_neighbours(size, me, (), ())
+        self._nothing_moved = (on_links[left] if left >= 0 else -1,
+                               on_links[right] if right >= 0 else -1)
         if self.plan is not None and members is not None:
             self.plan = _on_members(self.plan, members)
         self._dtype, self._count, self._scratch = dtype, count, scratch
@@ -180,11 +180,7 @@ class DoublingOnLinks:
             finish(op, data, size)
             if plan is not None:
                 # Nothing moved: each neighbour pair compares fingerprints on empty records.
-                left, right = self._neighbours
-                links.send(left, CHECK_STEP, _EMPTY)
-                links.post(right, CHECK_STEP, _EMPTY)
-                links.wait_received(right, CHECK_STEP)
-                links.flush()
+                _check_neighbours(links, *self._nothing_moved)
             return
         mine = as_bytes(data)
         if plan.hands_to >= 0:
@@ -211,12 +207,18 @@ class DoublingOnLinks:
             if plan.takes_from >= 0:
                 links.send(plan.takes_from, plan.last_step, mine)
                 links.flush()
-        if plan.check_left >= 0:
-            links.send(plan.check_left, CHECK_STEP, _EMPTY)
-        if plan.check_right >= 0:
-            links.post(plan.check_right, CHECK_STEP, _EMPTY)
-            links.wait_received(plan.check_right, CHECK_STEP)
-        links.flush()
+        _check_neighbours(links, plan.check_left, plan.check_right)
+
+
+def _check_neighbours(links: DirectLinks, left: int, right: int) -> None:
+    """Team.check_neighbours over the links, in plain calls: an empty record to ``left``,
+    one from ``right`` (-1: none), then every record sent has left."""
+    if left >= 0:
+        links.send(left, CHECK_STEP, _EMPTY)
+    if right >= 0:
+        links.post(right, CHECK_STEP, _EMPTY)
+        links.wait_received(right, CHECK_STEP)
+    links.flush()
 
 
 def _on_members(plan: DoublingPlan, members: Sequence[int]) -> DoublingPlan:

@@ -17,12 +17,18 @@ neighbour and was heard by its left one in this operation, adding an empty
 frame where the algorithm sent none: a member that receives nothing (a
 broadcast's root, or everyone in an operation on empty arrays) is compared
 too, and if any two members disagree, some adjacent pair does.
+
+The team runs wherever its mesh does. Over the transport, its awaitables
+suspend on the event loop; over a group's direct links (a
+:class:`~asyncoll._transport.link_mesh.LinksMesh`) they block the calling
+thread, and :func:`run_here` runs an algorithm's coroutine to its end in
+one step: one team, one copy of each algorithm, for both.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Container, Generator, Sequence
 from typing import Any
 
 from numpy.typing import NDArray
@@ -48,6 +54,19 @@ def as_bytes(array: NDArray[Any]) -> memoryview:
     return memoryview(array).cast("B")  # type: ignore[arg-type, unused-ignore]
 
 
+class _Nothing:
+    """An awaitable with nothing to wait for (one exhausted iterator serves every await)."""
+
+    __slots__ = ()
+    _done: Generator[Any, None, None] = iter(())  # type: ignore[assignment]
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self._done
+
+
+_NOTHING = _Nothing()
+
+
 def _retrieve(future: asyncio.Future[None]) -> None:
     # A send that fails after the operation gave up is already reported
     # through the receive that failed with it; do not log it again.
@@ -55,17 +74,39 @@ def _retrieve(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
+def unchecked_neighbours(size: int, me: int, sent_to: Container[int],
+                         received_from: Container[int]) -> tuple[int, int]:
+    """What the neighbour check leaves to do after an algorithm: (the left neighbour to send
+    an empty frame to, the right one to receive one from), -1 where the algorithm
+    already did (``me`` sent to each member in ``sent_to``, received from each in
+    ``received_from``: containers of member indices)."""
+    if size == 1:
+        return -1, -1
+    left, right = (me - 1) % size, (me + 1) % size
+    return -1 if left in sent_to else left, -1 if right in received_from else right
+
+
 class Team:
-    """The members of one operation, its frame tags, and its sends in flight."""
+    """The members of one operation, its frame tags, and its sends in flight.
+
+    Args:
+        mesh: what carries the frames (the transport, or a group's direct links).
+        ranks: the members' ranks on ``mesh``, in group-rank order.
+        group_id, seq: the first two fields of every frame's tag.
+        first_step: where this team's local steps start.
+        fingerprint: the operation's, carried by every frame.
+        me: this process's index among ``ranks`` (by default, that of ``mesh.rank``).
+    """
 
     def __init__(self, mesh: Mesh, ranks: Sequence[int], group_id: int, seq: int,
-                 first_step: int = 0, fingerprint: Fingerprint = NO_FINGERPRINT) -> None:
+                 first_step: int = 0, fingerprint: Fingerprint = NO_FINGERPRINT,
+                 me: int | None = None) -> None:
         self.mesh = mesh
-        #: Global ranks in group-rank order.
+        #: The members' ranks on the mesh (global ranks on the transport), in group order.
         self.ranks = tuple(ranks)
         self.size = len(self.ranks)
         #: This process's index in the group.
-        self.me = self.ranks.index(mesh.rank)
+        self.me = self.ranks.index(mesh.rank) if me is None else me
         self.group_id = group_id
         self.seq = seq
         self.first_step = first_step
@@ -74,16 +115,35 @@ class Team:
         self._sends: list[Awaitable[None]] = []
         self._sent_to: set[int] = set()
         self._received_from: set[int] = set()
-        #: Receives posted so far, by member index: who has not answered, on a timeout.
+        #: Receives posted on the event loop so far, by member index: who has not answered,
+        #: on a timeout (those over direct links are told by LinksExpired).
         self.receives: list[tuple[int, Awaitable[None]]] = []
 
     def phase(self, index: int) -> Team:
         """A team for the ``index``-th algorithm of a composite operation."""
         team = Team(self.mesh, self.ranks, self.group_id, self.seq,
-                    self.first_step + index * STEPS_PER_PHASE, self.fingerprint)
+                    self.first_step + index * STEPS_PER_PHASE, self.fingerprint, self.me)
         team.receives, team._sent_to = self.receives, self._sent_to
         team._received_from = self._received_from
         return team
+
+    def again(self) -> Team:
+        """This team, ready for the group's next operation: one team serves them all, one
+        at a time, where its tags need not change (the direct links number operations
+        themselves)."""
+        self._sent_to.clear()
+        self._received_from.clear()
+        if self._sends or self.receives:  # (an operation that failed left them)
+            self._sends.clear()
+            self.receives.clear()
+        return self
+
+    async def checked(self, algorithm: Awaitable[None]) -> None:
+        """Run ``algorithm`` over this team, then :meth:`check_neighbours`."""
+        await algorithm
+        pending = self.check_neighbours()
+        if pending is not None:
+            await pending
 
     def check_neighbours(self) -> Awaitable[None] | None:
         """After the algorithm: exchange empty frames where it sent none to a neighbour.
@@ -93,24 +153,21 @@ class Team:
         for one, so each adjacent pair compared fingerprints at least once.
         Returns what is left to await, or None (the common case: nothing).
         """
-        if self.size == 1:
-            return None
-        left, right = (self.me - 1) % self.size, (self.me + 1) % self.size
-        if left not in self._sent_to:
-            self._start(self.mesh.send(self.ranks[left], self.tag(CHECK_STEP), _EMPTY,
-                                       self.fingerprint))
-        check = None
-        if right not in self._received_from:
-            check = self.mesh.recv_into(self.ranks[right], self.tag(CHECK_STEP), _EMPTY,
-                                        self.fingerprint)
-            self.receives.append((right, check))
-        if check is None and not self._sends:
-            return None
-        return self._finish_check(check)
+        left, right = unchecked_neighbours(self.size, self.me, self._sent_to,
+                                           self._received_from)
+        if left < 0 and right < 0:
+            return self.flush() if self._sends else None
+        tag = (self.group_id, self.seq, self.first_step + CHECK_STEP)
+        if left >= 0:
+            self._start(self.mesh.send(self.ranks[left], tag, _EMPTY, self.fingerprint))
+        if right < 0:
+            return self.flush()
+        check = self.mesh.recv_into(self.ranks[right], tag, _EMPTY, self.fingerprint)
+        self.receives.append((right, check))
+        return self._finish_check(check) if self._sends else check
 
-    async def _finish_check(self, check: Awaitable[None] | None) -> None:
-        if check is not None:
-            await check
+    async def _finish_check(self, check: Awaitable[None]) -> None:
+        await check
         await self.flush()
 
     def waiting_for(self) -> list[int]:
@@ -125,8 +182,13 @@ class Team:
     def send(self, index: int, step: int, array: NDArray[Any]) -> None:
         """Start sending ``array`` to group member ``index``; flush() waits for it."""
         self._sent_to.add(index)
-        self._start(self.mesh.send(self.ranks[index], self.tag(step), as_bytes(array),
-                                   self.fingerprint))
+        # The tag and _start written out: this runs for every frame.
+        sent = self.mesh.send(self.ranks[index],
+                              (self.group_id, self.seq, self.first_step + step),
+                              as_bytes(array), self.fingerprint)
+        if isinstance(sent, asyncio.Future):
+            sent.add_done_callback(_retrieve)
+        self._sends.append(sent)
 
     def _start(self, sent: Awaitable[None]) -> None:
         if isinstance(sent, asyncio.Future):
@@ -140,18 +202,47 @@ class Team:
         With ``consume``, the payload goes to it instead (see Mesh.recv_into),
         and ``out`` is room of the payload's size the transport may use.
         """
-        received = self.mesh.recv_into(self.ranks[index], self.tag(step), as_bytes(out),
-                                       self.fingerprint, consume)
+        received = self.mesh.recv_into(self.ranks[index],
+                                       (self.group_id, self.seq, self.first_step + step),
+                                       as_bytes(out), self.fingerprint, consume)
         if isinstance(received, asyncio.Future):
             # A receive the algorithm no longer awaits (another failed first) fails
             # with the group's error, which is reported once, by that other one.
             received.add_done_callback(_retrieve)
-        self.receives.append((index, received))
+            self.receives.append((index, received))
         self._received_from.add(index)
         return received
 
-    async def flush(self) -> None:
-        """Wait until every send started so far has left its memory."""
-        sends, self._sends = self._sends, []
-        for sent in sends:
-            await sent
+    def flush(self) -> Awaitable[None]:
+        """An awaitable that is done once every send started so far has left its memory."""
+        sends = self._sends
+        if not sends:
+            return _NOTHING
+        self._sends = []
+        # One send (a ring's step, a tree's edge) is its own awaitable: no coroutine.
+        return sends[0] if len(sends) == 1 else _each(sends)
+
+
+async def _each(awaitables: list[Awaitable[None]]) -> None:
+    for awaitable in awaitables:
+        await awaitable
+
+
+def run_here(algorithm: Awaitable[None] | None) -> None:
+    """Run ``algorithm`` (over a team of direct links, whose waits block) to its end in
+    this thread; None: nothing to run.
+
+    Raises:
+        RuntimeError: it suspended (something it awaited was not a direct link's).
+        Whatever the algorithm raises.
+    """
+    if algorithm is None:
+        return
+    steps = algorithm.__await__()
+    try:
+        next(steps)
+    except StopIteration:
+        return
+    steps.close()
+    raise RuntimeError("an algorithm run over direct links suspended; it awaited something "
+                       "other than its team's")

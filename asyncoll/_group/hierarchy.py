@@ -47,10 +47,9 @@ from numpy.typing import NDArray
 from asyncoll._algorithms import arena as in_arena
 from asyncoll._algorithms import selection
 from asyncoll._algorithms.doubling import DoublingOnLinks, recursive_doubling_all_reduce
-from asyncoll._algorithms.link_team import LinkTeam, run_here
 from asyncoll._algorithms.ops import finish
 from asyncoll._algorithms.ring import all_reduce_scratch_elements, ring_all_reduce
-from asyncoll._algorithms.team import Team
+from asyncoll._algorithms.team import Team, run_here
 from asyncoll._algorithms.tree import tree_broadcast, tree_reduce
 from asyncoll._group.arena_path import ArenaStep, GroupArena
 from asyncoll._group.context import Membership
@@ -111,7 +110,7 @@ class HostHierarchy:
         #: The largest operation (bytes) the hierarchy takes; 0 until set up, or none.
         self.room = 0
         self._last: ArenaStep | None = None
-        self._teams: dict[tuple[int, ...], LinkTeam] = {}
+        self._teams: dict[tuple[int, ...], Team] = {}
         self._links = links
         self._scratch = scratch
         #: Held by the thread running an operation on the path (the links'), for its length.
@@ -266,20 +265,18 @@ class HostHierarchy:
         def ring(step: Any, data: NDArray[Any]) -> None:
             room = scratch(dtype, all_reduce_scratch_elements(count, hosts))
             self.over_leaders(step, leaders, lambda team: ring_all_reduce(
-                team, data, op, room, selection.SEGMENT_BYTES))  # type: ignore[arg-type]
+                team, data, op, room, selection.SEGMENT_BYTES))
 
         return ring
 
     def over_leaders(self, step: Any, leaders: tuple[int, ...],
-                     algorithm: Callable[[LinkTeam], Any]) -> None:
+                     algorithm: Callable[[Team], Any]) -> None:
         """Run ``algorithm``'s coroutine among the hosts' ``leaders`` (this member is one)."""
         team = self._teams.get(leaders)
-        if team is None or team.links is not step.links:
+        if team is None or team.mesh is not step.links.mesh:
             # One per set of leaders (a root's host has its own), made once.
-            team = self._teams[leaders] = LinkTeam(
-                step.links, [self._ranks[i] for i in leaders], self.host, members=leaders)
-        run_here(algorithm(team.again()))
-        team.check_neighbours()
+            team = self._teams[leaders] = Team(step.links.mesh, leaders, 0, 0, me=self.host)
+        run_here(team.checked(algorithm(team.again())))
 
 
 def _either(h: HostHierarchy, nbytes: int, hierarchical: Kernel, flat: Kernel,
@@ -323,7 +320,7 @@ def _broadcast(h: HostHierarchy, root: int, step: Any, data: NDArray[Any]) -> No
                                              local.waiter)
     if h.me == leader:
         h.over_leaders(step, leaders, lambda team: tree_broadcast(
-            team, data, h.host_of[root]))  # type: ignore[arg-type]
+            team, data, h.host_of[root]))
     if not on_root_host and h.arena is not None:
         local = h.arena_step(step.fingerprint, step.links.deadline)
         local.operation = in_arena.broadcast(local.arena, local.operation, data,
@@ -350,7 +347,7 @@ def _reduce(h: HostHierarchy, op: ReduceOp, root: int, scratch: Scratch, step: A
                                           local.waiter)
     if h.me == leader:
         h.over_leaders(step, leaders, lambda team: tree_reduce(
-            team, partial, combining, h.host_of[root],  # type: ignore[arg-type]
+            team, partial, combining, h.host_of[root],
             room[:2 * data.size]))
         if h.me == root and op is not combining:
             finish(op, data, len(h.host_of))

@@ -45,12 +45,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asyncoll._algorithms.doubling import DoublingOnLinks, recursive_doubling_all_reduce
-from asyncoll._algorithms.link_team import LinkTeam, run_here
 from asyncoll._algorithms.ring import ring_all_gather
-from asyncoll._algorithms.team import Team
+from asyncoll._algorithms.team import Team, run_here
 from asyncoll._algorithms import selection
 from asyncoll._group.context import Membership
-from asyncoll._group.mismatch import stale as stale_frame
+from asyncoll._group.mismatch import desync, stale as stale_frame
 from asyncoll._group.processors import processors
 from asyncoll._group.plan import Kernel, Signature, Transport
 from asyncoll._group.transports import Scratch
@@ -63,7 +62,6 @@ from asyncoll.errors import (
     AsyncollError,
     CollectiveError,
     GroupBrokenError,
-    MismatchError,
     PeerLostError,
     broken_by,
     error_code,
@@ -119,7 +117,7 @@ class GroupLinks:
         member = session.rank in ranks
         self._me = ranks.index(session.rank) if member else -1
         # The team of operations run over the links, made once (they run one at a time).
-        self._team: LinkTeam | None = None
+        self._team: Team | None = None
         #: The largest operation to run over the links (0: this group has none).
         self.capacity = capacity if member else 0
         self.links: DirectLinks | None = None
@@ -238,7 +236,7 @@ class GroupLinks:
         """What runs calls of ``signature`` over the links: (step, arrays) -> None.
 
         The transport's ``algorithm`` itself, run in this thread over a
-        LinkTeam (asyncoll._algorithms.link_team); recursive doubling in
+        Team over a LinksMesh (asyncoll._transport.link_mesh); recursive doubling in
         plain calls instead, made ready once, where a coroutine's layers cost
         more than the exchange (small all-reduces and the barrier).
         """
@@ -258,10 +256,10 @@ class GroupLinks:
     def _over_links(self, transport: Transport, step: LinksStep, arrays: object) -> None:
         """Run the transport's algorithm to its end over the links, in this thread."""
         team = self._team
-        if team is None or team.links is not step.links:
-            team = self._team = LinkTeam(step.links, self._ranks, step.me)
-        run_here(transport(team.again(), arrays))  # type: ignore[arg-type]
-        team.check_neighbours()
+        if team is None or team.mesh is not step.links.mesh:
+            team = self._team = Team(step.links.mesh, range(len(self._ranks)), 0, 0,
+                                     me=step.me)
+        run_here(team.checked(transport(team.again(), arrays)))
 
     def step(self, fingerprint: Fingerprint, limit: float) -> LinksStep:
         """The next operation over the links, with its deadline ``limit`` seconds from now."""
@@ -334,12 +332,8 @@ class GroupLinks:
                                    stale)
                 broken.__cause__ = stale
                 return broken
-            differences = "; ".join(step.fingerprint.differences(theirs, me, rank)) or (
-                f"a record of {exc.nbytes} bytes")
-            return MismatchError(
-                f"ranks {me} and {rank} called operation #{step.operation} of group "
-                f"{self._group_id} differently ({differences}): every rank must call the "
-                "same collectives in the same order, with the same arguments")
+            return desync(me, rank, (self._group_id, step.operation, 0), step.fingerprint,
+                          theirs, f"a record of {exc.nbytes} bytes")
         return None
 
     def abandon(self, step: LinksStep, error: BaseException) -> None:

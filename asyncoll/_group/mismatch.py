@@ -9,18 +9,17 @@ reports the fact (:class:`asyncoll._transport.base.Listener`).
 
 from __future__ import annotations
 
+from asyncoll._algorithms.desync import out_of_step
 from asyncoll._transport.base import Tag
 from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import MismatchError
 
 
-def desync(rank: int, peer: int, tag: Tag, mine: Fingerprint,
-           theirs: Fingerprint) -> MismatchError:
-    """The error for a frame of another operation than the one this rank runs."""
-    return MismatchError(f"ranks {rank} and {peer} called operation #{tag[1]} of group "
-                         f"{tag[0]} differently ({'; '.join(mine.differences(theirs, rank, peer))}"
-                         "): every rank must call the same collectives in the same order, with "
-                         "the same arguments")
+def desync(rank: int, peer: int, tag: Tag, mine: Fingerprint, theirs: Fingerprint,
+           otherwise: str = "") -> MismatchError:
+    """The error for a frame of another operation than the one this rank runs
+    (``otherwise``: what differs, where the fingerprints do not say)."""
+    return out_of_step(rank, peer, tag[1], f"group {tag[0]}", mine, theirs, otherwise)
 
 
 def stale(rank: int, peer: int, tag: Tag, mine: Fingerprint | None,

@@ -1,8 +1,10 @@
-"""Inbox: one peer's receives, and the frames that peer sends, matched in one place.
+"""Inbox: one peer's receives, and the frames that peer sends, matched on the event loop.
 
-Every carrier (a TCP connection's frames, a shared-memory ring's pieces, the
-in-memory mesh of the tests) delivers through the inbox of the peer it
-carries from:
+Every carrier of the mesh (a TCP connection's frames, a shared-memory ring's
+pieces, the in-memory mesh of the tests) delivers through the inbox of the
+peer it carries from: a :class:`~asyncoll._transport.matcher.Matcher` (the
+matching rules, which a group's direct links follow too) whose receives are
+asyncio futures:
 
 - ``post`` registers a receive, or completes it at once from a frame that
   arrived before it (an *early* frame, kept until its receive is posted);
@@ -38,20 +40,19 @@ before reading stops, so the bound is ``limit`` plus the frames in flight.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from asyncoll._transport.base import Consumer, Listener, Tag, consume_into
+from asyncoll._transport.matcher import EarlyCount, Matcher
 from asyncoll._transport.settings import EARLY_LIMIT_BYTES
 from asyncoll._wire.frames import Fingerprint
-from asyncoll.errors import AsyncollError, MismatchError, ProtocolError
+from asyncoll.errors import AsyncollError, MismatchError
 
 log = logging.getLogger("asyncoll.transport")
 
-#: Arrival stamps of early frames, in arrival order across this process's inboxes.
-_arrivals = itertools.count()
+__all__ = ["EarlyCount", "Inbox", "Receive"]
 
 
 @dataclass(slots=True, eq=False)
@@ -92,34 +93,21 @@ class Receive:
             self.future.set_result(None)
 
 
-class EarlyCount:
-    """How many early frames the inboxes sharing it keep: a mesh's answer, per operation,
-    to whether any frame waits for its receive, without asking every inbox."""
-
-    __slots__ = ("frames",)
-
-    def __init__(self) -> None:
-        self.frames = 0
-
-
-class Inbox:
+class Inbox(Matcher[Receive, Fingerprint]):
     """The receives posted for one peer, its early frames, and their matching."""
 
     def __init__(self, peer: int, listener: Callable[[], Listener | None],
                  limit: int = EARLY_LIMIT_BYTES, count: EarlyCount | None = None) -> None:
+        super().__init__(f"rank {peer}", count if count is not None else EarlyCount())
         self.peer = peer
-        self._count = count if count is not None else EarlyCount()
         #: The mesh's listener of the moment (None: none yet), which words the errors.
         self._listener = listener
+        #: Early frames held beyond this many bytes stop reading from the peer.
         self.limit = limit
-        self._posted: dict[Tag, Receive] = {}
         #: Matched receives whose payload is arriving.
         self._filling: dict[Tag, Receive] = {}
-        self._early: dict[Tag, tuple[bytearray, Fingerprint, int]] = {}
         #: Watches of frames not yet here (see watch).
         self._watches: dict[Tag, list[asyncio.Future[int]]] = {}
-        #: Bytes held by early frames.
-        self.kept_bytes = 0
         self._full = False
         #: The peer failed: every receive, pending and later, fails with this.
         self.error: AsyncollError | None = None
@@ -136,11 +124,11 @@ class Inbox:
         """Receive frame ``tag`` into ``out`` (or to ``consume``); done when it is there."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        kept = self._early.pop(tag, None)
+        kept = self.take(tag) if self.kept else None
         if kept is not None:
             payload, theirs, _ = kept
-            self._count.frames -= 1
-            self._release(len(payload))
+            if self._full:
+                self._update_flow()
             receive = Receive(tag, out, future, fingerprint, consume)
             if self._fits(receive, len(payload), theirs) and receive.put(
                     0, memoryview(payload)):
@@ -150,7 +138,7 @@ class Inbox:
         if error is not None:
             future.set_exception(error)
             return future
-        self._posted[tag] = Receive(tag, out, future, fingerprint, consume)
+        self.posted[tag] = Receive(tag, out, future, fingerprint, consume)
         future.add_done_callback(lambda done: self._forget(tag, done))
         if self._full:
             self._update_flow()
@@ -165,7 +153,7 @@ class Inbox:
         watched takes the frame before it is kept, and the watch never resolves.
         """
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        kept = self._early.get(tag)
+        kept = self.kept.get(tag)
         if kept is not None:
             future.set_result(kept[2])
             return future
@@ -185,7 +173,7 @@ class Inbox:
         A receive returned already failed (the frame's operation or size does
         not fit it) wants none of the payload: the carrier discards it.
         """
-        receive = self._posted.pop(tag, None)
+        receive = self.posted.pop(tag, None)
         if receive is None or receive.future.done():
             return None
         if self._fits(receive, nbytes, fingerprint):
@@ -205,12 +193,7 @@ class Inbox:
             return
         if self.error is not None or tag[0] in self._failed_channels:
             return  # nobody will ever want it
-        if tag in self._early:
-            raise ProtocolError(f"rank {self.peer} sent frame {tag} twice")
-        stamp = next(_arrivals)
-        self._early[tag] = (payload, fingerprint, stamp)
-        self._count.frames += 1
-        self.kept_bytes += len(payload)
+        stamp = self.keep(tag, payload, fingerprint)
         for watch in self._watches.pop(tag, ()):
             if not watch.done():
                 watch.set_result(stamp)
@@ -218,17 +201,6 @@ class Inbox:
             self._update_flow()
         if self.on_early is not None:
             self.on_early(self.peer, tag, fingerprint)
-
-    def early(self, channel: int) -> list[tuple[Tag, Fingerprint]]:
-        """The tags (and fingerprints) of the early frames of channel ``channel``."""
-        if not self._early:
-            return []
-        return [(tag, fp) for tag, (_, fp, _) in self._early.items() if tag[0] == channel]
-
-    @property
-    def has_early(self) -> bool:
-        """Whether any early frame is kept."""
-        return bool(self._early)
 
     # -- failure --------------------------------------------------------------------------
 
@@ -245,7 +217,7 @@ class Inbox:
             error = self.error
         else:
             error = self._failed_channels.setdefault(channel, error)
-        for receives in (self._posted, self._filling):
+        for receives in (self.posted, self._filling):
             for tag, receive in list(receives.items()):
                 if channel is None or tag[0] == channel:
                     del receives[tag]
@@ -258,9 +230,9 @@ class Inbox:
                     if not watch.done():
                         watch.set_exception(error)
         if channel is not None:
-            for tag in [t for t in self._early if t[0] == channel]:
-                self._count.frames -= 1
-                self._release(len(self._early.pop(tag)[0]))
+            self.drop(channel)
+            if self._full:
+                self._update_flow()
 
     def departed(self, hostname: str) -> AsyncollError:
         """The error of waiting for this peer, on ``hostname``, once it left the job."""
@@ -300,14 +272,9 @@ class Inbox:
         return MismatchError(f"rank {self.peer} sent {nbytes} bytes as frame {receive.tag}; "
                              f"this receive expected {receive.out.nbytes}")
 
-    def _release(self, nbytes: int) -> None:
-        self.kept_bytes -= nbytes
-        if self._full:
-            self._update_flow()
-
     def _update_flow(self) -> None:
         """Stop reading while early frames are over the bound and nothing is awaited."""
-        waited = self._posted or self._filling or self._watches
+        waited = self.posted or self._filling or self._watches
         full = self.kept_bytes > self.limit and not waited and self.error is None
         if full == self._full:
             return
@@ -320,7 +287,7 @@ class Inbox:
             self.on_full(full)
 
     def _forget(self, tag: Tag, done: asyncio.Future[None]) -> None:
-        for receives in (self._posted, self._filling):
+        for receives in (self.posted, self._filling):
             receive = receives.get(tag)
             if receive is not None and receive.future is done:
                 del receives[tag]

@@ -24,6 +24,7 @@ from asyncoll._transport.link_opening import (
     open_secure,
     start_dial,
 )
+from asyncoll._transport.matcher import EarlyCount, Matcher
 
 #: Each connection's read buffer: small records arrive whole in one recv.
 READ_BYTES = 64 << 10
@@ -61,15 +62,17 @@ def pending(sock: socket.socket) -> bool:
     return isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
 
 
-class Peer:
-    """One connection: what is queued to send, and the record being read.
+class Peer(Matcher[memoryview, tuple[int, ...]]):
+    """One connection: what is queued to send, the record being read, and (as a
+    Matcher) the receives posted for the member's records and those kept early.
 
     ``sock`` is None while the connection is yet to come from the lower
     member (what is sent waits in ``out``); ``index`` is -1 for a connection
     accepted whose greeting has not come yet.
     """
 
-    def __init__(self, index: int, sock: socket.socket | None) -> None:
+    def __init__(self, index: int, sock: socket.socket | None, count: EarlyCount) -> None:
+        super().__init__(f"member {index}", count)
         self.index = index
         self.sock = sock
         self.out: deque[memoryview] = deque()
@@ -81,7 +84,8 @@ class Peer:
         #: Where the payload being read goes, and how much of it is in.
         self.target: memoryview | None = None
         self.target_got = 0
-        self.key: tuple[int, int] = (0, 0)
+        #: The tag of the record being read.
+        self.key: tuple[int, int, int] = (0, 0, 0)
         self.fingerprint: tuple[int, ...] = ()
         #: The operation of an ABORT record being read.
         self.aborted: int | None = None
@@ -101,6 +105,8 @@ class Connections:
     def __init__(self, sockets: dict[int, socket.socket],
                  dialling: Dialling | None = None) -> None:
         self._peers: dict[int, Peer] = {}
+        #: Records kept early by every peer's matcher.
+        self._early = EarlyCount()
         self._by_fd: dict[int, Peer] = {}
         self._poll = select.poll()
         self._writing: set[int] = set()
@@ -138,7 +144,7 @@ class Connections:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = self._peers.get(index)
         if peer is None:
-            peer = self._peers[index] = Peer(index, sock)
+            peer = self._peers[index] = Peer(index, sock, self._early)
         peer.sock = sock
         fd = sock.fileno()
         self._by_fd[fd] = peer
@@ -155,7 +161,7 @@ class Connections:
         if dialling is None or not 0 <= index < len(dialling.addresses) or index == dialling.me:
             raise LinkLost(index, "does not exist (no such member, or no way to open it)")
         if index < dialling.me:
-            peer = self._peers[index] = Peer(index, None)
+            peer = self._peers[index] = Peer(index, None, self._early)
             return peer
         host, port, cookie = dialling.addresses[index]
         try:
@@ -192,7 +198,7 @@ class Connections:
                 sock = secure
             sock.setblocking(False)
             fd = sock.fileno()
-            self._by_fd[fd] = Peer(-1, sock)
+            self._by_fd[fd] = Peer(-1, sock, self._early)
             self._poll.register(fd, select.POLLIN)
 
     def _identify(self, stranger: Peer) -> Peer | None:

@@ -18,8 +18,11 @@ member's cookie (which only the job's members learned).
 A record is a frame of the mesh's wire format (asyncoll._wire.frames): a
 DATA frame whose seq is the operation's number on these links, with the
 algorithm's step, the operation's fingerprint and the payload's length,
-then the payload. Records of an operation this member has not reached yet
-(a peer may run ahead) are kept until it gets there. An ABORT frame says
+then the payload. Each member's records meet their receives in its
+connection's :class:`~asyncoll._transport.matcher.Matcher`, by tag (0, the
+operation, the step), as the mesh's frames do in its inboxes: records of an
+operation this member has not reached yet (a peer may run ahead) are kept
+until it gets there. An ABORT frame says
 the sender gave up on operation ``seq``, with the mesh's ABORT payload (its
 error's code, the rank that error names, its message).
 
@@ -47,6 +50,7 @@ from asyncoll._transport.link_connections import (
     pending,
     transmit,
 )
+from asyncoll._transport.link_mesh import LinksMesh
 from asyncoll._transport.link_errors import LinkAborted, LinkLost, LinkMismatch, LinksExpired
 from asyncoll._transport.link_opening import Dialling
 from asyncoll._wire.frames import (
@@ -88,20 +92,21 @@ class DirectLinks(Connections):
                  dialling: Dialling | None = None) -> None:
         super().__init__(sockets, dialling)
         self._eager_polls = eager_polls
-        #: The operation now running, its fingerprint, and the receives it posted.
+        #: The operation now running, its fingerprint, and the receives it completed
+        #: (member, step); those still waiting are in each peer's matcher.
         self.operation = 0
         self.fingerprint: Fingerprint = NO_FINGERPRINT
-        self._posted: dict[tuple[int, int], memoryview] = {}
         self._done: set[tuple[int, int]] = set()
-        #: Records that arrived before their receive: (member, operation, step) ->
-        #: (fingerprint, payload).
-        self._early: dict[tuple[int, int, int], tuple[tuple[int, ...], bytes]] = {}
         #: Whether records kept early are yet to be checked against the operation now run.
         self._unchecked = False
         #: An ABORT for an operation after the one now running, kept until it runs.
         self._later: LinkAborted | None = None
         self.deadline = 0.0
         self.check: Callable[[list[int]], None] = lambda waiting_for: None
+        #: These links behind the algorithms' Mesh seam, for a Team to run over
+        #: (rank -1: links made of given sockets only do not know this member's index).
+        self.mesh = LinksMesh(self, dialling.me, len(dialling.addresses)) \
+            if dialling is not None else LinksMesh(self, -1, len(sockets) + 1)
 
     # -- what an operation does ------------------------------------------------------------
 
@@ -114,9 +119,10 @@ class DirectLinks(Connections):
         self.fingerprint = tuple.__new__(Fingerprint, fingerprint)
         self.deadline = deadline
         self.check = check
-        self._posted.clear()
+        # Receives an operation left posted (it failed) carry its number in their
+        # tags: no later record reaches them (abort forgets them).
         self._done.clear()
-        self._unchecked = bool(self._early) or self._later is not None
+        self._unchecked = bool(self._early.frames) or self._later is not None
 
     def send(self, index: int, step: int, payload: memoryview) -> None:
         """Start sending a record to member ``index``; :meth:`flush` waits for it to leave.
@@ -151,15 +157,14 @@ class DirectLinks(Connections):
 
     def post(self, index: int, step: int, out: memoryview) -> None:
         """Expect record ``step`` of this operation from member ``index``, into ``out``."""
-        key = (index, step)
-        if index not in self._peers:
-            self._open(index)
-        early = self._early.pop((index, self.operation, step), None)
-        if early is not None:
-            self._fill(index, out, *early)
-            self._done.add(key)
+        peer = self._peers.get(index) or self._open(index)
+        tag = (0, self.operation, step)
+        kept = peer.take(tag) if peer.kept else None
+        if kept is not None:
+            self._fill(index, out, kept[1], kept[0])
+            self._done.add((index, step))
         else:
-            self._posted[key] = out
+            peer.posted[tag] = out
 
     def received(self, index: int, step: int) -> bool:
         """Whether the record posted for (``index``, ``step``) has arrived."""
@@ -198,6 +203,7 @@ class DirectLinks(Connections):
         payload = encode_abort(code, message, rank)
         record = pack_header(_ABORT, 0, operation, 0, len(payload)) + payload
         for peer in self._peers.values():
+            peer.posted.clear()  # this member waits for none of them now
             try:
                 # (A TLS send must not cut in before one that waits to be retried.)
                 if peer.sock is not None and not (peer.out and
@@ -252,10 +258,11 @@ class DirectLinks(Connections):
         if later is not None and later.operation <= self.operation:
             self._later = None
             raise later
-        for (index, operation, _), (fingerprint, payload) in self._early.items():
-            if operation < self.operation or (operation == self.operation and
-                                              fingerprint != self.fingerprint):
-                raise LinkMismatch(index, fingerprint, len(payload), operation)
+        for peer in self._peers.values():
+            for (_, operation, _), (payload, fingerprint, _) in peer.kept.items():
+                if operation < self.operation or (operation == self.operation and
+                                                  fingerprint != self.fingerprint):
+                    raise LinkMismatch(peer.index, fingerprint, len(payload), operation)
 
     def _fail_if_gone(self, waiting_for: Callable[[], list[int]]) -> None:
         """Raise LinkLost if a member the wait is for has closed its connection."""
@@ -351,8 +358,8 @@ class DirectLinks(Connections):
             if nbytes == 0:
                 self._finish_record(peer)
             return
-        key = (peer.index, step)
-        posted = self._posted.get(key) if operation == self.operation else None
+        tag = (0, operation, step)
+        posted = peer.posted.get(tag) if operation == self.operation else None
         if posted is not None:
             if fingerprint != self.fingerprint or nbytes != posted.nbytes:
                 raise LinkMismatch(peer.index, fingerprint, nbytes, operation)
@@ -362,10 +369,10 @@ class DirectLinks(Connections):
             # (yet); one of an operation already over, or a step already received,
             # was sent by a member that ran something else.
             if operation < self.operation or (operation == self.operation and (
-                    key in self._done or fingerprint != self.fingerprint)):
+                    (peer.index, step) in self._done or fingerprint != self.fingerprint)):
                 raise LinkMismatch(peer.index, fingerprint, nbytes, operation)
             peer.target = memoryview(bytearray(nbytes))
-        peer.key = (operation, step)
+        peer.key = tag
         peer.fingerprint = fingerprint
         peer.target_got = 0
         if nbytes == 0:
@@ -384,20 +391,23 @@ class DirectLinks(Connections):
                 self._later = self._later or aborted
                 return
             raise aborted
-        operation, step = peer.key
-        key = (peer.index, step)
-        posted = self._posted.pop(key, None) if operation == self.operation else None
+        tag = peer.key
+        posted = peer.posted.pop(tag, None) if tag[1] == self.operation else None
         if posted is None:
-            self._early[(peer.index, operation, step)] = (peer.fingerprint, bytes(target))
+            # Not posted at its header, it went to a bytearray of its own; or (abort
+            # forgot its receive meanwhile) to that receive's memory: copied then.
+            own = target.obj
+            peer.keep(tag, own if isinstance(own, bytearray) and len(own) == target.nbytes
+                      else bytearray(target), peer.fingerprint)
             return
         if posted is not target:
             # It began arriving before its receive was posted (while this member
             # was still in an earlier operation): it went to a buffer of its own.
-            self._fill(peer.index, posted, peer.fingerprint, bytes(target))
-        self._done.add(key)
+            self._fill(peer.index, posted, peer.fingerprint, target)
+        self._done.add((peer.index, tag[2]))
 
     def _fill(self, index: int, out: memoryview, fingerprint: tuple[int, ...],
-              payload: bytes) -> None:
+              payload: bytearray | memoryview) -> None:
         """Copy a record kept aside into its receive, once it is checked like any other."""
         if fingerprint != self.fingerprint or len(payload) != out.nbytes:
             raise LinkMismatch(index, fingerprint, len(payload), self.operation)

@@ -290,10 +290,10 @@ def mesh(n: int) -> list[DirectLinks]:
 @pytest.mark.parametrize("count", [0, 1, 1000])
 def test_doubling_in_plain_calls_meets_the_coroutine_and_both_get_the_same_bits(n, count):
     """Half the members run DoublingOnLinks, half the transport's coroutine over a
-    LinkTeam (with its neighbour check): the records match, and every member gets
+    Team over its LinksMesh (with its neighbour check): the records match, and every member gets
     the sum the fixed combining order gives, bit for bit (NaN payloads too)."""
     from asyncoll._algorithms.doubling import DoublingOnLinks, recursive_doubling_all_reduce
-    from asyncoll._algorithms.link_team import LinkTeam, run_here
+    from asyncoll._algorithms.team import Team, run_here
     from asyncoll.types import ReduceOp
 
     rng = np.random.default_rng(n * 1000 + count)
@@ -319,10 +319,10 @@ def test_doubling_in_plain_calls_meets_the_coroutine_and_both_get_the_same_bits(
                                     lambda dtype, k: np.empty(k, dtype)).run(Step(links[me]),
                                                                              data)
                 else:
-                    team = LinkTeam(links[me], range(n), me)
+                    team = Team(links[me].mesh, range(n), 0, operation, me=me)
                     run_here(recursive_doubling_all_reduce(team, data, ReduceOp.SUM,
                                                            np.empty_like(data)))
-                    team.check_neighbours()
+                    run_here(team.check_neighbours())
                 result = data.copy()
                 data[...] = inputs[me]
             return result
