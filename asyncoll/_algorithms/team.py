@@ -38,9 +38,20 @@ from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint
 
 #: Steps one algorithm may use; a shifted team starts past them.
 STEPS_PER_PHASE = 1 << 20
-#: The step of the neighbour check's frame, past every phase's.
+#: The step of the neighbour check's frame, past every phase's (a phase's own:
+#: see check_step).
 CHECK_STEP = (1 << 32) - 1
 _EMPTY = memoryview(bytearray(0))
+
+
+def check_step(first_step: int) -> int:
+    """The step of the neighbour check of a team whose steps start at ``first_step``.
+
+    Past every step of every phase, and one of its own for each phase
+    (phase k's is CHECK_STEP - k), so that it fits the frame's 32-bit step
+    whichever phase of a composite operation checks.
+    """
+    return CHECK_STEP - first_step // STEPS_PER_PHASE
 
 
 def as_bytes(array: NDArray[Any]) -> memoryview:
@@ -157,7 +168,7 @@ class Team:
                                            self._received_from)
         if left < 0 and right < 0:
             return self.flush() if self._sends else None
-        tag = (self.group_id, self.seq, self.first_step + CHECK_STEP)
+        tag = (self.group_id, self.seq, check_step(self.first_step))
         if left >= 0:
             self._start(self.mesh.send(self.ranks[left], tag, _EMPTY, self.fingerprint))
         if right < 0:
