@@ -26,11 +26,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from asyncoll._rendezvous.departures import Departures
-from asyncoll._rendezvous.elastic import Elasticity
 from asyncoll._rendezvous.records import Job, Member, Rejoining, Reply, error
 from asyncoll._rendezvous.registry import Registry
-from asyncoll._rendezvous.tally import Tally
 from asyncoll._rendezvous.words import log, member_level, ranks_text
 from asyncoll._wire.compact import unpack_runs
 from asyncoll._wire.messages import Adopted, PeerInfo, Rejoin
@@ -40,22 +37,20 @@ from asyncoll.errors import ProtocolError
 class Adoption:
     """Re-registrations with a restarted coordinator, and the adoption they complete.
 
+    Adopting a job makes it run again; losing the ranks that did not come back
+    is the departures' part (see :meth:`adopt`).
+
     Args:
-        registry: the coordinator's jobs and connections.
-        elasticity: tells an adopted job's members of the processes pending.
-        departures: loses the ranks that did not re-register in time.
-        tally: where adopted jobs are counted.
+        registry: the coordinator's jobs and connections, where a re-registered member's
+            connection joins its job.
     """
 
-    def __init__(self, registry: Registry, elasticity: Elasticity, departures: Departures,
-                 tally: Tally) -> None:
+    def __init__(self, registry: Registry) -> None:
         self._registry = registry
-        self._elasticity = elasticity
-        self._departures = departures
-        self._tally = tally
 
     def rejoin(self, conn: int, request_id: int, msg: Rejoin, now: float) -> list[Reply]:
-        """A member of a job re-registers: refused, waiting for adoption, or adopted."""
+        """A member of a job re-registers: refused, or waiting for adoption (see
+        :meth:`complete` and :meth:`due`), or welcomed back into the job running here."""
         refusal = self._refuse_rejoin(conn, msg)
         job = self._registry.newest(msg.job)
         if refusal is None and job is not None and job.running:
@@ -74,9 +69,14 @@ class Adoption:
         if earlier is not None:
             # The same process again, on a new connection (it gave up waiting
             # on the old one): the old connection's end must not count.
-            self._registry.detach(earlier.conn)
-            job.conn_rank.pop(earlier.conn, None)
-        job.rejoins[msg.rank] = Rejoining(conn, request_id, msg)
+            self._registry.detach(earlier.member.conn)
+            job.conn_rank.pop(earlier.member.conn, None)
+        member = Member(conn, PeerInfo(msg.rank, msg.host, msg.port, msg.hostname), msg.pid)
+        job.rejoins[msg.rank] = Rejoining(member, request_id)
+        # What it had completed: the calls it sends again once adopted are answered from
+        # these (see Job.adopted_new_groups).
+        job.new_group_calls[msg.rank] = msg.new_group_calls
+        job.checks[msg.rank] = msg.checks
         job.conn_rank[conn] = msg.rank
         self._registry.attach(conn, job)
         gone = _unpacked(msg.gone)
@@ -91,8 +91,6 @@ class Adoption:
         log.log(member_level(job), "job %r: rank %d on %s (pid %d) re-registered; %d of %d",
                 job.name, msg.rank, msg.hostname, msg.pid, len(job.rejoins),
                 job.world_size - len(job.known_gone))
-        if self._expected_missing(job) == 0:
-            return self._adopt(job, now)
         return []
 
     def _refuse_rejoin(self, conn: int, msg: Rejoin) -> tuple[str, str] | None:
@@ -151,54 +149,49 @@ class Adoption:
         rejoined_gone = sum(1 for rank in job.known_gone if rank in job.rejoins)
         return job.world_size - len(job.known_gone) - (len(job.rejoins) - rejoined_gone)
 
-    def due(self, job: Job, now: float) -> list[Reply]:
-        """At the grace's end, adopt the job with a majority of its expected ranks."""
-        if now < job.adopt_by:
-            return []
-        expected = job.world_size - len(job.known_gone)
-        if 2 * (expected - self._expected_missing(job)) <= expected:
-            return []  # no majority: wait; the members' own deadlines end it
-        return self._adopt(job, now)
+    def complete(self, job: Job) -> bool:
+        """Whether every rank of adopting ``job`` that no member knows gone re-registered."""
+        return self._expected_missing(job) == 0
 
-    def _adopt(self, job: Job, now: float) -> list[Reply]:
+    def due(self, job: Job, now: float) -> bool:
+        """Whether adopting ``job``'s grace is over with a majority of its expected ranks
+        re-registered (without one it waits; the members' own deadlines end it)."""
+        expected = job.world_size - len(job.known_gone)
+        return now >= job.adopt_by and 2 * (expected - self._expected_missing(job)) > expected
+
+    def adopt(self, job: Job, now: float) -> tuple[list[Reply], list[tuple[int, str]]]:
+        """Adopt ``job``, running again with the members that re-registered: the replies,
+        and the ranks lost for not coming back, with how (for the departures to tell)."""
         replies: list[Reply] = []
         for rank in sorted(job.known_gone & job.rejoins.keys()):
             entry = job.rejoins.pop(rank)
-            self._registry.detach(entry.conn)
-            job.conn_rank.pop(entry.conn, None)
-            replies.append(error(entry.conn, entry.request_id, "excluded", _gone_text(job, rank)))
+            self._registry.detach(entry.member.conn)
+            job.conn_rank.pop(entry.member.conn, None)
+            job.new_group_calls.pop(rank, None)
+            job.checks.pop(rank, None)
+            replies.append(error(entry.member.conn, entry.request_id, "excluded",
+                                 _gone_text(job, rank)))
         if not job.rejoins:
             self._registry.forget(job)
-            return replies
+            return replies, []
         for rank, entry in job.rejoins.items():
-            msg = entry.rejoin
-            job.members[rank] = Member(entry.conn, PeerInfo(rank, msg.host, msg.port,
-                                                            msg.hostname), msg.pid,
-                                       last_heartbeat=now)
-            job.new_group_calls[rank] = msg.new_group_calls
-            job.checks[rank] = msg.checks
+            entry.member.last_heartbeat = now
+            job.members[rank] = entry.member
         absent = [rank for rank in range(job.world_size) if rank not in job.rejoins]
         for rank in absent:
             # Its address is the members' to know; the coordinator needs only its rank.
             job.members[rank] = Member(-1, PeerInfo(rank, "", 0, ""), 0)
         job.adopting, job.running = False, True
-        grace = job.heartbeat_timeout
         job.running_since = job.heartbeats_due = now
         adopted = Adopted(generation=job.generation, members=len(job.rejoins))
-        replies += [Reply(e.conn, e.request_id, adopted) for e in job.rejoins.values()]
+        replies += [Reply(e.member.conn, e.request_id, adopted) for e in job.rejoins.values()]
         job.rejoins.clear()
         log.info("adopted job %r: %d members, generation %d", job.name, adopted.members,
                  job.generation)
-        self._tally.jobs_adopted += 1
-        lost = [rank for rank in absent if rank not in job.known_gone]
         job.departed.update(rank for rank in absent if rank in job.known_gone)
-        for rank in lost:
-            replies += self._departures.depart(
-                job, rank, -1, "was lost: it did not re-register with the restarted "
-                f"coordinator within {grace:g} s", now)
-        if job.pending and job.running:
-            replies += self._elasticity.tell_pending(job)
-        return replies
+        how = (f"was lost: it did not re-register with the restarted coordinator within "
+               f"{job.heartbeat_timeout:g} s")
+        return replies, [(rank, how) for rank in absent if rank not in job.known_gone]
 
     def _rejoin_running(self, job: Job, conn: int, request_id: int,
                         msg: Rejoin) -> list[Reply]:
@@ -226,6 +219,8 @@ class Adoption:
         rank = job.conn_rank.pop(conn, None)
         if rank is not None and job.rejoins.get(rank, None) is not None:
             del job.rejoins[rank]
+            job.new_group_calls.pop(rank, None)
+            job.checks.pop(rank, None)
         job.pending.pop(conn, None)
         if not job.rejoins:
             for waiter in job.pending.values():

@@ -16,22 +16,15 @@ def describe(job: Job, now: float) -> JobStatus:
     """Job ``job`` as a status reply shows it, at ``now``."""
     if job.running:
         members = tuple(
-            MemberStatus(rank=r, host=m.info.host, port=m.info.port,
-                         hostname=m.info.hostname, pid=m.pid,
-                         state="left" if r in job.departed else "running", ops=m.ops,
-                         heartbeat_age_s=-1.0 if m.last_heartbeat is None else
-                         round(now - m.last_heartbeat, 3), operation=_operation(m, now))
+            _member_status(r, m, "left" if r in job.departed else "running", now)
             for r, m in sorted(job.members.items())) + tuple(
             MemberStatus(rank=-1, host=w.join.host, port=w.join.port,
                          hostname=w.join.hostname, pid=w.join.pid, state="pending",
                          ops=-1, heartbeat_age_s=-1.0)
             for w in sorted(job.pending.values(), key=lambda w: w.order))
     elif job.adopting:
-        members = tuple(
-            MemberStatus(rank=r, host=e.rejoin.host, port=e.rejoin.port,
-                         hostname=e.rejoin.hostname, pid=e.rejoin.pid, state="adopting",
-                         ops=-1, heartbeat_age_s=-1.0)
-            for r, e in sorted(job.rejoins.items()))
+        members = tuple(_member_status(r, e.member, "adopting", now)
+                        for r, e in sorted(job.rejoins.items()))
     else:
         members = tuple(
             MemberStatus(rank=w.join.rank, host=w.join.host, port=w.join.port,
@@ -50,6 +43,13 @@ def describe(job: Job, now: float) -> JobStatus:
                          StragglerStatus(s.group_id, s.rank, s.last, s.operations,
                                          round(s.median_late_us / 1e6, 6))
                          for s in job.arrivals.stragglers()))
+
+
+def _member_status(rank: int, m: Member, state: str, now: float) -> MemberStatus:
+    return MemberStatus(rank=rank, host=m.info.host, port=m.info.port,
+                        hostname=m.info.hostname, pid=m.pid, state=state, ops=m.ops,
+                        heartbeat_age_s=-1.0 if m.last_heartbeat is None else
+                        round(now - m.last_heartbeat, 3), operation=_operation(m, now))
 
 
 def _operation(member: Member, now: float) -> str:

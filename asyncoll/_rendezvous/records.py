@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from asyncoll._rendezvous.stragglers import Arrivals, Clock, Doing
-from asyncoll._wire.messages import Error, Join, Message, PeerInfo, Rejoin
+from asyncoll._wire.messages import Error, Join, Message, PeerInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,15 +30,6 @@ class Waiter:
     order: int
     #: A pending peer's own deadline (its join's timeout); rendezvous use the job's.
     deadline: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Rejoining:
-    """A member that re-registered with a restarted coordinator, waiting for adoption."""
-
-    conn: int
-    request_id: int
-    rejoin: Rejoin
 
 
 @dataclass(slots=True)
@@ -143,6 +134,15 @@ class Job:
     def live(self) -> list[int]:
         """The ranks of the members that have not left, in order."""
         return [r for r in sorted(self.members) if r not in self.departed]
+
+
+@dataclass(slots=True)
+class Rejoining:
+    """A member that re-registered with a restarted coordinator: its record, installed
+    when the job is adopted, and the request that the adoption answers."""
+
+    member: Member
+    request_id: int
 
 
 def error(conn: int, request_id: int, code: str, message: str) -> Reply:

@@ -26,7 +26,7 @@ follow in the order they joined (up to ``max_size``), and every one of them
 gets a Welcome with the new directory.
 
 The state is composed of parts, each an object of its own module that keeps
-its own data and is handed, when it is made, the parts it calls:
+its own data:
 :class:`~asyncoll._rendezvous.registry.Registry` (the jobs, and which
 connection belongs to which), :class:`~asyncoll._rendezvous.joins.Rendezvous`
 (joins), :class:`~asyncoll._rendezvous.agreements.Agreements` (new_group,
@@ -36,7 +36,10 @@ membership checks, reconfigures),
 heartbeats) and :class:`~asyncoll._rendezvous.adoption.Adoption` (a restarted
 coordinator taking jobs back). Each job's data is a plain
 :class:`~asyncoll._rendezvous.records.Job`. This class routes each request,
-tick and disconnect to the part that decides it.
+tick and disconnect to the part that decides it, and carries what one part's
+decision means for the others: a departure settles the agreements of
+:class:`Agreements` and :class:`Elasticity`, and an adoption loses the ranks
+that did not come back. Departures and adoptions are counted here.
 """
 
 from __future__ import annotations
@@ -86,10 +89,8 @@ class RendezvousState:
         self._elasticity = Elasticity(self._registry, ports_in_welcome_up_to)
         self._rendezvous = Rendezvous(self._registry, self._elasticity, self.tally,
                                       ports_in_welcome_up_to)
-        self._departures = Departures(self._registry, self._elasticity, self._agreements,
-                                      self.tally)
-        self._adoption = Adoption(self._registry, self._elasticity, self._departures,
-                                  self.tally)
+        self._departures = Departures(self._registry)
+        self._adoption = Adoption(self._registry)
 
     # -- queries ---------------------------------------------------------------
 
@@ -118,7 +119,11 @@ class RendezvousState:
         if isinstance(message, wire.Join):
             return self._rendezvous.join(conn, request_id, message, now)
         if isinstance(message, wire.Rejoin):
-            return self._adoption.rejoin(conn, request_id, message, now)
+            replies = self._adoption.rejoin(conn, request_id, message, now)
+            job = self._registry.job_of(conn)
+            if job is not None and job.adopting and self._adoption.complete(job):
+                replies += self._adopt(job, now)
+            return replies
         if isinstance(message, wire.Status):
             return [Reply(conn, request_id, self.status(message.job, now))]
         if isinstance(message, wire.DumpTrace):
@@ -153,7 +158,7 @@ class RendezvousState:
             self.tally.heartbeats += 1
             return []
         if isinstance(message, wire.Leave):
-            return self._departures.depart(job, member, conn, "left", now, request_id)
+            return self._depart(job, member, conn, "left", now, request_id)
         return [error(conn, request_id, "protocol",
                       f"the coordinator does not accept {message.TYPE} messages")]
 
@@ -182,7 +187,7 @@ class RendezvousState:
         rank = member_rank(job, conn)
         if rank is None:
             return []
-        return self._departures.depart(job, rank, conn, "disconnected without leaving", now)
+        return self._depart(job, rank, conn, "disconnected without leaving", now)
 
     def tick(self, now: float) -> list[Reply]:
         """Fail every rendezvous and gathering whose deadline has passed, and declare
@@ -190,8 +195,9 @@ class RendezvousState:
         replies: list[Reply] = []
         for job in self._registry.live():
             if job.adopting:
-                replies += (self._elasticity.expire_pending(job, now)
-                            + self._adoption.due(job, now))
+                replies += self._elasticity.expire_pending(job, now)
+                if self._adoption.due(job, now):
+                    replies += self._adopt(job, now)
                 continue
             if not job.running and now >= job.deadline:
                 replies += self._rendezvous.expire(job, now)
@@ -200,11 +206,46 @@ class RendezvousState:
                 replies += announce_leaves(job, now)
             if job.running:
                 if now >= job.heartbeats_due:
-                    replies += self._departures.check_heartbeats(job, now)
+                    for rank, reason in self._departures.silent(job, now):
+                        replies.append(self._departures.declare_lost(job, rank, reason))
+                        replies += self._depart(job, rank, job.members[rank].conn,
+                                                f"was lost: {reason}", now)
                 replies += self._elasticity.expire_pending(job, now)
             for key, gathering in list(job.gatherings.items()):
                 if key[0] == "reconfigure" and now >= gathering.deadline:
                     replies += self._elasticity.settle_reconfigure(job, now, final=True)
                 elif now >= gathering.deadline:
                     replies += self._agreements.time_out(job, key, gathering, now)
+        return replies
+
+    # -- what one part's decision means for the others --------------------------
+
+    def _depart(self, job: Job, rank: int, conn: int, how: str, now: float,
+                leave: int = 0) -> list[Reply]:
+        """Rank ``rank`` is gone (``how``; request ``leave`` on ``conn`` if it left): the
+        agreements waiting on it settle before the others are told."""
+        member = self._departures.record(job, rank, conn, how)
+        self.tally.members_lost += how != "left"
+        replies: list[Reply] = []
+        for key, gathering in list(job.gatherings.items()):
+            if key[0] == "check":
+                replies += self._elasticity.settle_check(job, key, gathering)
+            elif key[0] == "reconfigure":
+                replies += self._elasticity.settle_reconfigure(job, now)
+            else:
+                replies += self._agreements.broken_by(job, key, gathering, rank,
+                                                      member.info.hostname, how)
+        return replies + self._departures.tell(job, rank, member, conn, how, now, leave)
+
+    def _adopt(self, job: Job, now: float) -> list[Reply]:
+        """Adopt ``job``: its ranks that did not come back are lost, and its members are
+        told of the processes pending."""
+        replies, lost = self._adoption.adopt(job, now)
+        if not job.running:
+            return replies  # every one that came back was gone for the others
+        self.tally.jobs_adopted += 1
+        for rank, how in lost:
+            replies += self._depart(job, rank, -1, how, now)
+        if job.pending:
+            replies += self._elasticity.tell_pending(job)
         return replies
