@@ -4,8 +4,9 @@ The socket algorithms (recursive doubling, the binomial tree, the ring
 all-gather) are coroutines written against a Team over a Mesh. Given a
 LinksMesh, the awaitables its ``send`` and ``recv_into`` return block the
 calling thread when awaited instead of suspending, so the same coroutine
-runs to its end within one ``send(None)`` (asyncoll._algorithms.team.run_here):
-the algorithms are not written twice, and both paths compute the same bits.
+runs to its end in one step (asyncoll._algorithms.team.run_here): the
+algorithms are not written twice, and both paths compute the same bits.
+Its ``send`` and ``recv_into`` are the links' own, with nothing between.
 
 The links number their operations themselves and stamp every record with
 the running one's fingerprint (DirectLinks.stamp): of a tag, only its step
