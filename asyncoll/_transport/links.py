@@ -62,7 +62,6 @@ from asyncoll._wire.frames import (
     pack_header,
 )
 
-
 # Module constants: reading an Enum member off its class costs 0.2 us a time.
 _DATA, _ABORT = int(FrameKind.DATA), int(FrameKind.ABORT)
 #: Seconds between failure checks while a wait blocks in poll().
