@@ -39,6 +39,9 @@ from asyncoll._transport.links import DirectLinks
 from asyncoll.types import ReduceOp
 
 _EMPTY = memoryview(bytearray(0))
+#: The tag of the neighbour check's record over the links (of a tag, only the step counts
+#: there: they number their operations themselves).
+_CHECK_TAG = (0, 0, CHECK_STEP)
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,12 @@ class DoublingOnLinks:
         if self.plan is not None and members is not None:
             self.plan = _on_members(self.plan, members)
         self._dtype, self._count, self._scratch = dtype, count, scratch
+        #: The tags of the records it sends, made once (over the links, of a tag only the
+        #: step counts), and its rounds with theirs: (step, tag, partner, mine first).
+        last = self.plan.last_step if self.plan is not None else 0
+        self._first_tag, self._last_tag = (0, 0, 0), (0, 0, last)
+        self._rounds = tuple((step, (0, 0, step), partner, first) for step, partner, first
+                             in (self.plan.rounds if self.plan is not None else ()))
         self._incoming: NDArray[Any] | None = None
         self._room = _EMPTY
         if count * dtype.itemsize <= self.OWN_SCRATCH_BYTES:
@@ -180,11 +189,11 @@ class DoublingOnLinks:
             finish(op, data, size)
             if plan is not None:
                 # Nothing moved: each neighbour pair compares fingerprints on empty records.
-                _check_neighbours(links, *self._nothing_moved)
+                check_on_links(links, *self._nothing_moved)
             return
         mine = as_bytes(data)
         if plan.hands_to >= 0:
-            links.send(plan.hands_to, 0, mine)
+            links.send_tagged(plan.hands_to, self._first_tag, mine)
             links.flush()
             links.post(plan.hands_to, plan.last_step, mine)
             links.wait_received(plan.hands_to, plan.last_step)
@@ -197,24 +206,25 @@ class DoublingOnLinks:
                 links.post(plan.takes_from, 0, room)
                 links.wait_received(plan.takes_from, 0)
                 combine(op, incoming, data, data)
-            for step, partner, mine_first in plan.rounds:
+            for step, tag, partner, mine_first in self._rounds:
                 links.post(partner, step, room)
-                links.send(partner, step, mine)
+                links.send_tagged(partner, tag, mine)
                 links.wait_received(partner, step)
                 links.flush()  # data is about to change under the send
                 _combine_round(op, data, incoming, mine_first)
             finish(op, data, size)
             if plan.takes_from >= 0:
-                links.send(plan.takes_from, plan.last_step, mine)
+                links.send_tagged(plan.takes_from, self._last_tag, mine)
                 links.flush()
-        _check_neighbours(links, plan.check_left, plan.check_right)
+        check_on_links(links, plan.check_left, plan.check_right)
 
 
-def _check_neighbours(links: DirectLinks, left: int, right: int) -> None:
-    """Team.check_neighbours over the links, in plain calls: an empty record to ``left``,
-    one from ``right`` (-1: none), then every record sent has left."""
+def check_on_links(links: DirectLinks, left: int, right: int) -> None:
+    """Team.check_neighbours over the links, in plain calls: an empty record to member
+    ``left``, one from member ``right`` (-1: none; see Team.unchecked), then every record
+    sent has left."""
     if left >= 0:
-        links.send(left, CHECK_STEP, _EMPTY)
+        links.send_tagged(left, _CHECK_TAG, _EMPTY)
     if right >= 0:
         links.post(right, CHECK_STEP, _EMPTY)
         links.wait_received(right, CHECK_STEP)

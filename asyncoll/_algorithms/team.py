@@ -20,9 +20,11 @@ too, and if any two members disagree, some adjacent pair does.
 
 The team runs wherever its mesh does. Over the transport, its awaitables
 suspend on the event loop; over a group's direct links (a
-:class:`~asyncoll._transport.link_mesh.LinksMesh`) they block the calling
-thread, and :func:`run_here` runs an algorithm's coroutine to its end in
-one step: one team, one copy of each algorithm, for both.
+:class:`~asyncoll._transport.link_mesh.LinksMesh`, whose send and receive
+are the links' own) they block the calling thread, and :func:`run_here`
+runs an algorithm's coroutine to its end in one step: one team, one copy
+of each algorithm, for both. There the neighbour check runs in plain calls
+on what :meth:`Team.unchecked` leaves to do.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ class _Nothing:
 
 
 _NOTHING = _Nothing()
+#: What run_here's step of an algorithm gives once the algorithm is over.
+_FINISHED = object()
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:
@@ -129,6 +133,9 @@ class Team:
         #: Receives posted on the event loop so far, by member index: who has not answered,
         #: on a timeout (those over direct links are told by LinksExpired).
         self.receives: list[tuple[int, Awaitable[None]]] = []
+        #: (left neighbour's index, its rank, right one's index, its rank), found at the
+        #: first unchecked() (-1: none); a team over the links serves many operations.
+        self._neighbours: tuple[int, int, int, int] | None = None
 
     def phase(self, index: int) -> Team:
         """A team for the ``index``-th algorithm of a composite operation."""
@@ -148,13 +155,6 @@ class Team:
             self._sends.clear()
             self.receives.clear()
         return self
-
-    async def checked(self, algorithm: Awaitable[None]) -> None:
-        """Run ``algorithm`` over this team, then :meth:`check_neighbours`."""
-        await algorithm
-        pending = self.check_neighbours()
-        if pending is not None:
-            await pending
 
     def check_neighbours(self) -> Awaitable[None] | None:
         """After the algorithm: exchange empty frames where it sent none to a neighbour.
@@ -180,6 +180,25 @@ class Team:
     async def _finish_check(self, check: Awaitable[None]) -> None:
         await check
         await self.flush()
+
+    def unchecked(self) -> tuple[int, int]:
+        """What the neighbour check leaves to do after the algorithm, on the mesh: (the
+        left neighbour's rank to send an empty frame to, the right one's to receive one
+        from), -1 where the algorithm already did.
+
+        Over direct links, where the check runs in plain calls
+        (asyncoll._algorithms.doubling.check_on_links) instead of as
+        :meth:`check_neighbours`' awaitable.
+        """
+        left, left_rank, right, right_rank = self._neighbours or self._find_neighbours()
+        return (-1 if left in self._sent_to else left_rank,
+                -1 if right in self._received_from else right_rank)
+
+    def _find_neighbours(self) -> tuple[int, int, int, int]:
+        left, right = unchecked_neighbours(self.size, self.me, (), ())
+        self._neighbours = (left, self.ranks[left] if left >= 0 else -1,
+                            right, self.ranks[right] if right >= 0 else -1)
+        return self._neighbours
 
     def waiting_for(self) -> list[int]:
         """Global ranks whose frames this operation posted for and did not get."""
@@ -250,9 +269,8 @@ def run_here(algorithm: Awaitable[None] | None) -> None:
     if algorithm is None:
         return
     steps = algorithm.__await__()
-    try:
-        next(steps)
-    except StopIteration:
+    # next() with a default: a coroutine that returns None raises no StopIteration then.
+    if next(steps, _FINISHED) is _FINISHED:
         return
     steps.close()
     raise RuntimeError("an algorithm run over direct links suspended; it awaited something "

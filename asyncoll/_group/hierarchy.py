@@ -46,7 +46,11 @@ from numpy.typing import NDArray
 
 from asyncoll._algorithms import arena as in_arena
 from asyncoll._algorithms import selection
-from asyncoll._algorithms.doubling import DoublingOnLinks, recursive_doubling_all_reduce
+from asyncoll._algorithms.doubling import (
+    DoublingOnLinks,
+    check_on_links,
+    recursive_doubling_all_reduce,
+)
 from asyncoll._algorithms.ops import finish
 from asyncoll._algorithms.ring import all_reduce_scratch_elements, ring_all_reduce
 from asyncoll._algorithms.team import Team, run_here
@@ -276,7 +280,8 @@ class HostHierarchy:
         if team is None or team.mesh is not step.links.mesh:
             # One per set of leaders (a root's host has its own), made once.
             team = self._teams[leaders] = Team(step.links.mesh, leaders, 0, 0, me=self.host)
-        run_here(team.checked(algorithm(team.again())))
+        run_here(algorithm(team.again()))
+        check_on_links(step.links, *team.unchecked())
 
 
 def _either(h: HostHierarchy, nbytes: int, hierarchical: Kernel, flat: Kernel,

@@ -44,7 +44,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from asyncoll._algorithms.doubling import DoublingOnLinks, recursive_doubling_all_reduce
+from asyncoll._algorithms.doubling import (
+    DoublingOnLinks,
+    check_on_links,
+    recursive_doubling_all_reduce,
+)
 from asyncoll._algorithms.ring import ring_all_gather
 from asyncoll._algorithms.team import Team, run_here
 from asyncoll._algorithms import selection
@@ -259,7 +263,8 @@ class GroupLinks:
         if team is None or team.mesh is not step.links.mesh:
             team = self._team = Team(step.links.mesh, range(len(self._ranks)), 0, 0,
                                      me=step.me)
-        run_here(team.checked(transport(team.again(), arrays)))
+        run_here(transport(team.again(), arrays))
+        check_on_links(step.links, *team.unchecked())
 
     def step(self, fingerprint: Fingerprint, limit: float) -> LinksStep:
         """The next operation over the links, with its deadline ``limit`` seconds from now."""

@@ -5,7 +5,7 @@ each connection is to, opening it the first time an algorithm needs it (by
 the lower member of the pair, as the mesh does), accepting those opened by
 others once their greeting carries this member's cookie, moving queued
 bytes out, and noticing a connection's end. The records carried over them
-are DirectLinks' business.
+are DirectLinks' business (asyncoll._transport.link_reader reads them).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class Connections:
             self._poll.register(self._server_fd, select.POLLIN)
         for index, sock in sockets.items():
             self._attach(index, sock)
-        #: Whether some connection has ended (see _closed).
+        #: Whether some connection has ended (see ended).
         self._gone = False
 
     def close(self) -> None:
@@ -201,7 +201,7 @@ class Connections:
             self._by_fd[fd] = Peer(-1, sock, self._early)
             self._poll.register(fd, select.POLLIN)
 
-    def _identify(self, stranger: Peer) -> Peer | None:
+    def identify(self, stranger: Peer) -> Peer | None:
         """Read an accepted connection's greeting: the member it is from, or None (not yet,
         or it was no member's, and is closed)."""
         sock = stranger.sock
@@ -228,7 +228,7 @@ class Connections:
         del self._by_fd[sock.fileno()]
         return self._attach(index, sock)
 
-    def _closed(self, peer: Peer, reason: str) -> None:
+    def ended(self, peer: Peer, reason: str) -> None:
         """``peer``'s connection ended: only a wait for that peer fails of it.
 
         A member that finished the group's last operation may close before the

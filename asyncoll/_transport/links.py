@@ -26,6 +26,13 @@ until it gets there. An ABORT frame says
 the sender gave up on operation ``seq``, with the mesh's ABORT payload (its
 error's code, the rank that error names, its message).
 
+The links are three parts: the sockets (Connections,
+asyncoll._transport.link_connections, which DirectLinks extends), the
+records arriving on them (a RecordReader, asyncoll._transport.link_reader),
+and, here, what an operation does with both: stamp, send, post, wait.
+Their ``mesh`` (asyncoll._transport.link_mesh) is the same links behind the
+algorithms' Mesh seam.
+
 Waiting polls the sockets in slices of :data:`CHECK_S`, between which a
 failure check runs and the deadline is looked at; every send is
 non-blocking, and a wait also moves the bytes of sends still queued, so two
@@ -39,33 +46,21 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from asyncoll._defaults import PROTOCOL_VERSION
-from asyncoll._transport.link_connections import (
-    READ_BYTES,
-    WOULD_BLOCK,
-    Connections,
-    Peer,
-    pending,
-    transmit,
-)
-from asyncoll._transport.link_mesh import LinksMesh
-from asyncoll._transport.link_errors import LinkAborted, LinkLost, LinkMismatch, LinksExpired
+from asyncoll._transport.base import Tag
+from asyncoll._transport.link_connections import WOULD_BLOCK, Connections, transmit
+from asyncoll._transport.link_errors import LinkLost, LinksExpired
+from asyncoll._transport.link_mesh import Flushed, LinksMesh
 from asyncoll._transport.link_opening import Dialling
+from asyncoll._transport.link_reader import RecordReader
 from asyncoll._wire.frames import (
-    HEADER_FIELDS,
-    MAGIC,
     NO_FINGERPRINT,
     Fingerprint,
     FrameKind,
-    check_fields,
-    decode_abort,
     encode_abort,
     pack_fields,
     pack_header,
 )
-
 
 # Module constants: reading an Enum member off its class costs 0.2 us a time.
 _DATA, _ABORT = int(FrameKind.DATA), int(FrameKind.ABORT)
@@ -92,17 +87,21 @@ class DirectLinks(Connections):
                  dialling: Dialling | None = None) -> None:
         super().__init__(sockets, dialling)
         self._eager_polls = eager_polls
-        #: The operation now running, its fingerprint, and the receives it completed
-        #: (member, step); those still waiting are in each peer's matcher.
+        #: What reads the records that arrive, and checks them against the operation.
+        self._reader = reader = RecordReader(self)
+        self._read = reader.read
+        #: The operation now running and its fingerprint, which every record sent carries
+        #: (the reader holds the same two, for the records that arrive).
         self.operation = 0
         self.fingerprint: Fingerprint = NO_FINGERPRINT
-        self._done: set[tuple[int, int]] = set()
+        #: The receives this operation completed, (member, step): the reader's.
+        self._done = reader.done
         #: Whether records kept early are yet to be checked against the operation now run.
         self._unchecked = False
-        #: An ABORT for an operation after the one now running, kept until it runs.
-        self._later: LinkAborted | None = None
         self.deadline = 0.0
         self.check: Callable[[list[int]], None] = lambda waiting_for: None
+        #: What awaiting a send over the Mesh seam does: wait for every record to leave.
+        self._flushed = Flushed(self)
         #: These links behind the algorithms' Mesh seam, for a Team to run over
         #: (rank -1: links made of given sockets only do not know this member's index).
         self.mesh = LinksMesh(self, dialling.me, len(dialling.addresses)) \
@@ -114,25 +113,34 @@ class DirectLinks(Connections):
               check: Callable[[list[int]], None]) -> None:
         """From now on, records carry ``operation`` and ``fingerprint`` (and must match them),
         and waits end at ``deadline``, calling ``check`` between polls."""
-        self.operation = operation
+        reader = self._reader
+        self.operation = reader.operation = operation
         # tuple.__new__ skips NamedTuple's argument parsing: this runs every operation.
-        self.fingerprint = tuple.__new__(Fingerprint, fingerprint)
+        self.fingerprint = reader.fingerprint = tuple.__new__(Fingerprint, fingerprint)
         self.deadline = deadline
         self.check = check
         # Receives an operation left posted (it failed) carry its number in their
         # tags: no later record reaches them (abort forgets them).
         self._done.clear()
-        self._unchecked = bool(self._early.frames) or self._later is not None
+        self._unchecked = bool(self._early.frames) or reader.later is not None
 
     def send(self, index: int, step: int, payload: memoryview) -> None:
-        """Start sending a record to member ``index``; :meth:`flush` waits for it to leave.
+        """Start sending record ``step`` to member ``index`` (:meth:`send_tagged`)."""
+        self.send_tagged(index, (0, 0, step), payload)
 
-        The payload's memory must stay unchanged until then.
+    def send_tagged(self, index: int, tag: Tag, payload: memoryview,
+                    fingerprint: Fingerprint = NO_FINGERPRINT) -> Flushed:
+        """Start sending the record of step ``tag[2]`` to member ``index``; :meth:`flush`,
+        or awaiting what this returns, waits for it to leave.
+
+        The Mesh seam's ``send`` (LinksMesh): of a tag only its step goes on the
+        wire, and every record carries the stamped fingerprint (not ``fingerprint``).
+        The payload's memory must stay unchanged until it has left.
         """
         peer = self._peers.get(index) or self._open(index)
         if peer.closed is not None:
             raise LinkLost(index, peer.closed)
-        header = memoryview(pack_fields(_DATA, 0, 0, step, self.operation, payload.nbytes,
+        header = memoryview(pack_fields(_DATA, 0, 0, tag[2], self.operation, payload.nbytes,
                                         *self.fingerprint))
         if peer.out or peer.sock is None:
             peer.out.append(header)
@@ -140,7 +148,7 @@ class DirectLinks(Connections):
                 peer.out.append(payload)
             if peer.sock is None:
                 self._queued.add(index)
-            return
+            return self._flushed
         try:
             sent = transmit(peer.sock, [header, payload])
         except WOULD_BLOCK:
@@ -154,6 +162,7 @@ class DirectLinks(Connections):
             peer.out.append(payload[sent - header.nbytes:])
         if peer.out:
             self._want_write(peer)
+        return self._flushed
 
     def post(self, index: int, step: int, out: memoryview) -> None:
         """Expect record ``step`` of this operation from member ``index``, into ``out``."""
@@ -161,7 +170,7 @@ class DirectLinks(Connections):
         tag = (0, self.operation, step)
         kept = peer.take(tag) if peer.kept else None
         if kept is not None:
-            self._fill(index, out, kept[1], kept[0])
+            self._reader.fill(index, out, kept[1], kept[0])
             self._done.add((index, step))
         else:
             peer.posted[tag] = out
@@ -190,7 +199,7 @@ class DirectLinks(Connections):
         if not self._writing and not self._queued and not self._unchecked and not self._gone:
             return  # small records leave within their send: nothing to wait for
         self._wait(lambda: not self._writing and not self._queued, self._unsent)
-        # A closed connection stops being written (_closed): what it kept did not leave.
+        # A closed connection stops being written (ended): what it kept did not leave.
         self._fail_if_gone(self._unsent)
 
     def _unsent(self) -> list[int]:
@@ -216,7 +225,8 @@ class DirectLinks(Connections):
 
     def _wait(self, ready: Callable[[], bool], waiting_for: Callable[[], list[int]]) -> None:
         if self._unchecked:
-            self._check_early()
+            self._unchecked = False
+            self._reader.check_early(self._peers.values())
         eager = self._eager_polls
         while not ready():
             self._fail_if_gone(waiting_for)
@@ -244,26 +254,6 @@ class DirectLinks(Connections):
                                                        select.POLLHUP):
                     self._read(ready_peer)
 
-    def _check_early(self) -> None:
-        """Raise LinkMismatch for a record kept early that this operation cannot take,
-        or the ABORT kept for it.
-
-        A record that came before this member began the operation it was sent
-        for is checked here, at the operation's first wait: the member may wait
-        for someone else and never post its receive. A record of an operation
-        already over was never taken: its sender ran something else then.
-        """
-        self._unchecked = False
-        later = self._later
-        if later is not None and later.operation <= self.operation:
-            self._later = None
-            raise later
-        for peer in self._peers.values():
-            for (_, operation, _), (payload, fingerprint, _) in peer.kept.items():
-                if operation < self.operation or (operation == self.operation and
-                                                  fingerprint != self.fingerprint):
-                    raise LinkMismatch(peer.index, fingerprint, len(payload), operation)
-
     def _fail_if_gone(self, waiting_for: Callable[[], list[int]]) -> None:
         """Raise LinkLost if a member the wait is for has closed its connection."""
         if self._gone:
@@ -271,144 +261,3 @@ class DirectLinks(Connections):
                 peer = self._peers.get(index)
                 if peer is not None and peer.closed is not None:
                     raise LinkLost(index, peer.closed)
-
-    def _read(self, peer: Peer) -> None:
-        """Read what ``peer``'s socket holds (poll said it holds something, or a wait
-        looks before it polls), record by record.
-
-        Bytes go into the peer's read buffer with one recv, and records are cut
-        from it; a payload larger than the buffer is read straight into its
-        destination. Only a recv that filled the buffer is followed by another,
-        so a wait costs one system call per arrival, not an EAGAIN as well.
-        """
-        if peer.index < 0:
-            identified = self._identify(peer)
-            if identified is None:
-                return
-            peer = identified
-        sock = peer.sock
-        assert sock is not None
-        while True:
-            self._parse(peer)
-            target = peer.target
-            try:
-                if target is not None and target.nbytes - peer.target_got > READ_BYTES:
-                    got = sock.recv_into(target[peer.target_got:])
-                    if got == 0:
-                        self._closed(peer, "was closed by the peer")
-                        return
-                    peer.target_got += got
-                    if peer.target_got == target.nbytes:
-                        self._finish_record(peer)
-                    if not pending(sock):
-                        return
-                    continue
-                if peer.start:
-                    leftover = peer.end - peer.start
-                    peer.buffer[:leftover] = peer.buffer[peer.start:peer.end]
-                    peer.start, peer.end = 0, leftover
-                got = sock.recv_into(peer.view[peer.end:])
-            except WOULD_BLOCK:
-                return
-            except OSError as exc:
-                self._closed(peer, f"broke: {exc}")
-                return
-            if got == 0:
-                self._closed(peer, "was closed by the peer")
-                return
-            peer.end += got
-            if peer.end < len(peer.buffer) and not pending(sock):
-                self._parse(peer)
-                return
-
-    def _parse(self, peer: Peer) -> None:
-        """Cut the records (and parts of payloads) the read buffer holds."""
-        buffer = peer.buffer
-        while True:
-            if peer.target is None:
-                if peer.end - peer.start < HEADER_FIELDS.size:
-                    return
-                header = HEADER_FIELDS.unpack_from(buffer, peer.start)
-                peer.start += HEADER_FIELDS.size
-                self._start_record(peer, header)
-                continue
-            target = peer.target
-            take = min(peer.end - peer.start, target.nbytes - peer.target_got)
-            if take:
-                target[peer.target_got:peer.target_got + take] = \
-                    buffer[peer.start:peer.start + take]
-                peer.start += take
-                peer.target_got += take
-            if peer.target_got < target.nbytes:
-                return
-            self._finish_record(peer)
-
-    def _start_record(self, peer: Peer, header: tuple[Any, ...]) -> None:
-        """Decode a header; point the peer at where its payload goes."""
-        if header[1] != PROTOCOL_VERSION or header[0] != MAGIC:
-            check_fields(header)  # raises: not this protocol's frame
-        kind, step, operation, nbytes = header[2], header[5], header[6], header[7]
-        fingerprint = header[8:14]
-        if kind != _DATA:
-            if kind != _ABORT:
-                raise LinkLost(peer.index, f"sent a frame of kind {kind}, not a link's record")
-            peer.aborted = operation
-            peer.target = memoryview(bytearray(nbytes))
-            peer.target_got = 0
-            if nbytes == 0:
-                self._finish_record(peer)
-            return
-        tag = (0, operation, step)
-        posted = peer.posted.get(tag) if operation == self.operation else None
-        if posted is not None:
-            if fingerprint != self.fingerprint or nbytes != posted.nbytes:
-                raise LinkMismatch(peer.index, fingerprint, nbytes, operation)
-            peer.target = posted
-        else:
-            # A record of this operation must carry its fingerprint, posted or not
-            # (yet); one of an operation already over, or a step already received,
-            # was sent by a member that ran something else.
-            if operation < self.operation or (operation == self.operation and (
-                    (peer.index, step) in self._done or fingerprint != self.fingerprint)):
-                raise LinkMismatch(peer.index, fingerprint, nbytes, operation)
-            peer.target = memoryview(bytearray(nbytes))
-        peer.key = tag
-        peer.fingerprint = fingerprint
-        peer.target_got = 0
-        if nbytes == 0:
-            self._finish_record(peer)
-
-    def _finish_record(self, peer: Peer) -> None:
-        target, peer.target = peer.target, None
-        assert target is not None
-        if peer.aborted is not None:
-            code, rank, message = decode_abort(bytes(target))
-            aborted = LinkAborted(peer.index, peer.aborted, code, rank, message)
-            peer.aborted = None
-            if aborted.operation > self.operation:
-                # Given up on an operation this member has yet to run (the sender
-                # finished this one): it fails that one, at its first wait.
-                self._later = self._later or aborted
-                return
-            raise aborted
-        tag = peer.key
-        posted = peer.posted.pop(tag, None) if tag[1] == self.operation else None
-        if posted is None:
-            # Not posted at its header, it went to a bytearray of its own; or (abort
-            # forgot its receive meanwhile) to that receive's memory: copied then.
-            own = target.obj
-            peer.keep(tag, own if isinstance(own, bytearray) and len(own) == target.nbytes
-                      else bytearray(target), peer.fingerprint)
-            return
-        if posted is not target:
-            # It began arriving before its receive was posted (while this member
-            # was still in an earlier operation): it went to a buffer of its own.
-            self._fill(peer.index, posted, peer.fingerprint, target)
-        self._done.add((peer.index, tag[2]))
-
-    def _fill(self, index: int, out: memoryview, fingerprint: tuple[int, ...],
-              payload: bytearray | memoryview) -> None:
-        """Copy a record kept aside into its receive, once it is checked like any other."""
-        if fingerprint != self.fingerprint or len(payload) != out.nbytes:
-            raise LinkMismatch(index, fingerprint, len(payload), self.operation)
-        out[:] = payload

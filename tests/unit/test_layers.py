@@ -706,6 +706,7 @@ FRONT_DOORS = [p for p in _package_files()
 #: What decides where a plan runs, and how: the group's business only.
 PLACEMENT_MODULES = ("asyncoll._group.runner", "asyncoll._group.fast_path",
                      "asyncoll._group.arena_path", "asyncoll._group.links_path",
+                     "asyncoll._group.hierarchy",
                      "asyncoll._group.transports", "asyncoll._algorithms.link_team")
 PLACEMENT_NAMES = {"run_here", "to_loop", "run_again", "remember", "in_turn", "on_fast_path",
                    "_runner", "_fast", "_repeats", "_ran_here", "kernel"}
@@ -761,3 +762,176 @@ def test_the_group_core_names_neither_paths_steps_nor_teams(name: str) -> None:
              if word in source]
 
     assert named == [], f"asyncoll/_group/{name} names {named}"
+
+
+# -- the house's shape (issue 41) --------------------------------------------------------
+
+
+def _module_edges(source: str, module: str) -> set[str]:
+    """The package's modules that ``source`` imports, wherever the import stands.
+
+    Type-checking and function-level imports count. ``from a import b`` points
+    at a.b when that is a module, else at a: the parent package that Python
+    loads first anyway is no arrow of its own.
+    """
+    package = module.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parent = ".".join(parts[:len(parts) - node.level + 1])
+                base = f"{parent}.{base}" if base else parent
+            for alias in node.names:
+                whole = f"{base}.{alias.name}"
+                found.add(whole if _source_of(whole) is not None else base)
+    return {name for name in found
+            if _within(name, ("asyncoll",)) and _source_of(name) is not None}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every set of modules that reach each other through imports (Tarjan's components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        # Recursion is as deep as the longest chain of imports: a few dozen.
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1 or node in graph.get(node, ()):
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circle_in_the_package() -> None:
+    graph = {_module_name(path): _module_edges(path.read_text(), _module_name(path))
+             for path in sorted(PACKAGE.rglob("*.py"))}
+
+    assert _circles(graph) == []
+
+
+@pytest.mark.parametrize("source, module, wanted", [
+    ("from asyncoll._group import plan", "asyncoll._group.links_path", {"asyncoll._group.plan"}),
+    ("from . import plan", "asyncoll._group.links_path", {"asyncoll._group.plan"}),
+    ("from asyncoll.errors import Closed", "asyncoll._group.plan", {"asyncoll.errors"}),
+    ("def f():\n    import asyncoll\n", "asyncoll._torch_backend.elastic", {"asyncoll"}),
+    ("import typing\nif typing.TYPE_CHECKING:\n    from asyncoll._group.runner import Runner\n",
+     "asyncoll._group.plan", {"asyncoll._group.runner"}),
+])
+def test_the_circle_rule_counts_every_import(source: str, module: str, wanted: set[str]) -> None:
+    assert _module_edges(source, module) == wanted
+
+
+def test_the_circle_rule_finds_a_circle_and_passes_a_chain() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_the_links_path_knows_neither_the_hierarchy_nor_shared_memory() -> None:
+    # The hierarchy is a fast path of its own, made of an arena and the leaders'
+    # links: the links path is plain links, whatever host its members are on.
+    path = PACKAGE / "_group" / "links_path.py"
+    names = _imports(ast.parse(path.read_text()), _module_name(path))
+
+    assert sorted(n for n in names if _within(n, ("asyncoll._group.hierarchy",
+                                                  "asyncoll._transport.shm",
+                                                  "asyncoll._group.arena_path"))) == []
+
+
+#: The longest a class may be, counting the package's classes it inherits from:
+#: past it, one object owns several things.
+MAX_CLASS_LINES = 450
+
+
+def _classes() -> dict[tuple[str, str], tuple[ast.ClassDef, dict[str, tuple[str, str]]]]:
+    """Every class of the package by (module, name), with its module's names for classes."""
+    found = {}
+    for path in _package_files():
+        module = _module_name(path)
+        tree = ast.parse(path.read_text())
+        names: dict[str, tuple[str, str]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.update({alias.asname or alias.name: (node.module, alias.name)
+                              for alias in node.names})
+            elif isinstance(node, ast.Import):
+                names.update({alias.asname or alias.name: (alias.name, "")
+                              for alias in node.names})
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                names[node.name] = (module, node.name)
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                found[(module, node.name)] = (node, names)
+    return found
+
+
+def _base_key(base: ast.expr, names: dict[str, tuple[str, str]]) -> tuple[str, str] | None:
+    if isinstance(base, ast.Name):
+        return names.get(base.id)
+    if isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
+        module = names.get(base.value.id)
+        if module is not None:
+            return ("".join(part for part in (module[0], "." + module[1] if module[1] else "")),
+                    base.attr)
+    return None
+
+
+def _class_lines(key: tuple[str, str], classes: dict[tuple[str, str],
+                 tuple[ast.ClassDef, dict[str, tuple[str, str]]]],
+                 counted: set[tuple[str, str]]) -> int:
+    """The lines of a class and of every class of the package it inherits from, once each."""
+    if key in counted or key not in classes:
+        return 0
+    counted.add(key)
+    node, names = classes[key]
+    lines = (node.end_lineno or node.lineno) - node.lineno + 1
+    return lines + sum(_class_lines(base_key, classes, counted)
+                       for base_key in (_base_key(base, names) for base in node.bases)
+                       if base_key is not None)
+
+
+CLASSES = _classes()
+
+
+@pytest.mark.parametrize("key", sorted(CLASSES), ids=lambda key: f"{key[0]}.{key[1]}")
+def test_no_class_with_its_bases_is_over_450_lines(key: tuple[str, str]) -> None:
+    lines = _class_lines(key, CLASSES, set())
+
+    assert lines <= MAX_CLASS_LINES, (f"{key[0]}.{key[1]} has {lines} lines with its bases: "
+                                      "divide it by what each part owns")
+
+
+def test_the_class_rule_counts_the_bases() -> None:
+    source = "class A:\n    x = 1\n    y = 2\n\n\nclass B(A):\n    z = 3\n"
+    tree = ast.parse(source)
+    names = {"A": ("m", "A"), "B": ("m", "B")}
+    classes = {("m", node.name): (node, names) for node in tree.body
+               if isinstance(node, ast.ClassDef)}
+
+    assert _class_lines(("m", "B"), classes, set()) == 2 + 3
