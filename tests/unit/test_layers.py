@@ -24,19 +24,24 @@ ASYNCIO_STREAM_NAMES = {"StreamReader", "StreamWriter", "StreamReaderProtocol",
                         "start_unix_server", "streams"}
 
 
+def _from_base(node: ast.ImportFrom, module: str) -> str:
+    """The absolute module a from-import in ``module`` imports from."""
+    base = node.module or ""
+    if node.level:
+        parts = module.rsplit(".", 1)[0].split(".")
+        parent = ".".join(parts[:len(parts) - node.level + 1])
+        base = f"{parent}.{base}" if base else parent
+    return base
+
+
 def _imports(tree: ast.AST, module: str) -> set[str]:
     """Every module name (and module.name for from-imports) the source imports."""
-    package = module.rsplit(".", 1)[0]
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parent = ".".join(parts[:len(parts) - node.level + 1])
-                base = f"{parent}.{base}" if base else parent
+            base = _from_base(node, module)
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names)
     return names
@@ -707,7 +712,7 @@ FRONT_DOORS = [p for p in _package_files()
 PLACEMENT_MODULES = ("asyncoll._group.runner", "asyncoll._group.fast_path",
                      "asyncoll._group.arena_path", "asyncoll._group.links_path",
                      "asyncoll._group.hierarchy",
-                     "asyncoll._group.transports", "asyncoll._algorithms.link_team")
+                     "asyncoll._group.transports", "asyncoll._transport.link_mesh")
 PLACEMENT_NAMES = {"run_here", "to_loop", "run_again", "remember", "in_turn", "on_fast_path",
                    "_runner", "_fast", "_repeats", "_ran_here", "kernel"}
 
@@ -757,8 +762,8 @@ PATH_FREE = ["core.py", "runner.py", "plan.py", "group.py", "transports.py"]
 @pytest.mark.parametrize("name", PATH_FREE)
 def test_the_group_core_names_neither_paths_steps_nor_teams(name: str) -> None:
     source = (PACKAGE / "_group" / name).read_text()
-    named = [word for word in ("LinksStep", "LinkTeam", "ArenaStep", "DoublingOnLinks",
-                               "_algorithms.arena", "_algorithms.link_team")
+    named = [word for word in ("LinksStep", "LinksMesh", "ArenaStep", "DoublingOnLinks",
+                               "_algorithms.arena", "_transport.link_mesh")
              if word in source]
 
     assert named == [], f"asyncoll/_group/{name} names {named}"
@@ -774,17 +779,12 @@ def _module_edges(source: str, module: str) -> set[str]:
     at a.b when that is a module, else at a: the parent package that Python
     loads first anyway is no arrow of its own.
     """
-    package = module.rsplit(".", 1)[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parent = ".".join(parts[:len(parts) - node.level + 1])
-                base = f"{parent}.{base}" if base else parent
+            base = _from_base(node, module)
             for alias in node.names:
                 whole = f"{base}.{alias.name}"
                 found.add(whole if _source_of(whole) is not None else base)
