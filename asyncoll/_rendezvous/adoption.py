@@ -71,7 +71,8 @@ class Adoption:
             # on the old one): the old connection's end must not count.
             self._registry.detach(earlier.member.conn)
             job.conn_rank.pop(earlier.member.conn, None)
-        member = Member(conn, PeerInfo(msg.rank, msg.host, msg.port, msg.hostname), msg.pid)
+        member = Member(conn, PeerInfo(msg.rank, msg.host, msg.port, msg.hostname), msg.pid,
+                        token=msg.token)
         job.rejoins[msg.rank] = Rejoining(member, request_id)
         # What it had completed: the calls it sends again once adopted are answered from
         # these (see Job.adopted_new_groups).

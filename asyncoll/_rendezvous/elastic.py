@@ -7,6 +7,8 @@ gets a Welcome with the new directory (see :mod:`asyncoll._rendezvous.state`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from asyncoll._rendezvous.directory import directory_of
 from asyncoll._rendezvous.leaves import answer_leaves
 from asyncoll._rendezvous.records import Gathering, Job, Member, Reply, Waiter, error
@@ -131,13 +133,24 @@ class Elasticity:
                           f"job {job.name!r} is not elastic: start every process with "
                           "init_process_group(elastic=True) (or ASYNCOLL_ELASTIC=1) to "
                           "reconfigure it")]
+        terms = Terms.of(msg)
+        refusal = terms.refusal(job, rank) if terms is not None else None
+        if refusal is not None:
+            return [error(conn, request_id, "configuration", refusal)]
         key = ("reconfigure", job.generation)
         gathering = job.gatherings.get(key)
         if gathering is None:
+            expected = frozenset(job.live()) if terms is None else terms.expected(job)
             gathering = Gathering(f"reconfigure of generation {job.generation}",
-                                  frozenset(job.live()), now + msg.timeout, now,
-                                  "rendezvous_timeout")
+                                  expected, now + msg.timeout, now, "rendezvous_timeout",
+                                  terms=terms)
             job.gatherings[key] = gathering
+        elif gathering.terms != terms:
+            return [error(conn, request_id, "mismatch", (
+                f"rank {rank} called reconfigure of job {job.name!r} with "
+                f"{Terms.words(terms)}, but ranks {ranks_text(sorted(gathering.arrivals))} "
+                f"called it with {Terms.words(gathering.terms)}: every member must pass the "
+                "same membership"))]
         gathering.arrivals[rank] = (conn, request_id, (msg.host, msg.port))
         if log.isEnabledFor(member_level(job)):
             log.log(member_level(job), "job %r: rank %d calls reconfigure (%d of %d live "
@@ -157,6 +170,8 @@ class Elasticity:
             return []
         if not final and len(gathering.arrivals) < gathering.still_expected(job.departed):
             return []  # counted first, as in settle_check
+        if isinstance(gathering.terms, Terms):
+            return self._settle_on_terms(job, gathering, gathering.terms, now, final)
         live = set(job.live())
         if not final and not (gathering.expected & live) <= gathering.arrivals.keys():
             return []
@@ -166,7 +181,9 @@ class Elasticity:
         size = len(members) + len(newcomers)
         if size >= max(job.min_size, 1):
             del job.gatherings[key]
-            return self._next_generation(job, gathering, members, newcomers, now)
+            return self._next_generation(job, gathering, [*members, *newcomers], now,
+                                         "did not call reconfigure() within "
+                                         f"{gathering.deadline - gathering.started:g} s")
         if not final:
             return []  # below the minimum: wait for newcomers, up to the deadline
         del job.gatherings[key]
@@ -178,16 +195,51 @@ class Elasticity:
         return [error(c, r, "rendezvous_timeout", text)
                 for rank, (c, r, _) in gathering.arrivals.items() if rank in live]
 
-    def _next_generation(self, job: Job, gathering: Gathering, members: list[int],
-                         newcomers: list[Waiter], now: float) -> list[Reply]:
+    def _settle_on_terms(self, job: Job, gathering: Gathering, terms: Terms, now: float,
+                         final: bool) -> list[Reply]:
+        """Complete a reconfigure to a given membership once every process in it is there:
+        its members have called, and the pending processes it names have joined."""
+        key = ("reconfigure", job.generation)
+        gone = sorted(gathering.expected & job.departed)
+        if gone:
+            text = (f"reconfigure of job {job.name!r} to {Terms.words(terms)} cannot "
+                    f"complete: ranks {ranks_text(gone)}, which it keeps, are gone; "
+                    "reconfigure again without them")
+        elif not final and not gathering.expected <= gathering.arrivals.keys():
+            return []
+        else:
+            chosen = terms.chosen(job, gathering.expected)
+            if isinstance(chosen, list) and gathering.expected <= gathering.arrivals.keys():
+                del job.gatherings[key]
+                left_out = ("was not named by the reconfigure's handles" if terms.named else
+                            "was left out by the shrink")
+                return self._next_generation(job, gathering, chosen, now, left_out)
+            if not final:
+                return []  # a named process has not joined yet
+            absent = sorted(gathering.expected - gathering.arrivals.keys())
+            text = (f"reconfigure of job {job.name!r} timed out after "
+                    f"{now - gathering.started:.1f} s: " + (
+                        chosen if isinstance(chosen, str) else
+                        f"ranks {ranks_text(absent)} did not call it"))
+        del job.gatherings[key]
+        log.warning("%s", text)
+        return [error(c, r, "rendezvous_timeout", text)
+                for rank, (c, r, _) in gathering.arrivals.items() if rank not in job.departed]
+
+    def _next_generation(self, job: Job, gathering: Gathering, chosen: list[int | Waiter],
+                         now: float, left_out: str) -> list[Reply]:
+        """Start generation ``job.generation + 1`` of ``chosen`` (survivors by their rank,
+        newcomers by their pending join), in their new rank order; the live members not
+        chosen are excluded (each told that it ``left_out``)."""
         old = job.generation
+        members = [c for c in chosen if isinstance(c, int)]
+        newcomers = [c for c in chosen if not isinstance(c, int)]
         staying = set(members)
         late = [r for r in job.live() if r not in staying]
         replies: list[Reply] = []
         for rank in late:
             member = job.members[rank]
-            text = (f"rank {rank} of job {job.name!r} did not call reconfigure() within "
-                    f"{gathering.deadline - gathering.started:g} s, and the job went on "
+            text = (f"rank {rank} of job {job.name!r} {left_out}, and the job went on "
                     f"without it (generation {old + 1}); this process is no longer a member: "
                     "leave, and join again with init_process_group(elastic=True)")
             self._registry.exclude(member.conn, text)
@@ -196,18 +248,21 @@ class Elasticity:
             replies.append(error(member.conn, 0, "excluded", text))
         for waiter in newcomers:
             del job.pending[waiter.conn]
-        joined = [Member(w.conn, PeerInfo(0, w.join.host, w.join.port, w.join.hostname),
-                         w.join.pid, last_heartbeat=now) for w in newcomers]
-        everyone = [job.members[r] for r in members] + joined
+        everyone = [job.members[c] if isinstance(c, int) else
+                    Member(c.conn, PeerInfo(0, c.join.host, c.join.port, c.join.hostname),
+                           c.join.pid, last_heartbeat=now, token=c.join.token)
+                    for c in chosen]
         # Each member's address for the new generation: what it gave reconfigure
         # (a survivor), or its join (a newcomer).
         addresses: list[tuple[str, int]] = [
-            gathering.arrivals[r][2] for r in members]  # type: ignore[misc]
-        addresses += [(w.join.host, w.join.port) for w in newcomers]
+            gathering.arrivals[c][2] if isinstance(c, int)  # type: ignore[misc]
+            else (c.join.host, c.join.port) for c in chosen]
         for new_rank, member in enumerate(everyone):
             host, port = addresses[new_rank]
             member.info = PeerInfo(new_rank, host, port, member.info.hostname)
-        gone = sorted(set(job.members) - set(members))
+        gone = sorted(set(job.members) - staying)
+        answers = {member.conn: gathering.arrivals[c][1] if isinstance(c, int)
+                   else c.request_id for c, member in zip(chosen, everyone)}
         job.members = dict(enumerate(everyone))
         job.conn_rank = {m.conn: r for r, m in job.members.items()}
         job.world_size, job.generation = len(everyone), old + 1
@@ -226,19 +281,95 @@ class Elasticity:
                               f"ended by the reconfigure to generation {job.generation}")
                         for c, r, _ in other.arrivals.values()]
         changes = [f"ranks {ranks_text(gone)} of generation {old} gone" if gone else "",
-                   f"ranks {ranks_text(late)} excluded for not calling reconfigure"
-                   if late else "", f"{len(joined)} joined" if joined else ""]
+                   f"ranks {ranks_text(late)} excluded: each {left_out}"
+                   if late else "", f"{len(newcomers)} joined" if newcomers else ""]
         log.info("job %r: generation %d: %d members (%s): %s", job.name, job.generation,
                  job.world_size, "; ".join(c for c in changes if c) or "no change",
                  members_text(everyone))
         directory = directory_of(job, self._ports_up_to)
         replies += answer_leaves(job)  # the Welcome tells the new membership
-        answers = {job.members[new].conn: gathering.arrivals[old_rank][1]
-                   for new, old_rank in enumerate(members)}
-        answers.update({w.conn: w.request_id for w in newcomers})
         return replies + [Reply(conn, request_id, directory.welcome(job.conn_rank[conn]))
                           for conn, request_id in answers.items()]
 
+
+@dataclass(frozen=True, slots=True)
+class Terms:
+    """The membership a reconfigure was asked for, which every caller must agree on.
+
+    ``named``: exactly these processes (members' and pending peers' tokens),
+    ranked in this order when ``ordered``, else survivors in their old order
+    and then newcomers; or, when ``named`` is empty, the live members but the
+    ranks in ``without``.
+    """
+
+    named: tuple[str, ...]
+    ordered: bool
+    without: frozenset[int]
+    uuid: int
+
+    @classmethod
+    def of(cls, msg: Reconfigure) -> Terms | None:
+        """The terms ``msg`` asks for; None for a plain reconfigure (every caller, and
+        the pending peers)."""
+        if not msg.named and not msg.without:
+            return None
+        return cls(msg.named, bool(msg.ordered), frozenset(msg.without), msg.uuid)
+
+    @staticmethod
+    def words(terms: object) -> str:
+        """The terms, for a message."""
+        if not isinstance(terms, Terms):
+            return "no membership given (every member that calls, and the pending processes)"
+        if terms.named:
+            return (f"{len(terms.named)} handles ({'a list' if terms.ordered else 'a set'}, "
+                    f"uuid {terms.uuid})")
+        return f"ranks {ranks_text(sorted(terms.without))} left out (uuid {terms.uuid})"
+
+    def refusal(self, job: Job, rank: int) -> str | None:
+        """Why rank ``rank`` of ``job`` may not call a reconfigure on these terms, if so."""
+        if self.named:
+            if len(set(self.named)) != len(self.named):
+                return (f"the reconfigure of job {job.name!r} names a process twice: "
+                        "each handle must be given once")
+            if job.members[rank].token not in self.named:
+                return (f"rank {rank} of job {job.name!r} called a reconfigure whose handles "
+                        "do not name it: only the processes named take part")
+            return None
+        if rank in self.without:
+            return (f"rank {rank} of job {job.name!r} called a shrink that leaves it out: "
+                    "only the ranks that stay call it")
+        if not self.without <= set(range(job.world_size)):
+            return (f"a shrink of job {job.name!r} leaves out ranks "
+                    f"{ranks_text(sorted(self.without - set(range(job.world_size))))}, which "
+                    f"are not ranks of its {job.world_size}")
+        return None
+
+    def expected(self, job: Job) -> frozenset[int]:
+        """The members of ``job`` that must call: those the new membership keeps."""
+        if self.named:
+            named = set(self.named)
+            return frozenset(r for r in job.live() if job.members[r].token in named)
+        return frozenset(r for r in job.live() if r not in self.without)
+
+    def chosen(self, job: Job, staying: frozenset[int]) -> list[int | Waiter] | str:
+        """The new membership in rank order (survivors by rank, newcomers by pending
+        join), or why it cannot be formed yet (a named process has not joined)."""
+        kept: list[int | Waiter] = [*sorted(staying)]
+        if not self.named:
+            return kept
+        by_token: dict[str, int | Waiter] = {job.members[r].token: r for r in staying}
+        pending = {w.join.token: w for w in job.pending.values() if w.join.token}
+        missing = [t for t in self.named if t not in by_token and t not in pending]
+        if missing:
+            return (f"{len(missing)} of its handles name no member or pending process of "
+                    f"the job (the first: {missing[0]!r}); each process must call "
+                    "reconfigure, a new one from init_process_group first")
+        newcomers = sorted((pending[t] for t in self.named if t not in by_token),
+                           key=lambda w: w.order)
+        if not self.ordered:
+            return kept + newcomers
+        by_token.update({w.join.token: w for w in newcomers})
+        return [by_token[t] for t in self.named]
 
 def _membership(job: Job, changed: bool) -> MembershipState:
     return MembershipState(changed=int(changed), generation=job.generation,

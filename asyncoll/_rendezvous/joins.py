@@ -138,7 +138,7 @@ class Rendezvous:
             rank = ranks[waiter.conn]
             j = waiter.join
             job.members[rank] = Member(waiter.conn, PeerInfo(rank, j.host, j.port, j.hostname),
-                                        j.pid)
+                                        j.pid, token=j.token)
             job.conn_rank[waiter.conn] = rank
         everyone = [job.members[r] for r in range(job.world_size)]
         directory = directory_of(job, self._ports_up_to)

@@ -40,6 +40,8 @@ class Member:
     info: PeerInfo
     pid: int
     ops: int = -1
+    #: What reconfigures that list their members name it by (its Join's token).
+    token: str = ""
     last_heartbeat: float | None = None
     #: Operations per second between its last two heartbeats.
     ops_rate: float = 0.0
@@ -58,6 +60,8 @@ class Gathering:
     started: float
     timeout_code: str
     arrivals: dict[int, tuple[int, int, object]] = field(default_factory=dict)
+    #: What every arrival must agree on (a reconfigure's membership), if anything.
+    terms: object = None
 
     def complete(self) -> bool:
         """Whether every expected rank has arrived (only expected ranks are let in)."""

@@ -38,6 +38,8 @@ class Identity:
     max_size: int
     #: A hash of the Welcome's packed directory: every member's is the same.
     directory_digest: str
+    #: What reconfigures that list their members name this process by.
+    token: str = ""
 
     @property
     def bounds(self) -> tuple[bool, int, int]:
@@ -46,12 +48,13 @@ class Identity:
 
     @classmethod
     def of(cls, welcome: Welcome, job: str, address: tuple[str, int], hostname: str,
-           heartbeat_timeout: float, bounds: tuple[bool, int, int]) -> Identity:
+           heartbeat_timeout: float, bounds: tuple[bool, int, int],
+           token: str = "") -> Identity:
         """This member of the membership ``welcome`` made, at data ``address``."""
         elastic, min_size, max_size = bounds
         digest = hashlib.blake2b(welcome.directory, digest_size=8).hexdigest()
         return cls(job, welcome.rank, welcome.world_size, welcome.generation, *address,
-                   hostname, heartbeat_timeout, elastic, min_size, max_size, digest)
+                   hostname, heartbeat_timeout, elastic, min_size, max_size, digest, token)
 
 
 @dataclass(slots=True)
@@ -121,4 +124,5 @@ class Registration:
                       min_size=me.min_size, max_size=me.max_size,
                       directory_digest=me.directory_digest, groups=groups,
                       new_group_calls=self.new_groups.seen, checks=self.checks.seen,
-                      gone=pack_runs(tuple(sorted(self.gone - {me.rank}))), epoch=epoch)
+                      gone=pack_runs(tuple(sorted(self.gone - {me.rank}))), epoch=epoch,
+                      token=me.token)

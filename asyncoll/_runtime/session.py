@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -86,6 +87,9 @@ class Rendezvous:
     #: Other addresses of the job's coordinator, tried in turn after (host, port)
     #: when it cannot be reached (ASYNCOLL_COORDINATOR=host:port,host:port).
     fallbacks: tuple[tuple[str, int], ...] = ()
+    #: What reconfigures that list their members name this process by ("": a new
+    #: random one; a process moving to another job keeps its own).
+    token: str = ""
 
     @property
     def bounds(self) -> tuple[bool, int, int]:
@@ -98,7 +102,8 @@ class Session:
 
     def __init__(self, client: CoordinatorClient, mesh: TcpMesh, welcome: Welcome,
                  job: str, timeout: float, embedded: Coordinator | None,
-                 settings: Settings, bounds: tuple[bool, int, int] = (False, 0, 0)) -> None:
+                 settings: Settings, bounds: tuple[bool, int, int] = (False, 0, 0),
+                 token: str = "") -> None:
         self.client = client
         self.mesh = mesh
         #: Which groups are broken, and why; told of lost peers and ABORT frames.
@@ -124,7 +129,7 @@ class Session:
         #: What this member re-registers with a restarted coordinator.
         self.registration = Registration(Identity.of(
             welcome, job, address, mesh.hostname(welcome.rank), settings.heartbeat_timeout,
-            bounds))
+            bounds, token))
         #: Set once this rank destroyed its process group or a new one replaced it.
         self.closed = False
         #: Operations started on this rank, in every group (reported in heartbeats).
@@ -175,7 +180,7 @@ class Session:
                         pid=os.getpid(), version=PROTOCOL_VERSION, timeout=where.timeout,
                         heartbeat_timeout=settings.heartbeat_timeout,
                         elastic=int(where.elastic), min_size=where.min_size,
-                        max_size=where.max_size)
+                        max_size=where.max_size, token=where.token or secrets.token_hex(8))
             reporter = asyncio.ensure_future(report_while_waiting(client, where.job))
             try:
                 welcome = await client.request(join, where.timeout + COORDINATOR_GRACE_S,
@@ -189,7 +194,7 @@ class Session:
             await _close_quietly(client, mesh, embedded)
             raise
         return cls(client, mesh, welcome, where.job, where.timeout, embedded, settings,
-                   where.bounds)
+                   where.bounds, join.token)
 
     async def new_group(self, ranks: tuple[int, ...],
                         timeout: float) -> tuple[int, tuple[int, ...]]:
@@ -257,16 +262,29 @@ class Session:
         mine = [job for job in reply.jobs if job.running_generation(self.generation)]
         return mine[0].stragglers if mine else ()
 
-    async def reconfigure(self, timeout: float) -> Session:
+    @property
+    def token(self) -> str:
+        """What reconfigures that list their members name this process by."""
+        return self.registration.identity.token
+
+    async def reconfigure(self, timeout: float, named: tuple[str, ...] = (),
+                          ordered: bool = False, without: tuple[int, ...] = (),
+                          uuid: int = -1) -> Session:
         """Agree with the live members and the pending processes on the next membership.
 
-        Returns the next generation's session: new ranks, a new data plane
+        By default that is every live member that calls and the pending
+        processes; ``named`` (tokens) makes it exactly those processes, ranked
+        in that order when ``ordered``; ``without`` the live members but those
+        ranks. Returns the next generation's session: new ranks, a new data plane
         (connections of its own), the same coordinator link. This one is
         closed for good; its groups refuse every call with ClosedError.
 
         Raises:
-            ConfigurationError: the job is not elastic.
-            RendezvousTimeoutError: fewer than the job's min_size took part in time.
+            ConfigurationError: the job is not elastic, or this process may not
+                take part in the membership asked for.
+            MismatchError: another member asked for another membership.
+            RendezvousTimeoutError: fewer than the job's min_size took part in
+                time, or a process asked for did not.
             ExcludedError: the job went on without this process.
         """
         self.check_open("reconfigure")
@@ -276,7 +294,8 @@ class Session:
             plan = listen_plan(self.client.local_host, self.settings.environment)
             port = await listen(mesh, plan)
             welcome = await self.client.request(
-                Reconfigure(timeout=timeout, host=plan.advertise, port=port),
+                Reconfigure(timeout=timeout, host=plan.advertise, port=port, named=named,
+                            ordered=int(ordered), without=without, uuid=uuid),
                 timeout + COORDINATOR_GRACE_S, f"reconfigure of job {self.job!r}")
             if not isinstance(welcome, Welcome):
                 raise ProtocolError(f"the coordinator answered reconfigure with "
@@ -289,7 +308,7 @@ class Session:
                            f"{welcome.world_size} members); groups made before are closed: "
                            "make them anew after reconfigure()")
         return Session(self.client, mesh, welcome, self.job, self.timeout, self._embedded,
-                       self.settings, self.registration.identity.bounds)
+                       self.settings, self.registration.identity.bounds, self.token)
 
     async def _retire(self, reason: str) -> None:
         """Close this generation's data plane, keeping the coordinator link for the next."""

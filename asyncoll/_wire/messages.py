@@ -58,7 +58,8 @@ class Join:
     declared lost (the job's first peer sets it). ``elastic`` (0 or 1): on a
     running elastic job the peer becomes *pending* until a reconfigure
     admits it; ``min_size``/``max_size`` bound an elastic job's size (0: no
-    bound; the job's first peer sets them).
+    bound; the job's first peer sets them). ``token`` names this process
+    in reconfigures that list their members (a torch reconfigure handle's).
     """
 
     TYPE: ClassVar[str] = "join"
@@ -75,6 +76,7 @@ class Join:
     elastic: int = 0
     min_size: int = 0
     max_size: int = 0
+    token: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,12 +217,23 @@ class Reconfigure:
 
     ``host``/``port``: the data-plane address this member listens on in the
     next generation (each generation has connections of its own).
+
+    By default the next membership is every live member that calls, and the
+    pending peers. ``named`` (members' and pending peers' tokens) makes it
+    exactly those processes, ranked in that order when ``ordered`` is 1;
+    ``without`` (ranks of this generation) makes it the live members but
+    those. Every caller must send the same terms; ``uuid`` tells two
+    reconfigures apart (-1: none given).
     """
 
     TYPE: ClassVar[str] = "reconfigure"
     timeout: float
     host: str
     port: int
+    named: tuple[str, ...] = ()
+    ordered: int = 0
+    without: tuple[int, ...] = ()
+    uuid: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,8 @@ class Rejoin:
     calls and membership checks the coordinator has seen from it (calls
     still in flight are sent again after the answer and are not counted),
     the ranks it knows are gone (as runs) and the newest membership event it
-    heard of (``epoch``). Answered with Adopted once the job is adopted.
+    heard of (``epoch``), and the token its reconfigures name it by.
+    Answered with Adopted once the job is adopted.
     """
 
     TYPE: ClassVar[str] = "rejoin"
@@ -56,6 +57,7 @@ class Rejoin:
     checks: int
     gone: tuple[int, ...]
     epoch: int
+    token: str = ""
 
 
 @dataclass(frozen=True, slots=True)
