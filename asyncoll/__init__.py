@@ -18,6 +18,7 @@ import typing as _typing
 # (``import asyncoll.coordinator``) must not pay for, or depend on, the groups,
 # algorithms and transport.
 from asyncoll.errors import (
+    AbortedError,
     AsyncollError,
     AuthenticationError,
     ClosedError,
@@ -87,6 +88,7 @@ if _typing.TYPE_CHECKING:
 
 
 __all__ = [
+    "AbortedError",
     "AsyncProcessGroup",
     "AsyncollError",
     "AuthenticationError",

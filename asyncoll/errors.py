@@ -128,6 +128,11 @@ class GroupBrokenByPeerLossError(GroupBrokenError, PeerLostError):
     """
 
 
+class AbortedError(CollectiveError):
+    """The group was aborted (torch's ``ProcessGroup.abort()``, or a ``shrink_group`` with
+    SHRINK_ABORT), here or by another member: its operations fail at once."""
+
+
 class ProtocolError(AsyncollError):
     """A malformed frame or message, or a protocol version mismatch."""
 
@@ -147,6 +152,7 @@ _CODES: dict[str, type[AsyncollError]] = {
     "protocol": ProtocolError,
     "closed": ClosedError,
     "excluded": ExcludedError,
+    "aborted": AbortedError,
 }
 _CLASS_TO_CODE = {cls: code for code, cls in _CODES.items()}
 #: Each code's number (1 ...), for records that carry an int (an arena's control

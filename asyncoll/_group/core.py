@@ -159,6 +159,16 @@ class GroupCore:
                                      f"{self.group_id} (ranks {list(self.ranks)}), which it "
                                      "is not a member of")
 
+    def abort(self, error: AsyncollError) -> None:
+        """Break this group here and tell its members: every operation of it running or
+        to come fails with ``error``, here and, once told, on the others. On the loop."""
+        running, completed = self._session.faults.progress(self.group_id)
+        self._session.faults.abort(self.group_id, running or completed + 1, error, self.ranks)
+
+    def failure(self) -> AsyncollError | None:
+        """What broke this group, or None while it is intact."""
+        return self._session.faults.error(self.group_id)
+
     # -- placing plans -----------------------------------------------------------------
 
     def execute(self, plan: Awaitable[Any], loop: Loop) -> Any:

@@ -37,7 +37,7 @@ from asyncoll._group.tensors import as_buffer, as_source, write_back
 from asyncoll._group.transports import spread
 from asyncoll._defaults import COORDINATOR_GRACE_S
 from asyncoll._wire.frames import Operation as Kind
-from asyncoll.errors import ConfigurationError
+from asyncoll.errors import AsyncollError, ConfigurationError
 from asyncoll.types import ReduceOp
 
 Timeout = float | timedelta | None
@@ -99,6 +99,16 @@ class AsyncProcessGroup:
 
     def __repr__(self) -> str:
         return f"<AsyncProcessGroup {self.group_id} ranks={list(self.ranks)}>"
+
+    def abort(self, error: AsyncollError) -> None:
+        """Fail every operation of this group, running or to come, with ``error``, here and
+        (told by this rank) on its other members. On the loop."""
+        self._core.abort(error)
+        self._p2p.abort(error)
+
+    def failure(self) -> AsyncollError | None:
+        """What broke this group (its collectives first, then its messages), or None."""
+        return self._core.failure() or self._p2p.failure()
 
     # -- its parts' methods, as its own ----------------------------------------------------
 

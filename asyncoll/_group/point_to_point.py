@@ -52,6 +52,7 @@ from asyncoll._group.tensors import Buffer, as_buffer, as_source
 from asyncoll._wire.dtypes import dtype_code
 from asyncoll._wire.frames import Fingerprint, Operation
 from asyncoll.errors import (
+    AsyncollError,
     CollectiveError,
     ConfigurationError,
     CollectiveTimeoutError,
@@ -75,6 +76,7 @@ class Messages:
         self._session = session
         self._group_id = group_id
         self._channel = _CHANNEL_BIT | group_id
+        self._ranks = tuple(ranks)
         session.faults.register(self._channel, ranks)
         self._sent: dict[tuple[int, int], int] = {}
         self._received: dict[tuple[int, int], int] = {}
@@ -173,6 +175,10 @@ class Messages:
             for watch in pending:
                 watch.cancel()
 
+    def abort(self, error: AsyncollError) -> None:
+        """Break this group's messages here and tell its members (as GroupCore.abort)."""
+        self._session.faults.abort(self._channel, 0, error, self._ranks)
+
     def _check(self, what: str) -> None:
         self._session.check_open(what)
         first = self._session.faults.error(self._channel)
@@ -226,6 +232,16 @@ class PointToPoint:
     def _messages(self) -> Messages:
         # Made on the first message: a group that sends none registers no channel.
         return Messages(self._session, self._group_id, self._ranks)
+
+    def abort(self, error: AsyncollError) -> None:
+        """Fail every message of this group, running or to come, with ``error``, and tell
+        its members. On the loop."""
+        self._messages.abort(error)
+
+    def failure(self) -> AsyncollError | None:
+        """What broke this group's messages, or None while they are intact (or unused)."""
+        messages: Messages | None = self.__dict__.get("_messages")
+        return None if messages is None else self._session.faults.error(messages._channel)
 
     def send(self, tensor: Any, dst: int, tag: int = 0,
              timeout: float | timedelta | None = None) -> Coroutine[Any, Any, None]:

@@ -313,7 +313,9 @@ class Terms:
         the pending peers)."""
         if not msg.named and not msg.without:
             return None
-        return cls(msg.named, bool(msg.ordered), frozenset(msg.without), msg.uuid)
+        # A set's order is each caller's own: only a list's is part of the terms.
+        named = msg.named if msg.ordered else tuple(sorted(msg.named))
+        return cls(named, bool(msg.ordered), frozenset(msg.without), msg.uuid)
 
     @staticmethod
     def words(terms: object) -> str:

@@ -92,14 +92,16 @@ def resolve_published(host: str, port: int, job: str, world_size: int, rank: int
     and told the others of (the torch backend's, through torch's store).
 
     ``fallbacks`` are the standing coordinators to try after it
-    (:func:`standing_coordinators` of the hosting member). Such a job is not elastic.
+    (:func:`standing_coordinators` of the hosting member). Such a job is
+    elastic, without bounds: it goes on when a member is lost, for torch's
+    shrink_group and reconfigure.
 
     Raises:
         ConfigurationError: a bad world size, rank or port.
     """
     _check_place(world_size, rank, port)
     return Rendezvous(host=host, port=port, job=job, world_size=world_size, rank=rank,
-                      timeout=timeout, may_host=False, fallbacks=fallbacks)
+                      timeout=timeout, may_host=False, elastic=True, fallbacks=fallbacks)
 
 
 def standing_coordinators(environ: Mapping[str, str]) -> tuple[tuple[str, int], ...]:

@@ -1,44 +1,29 @@
 """AsyncollProcessGroup: a torch.distributed ProcessGroup whose collectives are asyncoll's.
 
-torch calls these methods with lists of tensors and an options object
-(group ranks in ``rootRank``, ``reduceOp.op``, ``timeout``); each one checks
-its arguments here, in the caller's thread (so bad input raises from the
-torch call itself, before anything is sent), starts the asyncoll operation on
-the world's loop thread and returns an AsyncollWork. An operation the
-group's shared-memory arena takes (same-host members, small and medium
-tensors) runs in the caller's thread instead, before the call returns, as the
-blocking API's do; its Work is then already completed. An allreduce that
-repeats an earlier one's signature runs again without being made anew
-(asyncoll._torch_backend.repeats). Both the names torch's
-Python functions call (``all_gather_single``, ``reduce_scatter_single``,
-``all_to_all_single``) and the C++ names DDP reaches through torch's
-trampoline (``_allgather_base``, ``_reduce_scatter_base``, ``alltoall_base``)
-are defined.
+Its collectives are TorchCollectives' (asyncoll._torch_backend.collectives);
+its abort, shutdown, shrink and reconfigure, torch's fault-tolerance API, are
+Reconfigurable's (asyncoll._torch_backend.fault_tolerance). Its rank and
+size are read live, since a reconfigure changes them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable, Sequence
-from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 
-from asyncoll._torch_backend import device_backend, dtypes, repeats, sparse
-from asyncoll._torch_backend.work import AsyncollWork
+from asyncoll._group.core import DONE
+from asyncoll._torch_backend import device_backend
+from asyncoll._torch_backend.collectives import TorchCollectives
+from asyncoll._torch_backend.fault_tolerance import Reconfigurable, group_words
 from asyncoll._torch_backend.world import TorchWorld
-from asyncoll._group.core import DONE, failed
-from asyncoll.errors import AsyncollError, ConfigurationError
 from asyncoll.group import AsyncProcessGroup
-from asyncoll.types import ReduceOp
 
 _ProcessGroupBase: Any = dist.ProcessGroup
 
-#: One step of an operation: the coroutine, and what to do once it has finished.
-Step = tuple[Coroutine[Any, Any, Any], Callable[[], None] | None]
 
-
-class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
+class AsyncollProcessGroup(TorchCollectives, Reconfigurable,
+                           _ProcessGroupBase):  # type: ignore[misc]
     """One torch process group, run by an asyncoll group of the same members.
 
     Args:
@@ -55,9 +40,18 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         self._owns_world = owns_world
         self._name = ""
         self._desc = ""
-        # Every Work names its group: made once, not per call.
-        self._named = f"<AsyncollProcessGroup ranks={list(group.ranks)}>"
-        device_backend.attach(self, group.rank, group.size)
+        self._named = group_words(group)
+        self._latest = DONE
+        self._uuids = set()
+        device_backend.attach(self)
+
+    def getRank(self) -> int:
+        """This process's rank in the group (torch's ``rank()``), as of its last reconfigure."""
+        return self._group.rank
+
+    def getSize(self) -> int:
+        """The group's size (torch's ``size()``), as of its last reconfigure."""
+        return self._group.size
 
     def getBackendName(self) -> str:
         """The backend's name, "asyncoll"."""
@@ -87,289 +81,5 @@ class AsyncollProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         """The description torch gave the group."""
         return self._desc
 
-    def shutdown(self) -> None:
-        """Leave the asyncoll job when this group owns it; join its threads."""
-        if self._owns_world:
-            self._world.shutdown()
-
-    def abort(self) -> None:
-        """As shutdown: asyncoll fails whatever is still running."""
-        self.shutdown()
-
     def __repr__(self) -> str:
         return self._named
-
-    # -- reductions ------------------------------------------------------------------------
-
-    def allreduce(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
-        """Reduce each tensor across the group, in place (torch's allreduce).
-
-        Sparse COO tensors are gathered and summed (asyncoll._torch_backend.sparse).
-        """
-        op, limit = _op(opts), _timeout(opts)
-        if limit is None and len(tensors) == 1:
-            again = self._ran_again("allreduce", tensors[0], "all_reduce",
-                                    repeats.reduce_op(op))
-            if again is not None:
-                return again
-        return self._start("allreduce", list(tensors), (
-            self._sparse_sum(t, op, limit) if sparse.is_sparse(t) else
-            _reducing(t, lambda s: self._group.all_reduce(s, op, limit)) for t in tensors))
-
-    def _sparse_sum(self, tensor: Any, op: Any, limit: float | None) -> Step:
-        parts: list[Any] = [None] * self._group.size
-        return (self._group.all_gather_object(parts, sparse.part_of(tensor, op), limit),
-                sparse.summing_into(tensor, parts, self._group.ranks))
-
-    def allreduce_coalesced(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
-        """allreduce of several tensors, one after another."""
-        return self.allreduce(tensors, opts)
-
-    def reduce(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
-        """Reduce each tensor into group rank ``opts.rootRank``'s."""
-        op, limit, root = _op(opts), _timeout(opts), self._global(opts.rootRank, "rootRank")
-        return self._start("reduce", list(tensors), (
-            _reducing(t, lambda s: self._group.reduce(s, root, op, limit)) for t in tensors))
-
-    def reduce_scatter(self, output_tensors: Sequence[Any],
-                       input_tensors: Sequence[Sequence[Any]], opts: Any = None) -> AsyncollWork:
-        """Reduce ``input_tensors[k][i]`` across the group into member i's output k."""
-        op, limit = _op(opts), _timeout(opts)
-        steps = (_reducing_all([out, *ins], lambda s: self._group.reduce_scatter(
-            s[0], s[1:], op, limit)) for out, ins in zip(output_tensors, input_tensors))
-        return self._start("reduce_scatter", list(output_tensors), steps)
-
-    def reduce_scatter_single(self, output: Any, input: Any,
-                              opts: Any = None) -> AsyncollWork:
-        """Reduce ``input`` across the group; member i gets block i in ``output``."""
-        op, limit = _op(opts), _timeout(opts)
-        return self._start("reduce_scatter_tensor", [output], [_reducing_all(
-            [output, input], lambda s: self._group.reduce_scatter_tensor(s[0], s[1], op,
-                                                                         limit))])
-
-    _reduce_scatter_base = reduce_scatter_single
-
-    def reduce_scatter_tensor_coalesced(self, outputs: Sequence[Any], inputs: Sequence[Any],
-                                        opts: Any = None) -> AsyncollWork:
-        """reduce_scatter_single of several pairs, one after another."""
-        op, limit = _op(opts), _timeout(opts)
-        return self._start("reduce_scatter_tensor", list(outputs), (_reducing_all(
-            [o, i], lambda s: self._group.reduce_scatter_tensor(s[0], s[1], op, limit))
-            for o, i in zip(outputs, inputs)))
-
-    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
-
-    # -- data movement -----------------------------------------------------------------------
-
-    def broadcast(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
-        """Copy group rank ``opts.rootRank``'s tensors into every member's."""
-        limit, root = _timeout(opts), self._global(opts.rootRank, "rootRank")
-        return self._start("broadcast", list(tensors), (
-            (self._group.broadcast(dtypes.movable(t), root, limit), None) for t in tensors))
-
-    def allgather(self, output_tensors: Sequence[Sequence[Any]], input_tensors: Sequence[Any],
-                  opts: Any = None) -> AsyncollWork:
-        """Copy member i's ``input_tensors[k]`` into ``output_tensors[k][i]`` everywhere."""
-        return self._start("allgather", [list(outs) for outs in output_tensors],
-                           self._gathers(output_tensors, input_tensors, opts))
-
-    def allgather_coalesced(self, output_lists: Sequence[Sequence[Any]],
-                            input_tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
-        """Copy member i's ``input_tensors[k]`` into ``output_lists[i][k]`` everywhere.
-
-        torch orders a coalesced gather's outputs ``[rank][tensor]``, the
-        transpose of ``allgather``'s ``[tensor][rank]``: each input is gathered
-        into the column of ``output_lists`` that holds it.
-        """
-        size = self._group.size
-        if len(output_lists) != size or any(len(outs) != len(input_tensors)
-                                             for outs in output_lists):
-            shape = [len(outs) for outs in output_lists]
-            raise ConfigurationError(
-                f"all_gather_coalesced needs one output list per rank of the group ({size}), "
-                f"each with one tensor per input ({len(input_tensors)}); got lists of "
-                f"lengths {shape}")
-        by_input = [[output_lists[member][k] for member in range(size)]
-                    for k in range(len(input_tensors))]
-        return self._start("allgather_coalesced", [list(outs) for outs in output_lists],
-                           self._gathers(by_input, input_tensors, opts))
-
-    def _gathers(self, output_tensors: Sequence[Sequence[Any]], input_tensors: Sequence[Any],
-                 opts: Any) -> Iterable[Step]:
-        limit = _timeout(opts)
-        return ((self._group.all_gather([dtypes.movable(o) for o in outs],
-                                        dtypes.movable(inp), limit), None)
-                for outs, inp in zip(output_tensors, input_tensors))
-
-    def all_gather_single(self, output: Any, input: Any, opts: Any = None) -> AsyncollWork:
-        """Gather every member's ``input`` into ``output``, in member order."""
-        return self._start("all_gather_into_tensor", [output], [(
-            self._group.all_gather_into_tensor(dtypes.movable(output), dtypes.movable(input),
-                                               _timeout(opts)), None)])
-
-    _allgather_base = all_gather_single
-
-    def allgather_into_tensor_coalesced(self, outputs: Sequence[Any], inputs: Sequence[Any],
-                                        opts: Any = None) -> AsyncollWork:
-        """all_gather_single of several pairs, one after another."""
-        limit = _timeout(opts)
-        return self._start("all_gather_into_tensor", list(outputs), (
-            (self._group.all_gather_into_tensor(dtypes.movable(o), dtypes.movable(i), limit),
-             None) for o, i in zip(outputs, inputs)))
-
-    all_gather_single_coalesced = allgather_into_tensor_coalesced
-
-    def gather(self, output_tensors: Sequence[Sequence[Any]], input_tensors: Sequence[Any],
-               opts: Any = None) -> AsyncollWork:
-        """Copy every member's input into ``output_tensors[0]`` on group rank ``rootRank``."""
-        root = self._global(opts.rootRank, "rootRank")
-        outs = ([dtypes.movable(t) for t in output_tensors[0]]
-                if self._group.rank == opts.rootRank else None)
-        return self._start("gather", [list(o) for o in output_tensors], [(
-            self._group.gather(dtypes.movable(_single(input_tensors, "gather")), outs, root,
-                               _timeout(opts)), None)])
-
-    def scatter(self, output_tensors: Sequence[Any], input_tensors: Sequence[Sequence[Any]],
-                opts: Any = None) -> AsyncollWork:
-        """Copy ``input_tensors[0][i]`` on group rank ``rootRank`` into member i's output."""
-        root = self._global(opts.rootRank, "rootRank")
-        ins = ([dtypes.movable(t) for t in input_tensors[0]]
-               if self._group.rank == opts.rootRank else None)
-        output = _single(output_tensors, "scatter")
-        return self._start("scatter", [output], [(self._group.scatter(
-            dtypes.movable(output), ins, root, _timeout(opts)), None)])
-
-    def all_to_all_single(self, output: Any, input: Any, output_split_sizes: Sequence[int],
-                          input_split_sizes: Sequence[int], opts: Any = None) -> AsyncollWork:
-        """Send rows of ``input`` to each member, gather theirs into ``output``."""
-        return self._start("all_to_all_single", [output], [(self._group.all_to_all_single(
-            dtypes.movable(output), dtypes.movable(input), list(output_split_sizes) or None,
-            list(input_split_sizes) or None, _timeout(opts)), None)])
-
-    alltoall_base = all_to_all_single
-
-    def alltoall(self, output_tensors: Sequence[Any], input_tensors: Sequence[Any],
-                 opts: Any = None) -> AsyncollWork:
-        """Copy member i's ``input_tensors[j]`` into member j's ``output_tensors[i]``."""
-        return self._start("all_to_all", list(output_tensors), [(self._group.all_to_all(
-            [dtypes.movable(t) for t in output_tensors],
-            [dtypes.movable(t) for t in input_tensors], _timeout(opts)), None)])
-
-    def barrier(self, opts: Any = None) -> AsyncollWork:
-        """Complete once every member has called barrier."""
-        return self._start("barrier", [], [(self._group.barrier(_timeout(opts)), None)])
-
-    def monitored_barrier(self, timeout: timedelta | float | None = None,
-                          wait_all_ranks: bool = False) -> None:
-        """Block until every member has arrived; group rank 0 names who did not, as gloo.
-
-        torch routes ``dist.monitored_barrier`` here from 2.14 on, for a group with a
-        backend for "cpu" (2.13 allows gloo only). It runs gloo's algorithm, with
-        gloo's messages, on any group (asyncoll._algorithms.monitored).
-
-        Raises:
-            MonitoredBarrierError: a member did not arrive within ``timeout`` (a
-                RuntimeError, as gloo's error is in torch).
-        """
-        limit = self._group.timeout if timeout is None else timeout
-        self._start("monitored_barrier", [], [
-            (self._group.monitored_barrier_by_first(limit, wait_all_ranks), None)]).wait()
-
-    # -- point to point ------------------------------------------------------------------
-
-    def send(self, tensors: Sequence[Any], dstRank: int, tag: int = 0) -> AsyncollWork:
-        """Send the tensor to group rank ``dstRank``."""
-        tensor = _single(tensors, "send")
-        return self._start("send", [tensor], [(self._group.send(
-            dtypes.movable(tensor), self._global(dstRank, "dst"), tag), None)])
-
-    def recv(self, tensors: Sequence[Any], srcRank: int, tag: int = 0) -> AsyncollWork:
-        """Receive into the tensor what group rank ``srcRank`` sends with ``tag``."""
-        tensor = _single(tensors, "recv")
-        return self._start("recv", [tensor], [(self._group.recv(
-            dtypes.movable(tensor), self._global(srcRank, "src"), tag), None)], source=srcRank)
-
-    def recv_anysource(self, tensors: Sequence[Any], tag: int = 0) -> AsyncollWork:
-        """Receive into the tensor the first message with ``tag`` from any member.
-
-        The work's ``_source_rank()`` is then the sender's group rank (torch's
-        ``recv`` turns it into the global rank).
-        """
-        tensor = _single(tensors, "recv")
-        receiving = self._group.recv(dtypes.movable(tensor), None, tag)
-        sender: list[int] = []
-
-        async def noting_the_sender() -> None:
-            sender.append(self._group.ranks.index(await receiving))
-
-        return self._start("recv", [tensor], [(noting_the_sender(), None)],
-                           source=lambda: sender[0] if sender else -1)
-
-    # -- plumbing ---------------------------------------------------------------------------
-
-    def _global(self, group_rank: int, role: str) -> int:
-        ranks = self._group.ranks
-        if not 0 <= group_rank < len(ranks):
-            raise ConfigurationError(f"{role} {group_rank} is not a rank of this group of "
-                                     f"{len(ranks)}; use 0 to {len(ranks) - 1}")
-        return ranks[group_rank]
-
-    def _ran_again(self, what: str, tensor: Any, collective: str,
-                   op: Any = None) -> AsyncollWork | None:
-        """The Work of ``tensor``'s call when it ran in this thread as a repeat of an earlier
-        one (asyncoll's ``collective``, ``tensor``'s dtype and size, ``op``:
-        GroupCore.again); None, having done nothing, for anything else."""
-        array = repeats.flat_array(tensor)
-        if array is None:
-            return None
-        try:
-            if not self._group.again(collective, array, op):
-                return None
-            future = DONE
-        except AsyncollError as exc:
-            future = failed(exc)  # raised by wait(), as from the loop
-        return AsyncollWork(future, [tensor], f"{what} on {self!r}", self._world)
-
-    def _start(self, what: str, outputs: list[Any], steps: Iterable[Step],
-               source: int | Callable[[], int] = -1) -> AsyncollWork:
-        made: list[Step] = []
-        try:
-            # Each step checks its arguments as it is made; a refusal must not
-            # leave the steps made before it unawaited.
-            made.extend(steps)
-        except BaseException:
-            for coro, _ in made:
-                coro.close()
-            raise
-        future = self._group.submit([coro for coro, _ in made], self._world.runtime,
-                                    [finish for _, finish in made])
-        return AsyncollWork(future, outputs, f"{what} on {self!r}", self._world, source)
-
-
-def _reducing(tensor: Any, make: Callable[[Any], Coroutine[Any, Any, Any]]) -> Step:
-    staged, finish = dtypes.reducible(tensor)
-    return make(staged), finish
-
-
-def _reducing_all(tensors: list[Any], make: Callable[[list[Any]], Coroutine[Any, Any, Any]]
-                  ) -> Step:
-    """Stage every tensor (bfloat16 through float32); the first is the one written."""
-    staged = [dtypes.reducible(t) for t in tensors]
-    return make([s for s, _ in staged]), staged[0][1]
-
-
-def _single(tensors: Sequence[Any], what: str) -> Any:
-    if len(tensors) != 1:
-        raise ConfigurationError(f"{what} takes exactly one tensor on the asyncoll backend, "
-                                 f"got {len(tensors)}")
-    return tensors[0]
-
-
-def _op(opts: Any) -> Any:
-    return ReduceOp.SUM if opts is None else opts.reduceOp.op
-
-
-def _timeout(opts: Any) -> float | None:
-    # torch's "unset" timeout is negative: the group's own applies.
-    seconds = opts.timeout.total_seconds() if opts is not None else -1.0
-    return float(seconds) if seconds > 0 else None

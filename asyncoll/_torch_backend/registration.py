@@ -17,18 +17,14 @@ import importlib
 import logging
 import sys
 import threading
-import zlib
 from typing import Any
 
 from asyncoll._torch_backend import elastic
+from asyncoll._torch_backend.group_ids import members_only_id
 
 log = logging.getLogger("asyncoll")
 
 BACKEND_NAME = "asyncoll"
-#: Sub-groups made without the coordinator get ids from here up, clear of the
-#: coordinator's (which count up from 1).
-_MEMBERS_ONLY_GROUP_IDS = 1 << 31
-
 _lock = threading.Lock()
 #: The job made for the default torch group, through which sub-groups run.
 _default_world: Any = None
@@ -91,16 +87,6 @@ def create(options: Any, backend_options: Any = None) -> Any:
     if max(members) >= world.world.size or world.world.rank != members[options.group_rank]:
         raise RuntimeError(f"asyncoll cannot make a group of global ranks {members} over its "
                            f"job of {world.world.size} ranks")
-    group = AsyncProcessGroup(world.world.session, _group_id(str(options.group_id)),
+    group = AsyncProcessGroup(world.world.session, members_only_id(str(options.group_id)),
                               members, timeout)
     return AsyncollProcessGroup(world, group, owns_world=False)
-
-
-def _group_id(torch_name: str) -> int:
-    """asyncoll's id for the torch group named ``torch_name``, the same on every member.
-
-    torch names groups by a counter every rank keeps alike ("1", "2", ...),
-    or by a hash of their ranks; either is unique within the job.
-    """
-    number = int(torch_name) if torch_name.isdigit() else zlib.crc32(torch_name.encode())
-    return _MEMBERS_ONLY_GROUP_IDS | (number % _MEMBERS_ONLY_GROUP_IDS)

@@ -102,6 +102,11 @@ class TorchWorld:
         return cls(runtime(), world, owns_world=False)
 
     @property
+    def owns_job(self) -> bool:
+        """Whether the job is this world's own (not the blocking API's, asyncoll://)."""
+        return self._owns_world
+
+    @property
     def closed(self) -> bool:
         """Whether shutdown() has been called."""
         return self._closed

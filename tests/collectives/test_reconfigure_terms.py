@@ -132,3 +132,13 @@ async def test_a_handle_of_no_process_times_out_naming_it(job: Job) -> None:
                                                      "'nobody'"):
         await asyncio.gather(*(w.session.reconfigure(1.0, named=named)
                                for w in job.worlds))
+
+
+async def test_a_set_may_come_in_any_order_from_each_member(job: Job) -> None:
+    named = tokens(job.worlds)
+    orders = [named, named[::-1], named[1:] + named[:1]]
+    new = [World(s) for s in await asyncio.gather(
+        *(w.session.reconfigure(10.0, named=order, uuid=5)
+          for w, order in zip(job.worlds, orders)))]
+    assert [(w.rank, w.size) for w in new] == [(0, 3), (1, 3), (2, 3)]
+    job.worlds = new
