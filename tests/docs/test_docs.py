@@ -11,6 +11,7 @@ steers it, options separated by commas::
     <!-- doc-test: ranks=N -->  (python) run under asyncoll-run --nproc-per-node N
     <!-- doc-test: torch -->  skipped where torch is not installed; a block that
                               imports torch or passes --torch needs no marker
+    <!-- doc-test: torch=2.14 -->  skipped where torch is older than that
     <!-- doc-test: port=P -->  every P in the block becomes a free port first
 
 So a block nobody marked is run, and one that cannot run fails here. Each
@@ -20,6 +21,7 @@ interpreter's own scripts first on PATH and no launcher variables inherited.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -64,6 +66,8 @@ class Block:
     skip: str | None = None
     ranks: int | None = None
     torch: bool = False
+    #: The oldest torch the block runs on, as (major, minor); None: any.
+    torch_at_least: tuple[int, int] | None = None
     ports: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -89,6 +93,10 @@ def _read_marker(block: Block, options: str) -> None:
         name, _, value = option.partition("=")
         if name == "torch" and not value:
             block.torch = True
+        elif name == "torch" and re.fullmatch(r"\d+\.\d+", value):
+            block.torch = True
+            major, minor = value.split(".")
+            block.torch_at_least = (int(major), int(minor))
         elif name == "ranks" and value.isdigit() and int(value) >= 1:
             block.ranks = int(value)
         elif name == "port" and value.isdigit():
@@ -231,6 +239,12 @@ def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
 def test_doc_block_runs(block: Block, tmp_path: Path) -> None:
     if block.torch and not HAS_TORCH:
         pytest.skip("needs torch, which is not installed (pip install '.[torch]')")
+    if block.torch_at_least is not None:
+        version = importlib.metadata.version("torch")
+        major, minor = (int(part) for part in re.findall(r"\d+", version)[:2])
+        if (major, minor) < block.torch_at_least:
+            pytest.skip(f"needs torch {'.'.join(map(str, block.torch_at_least))} or later, "
+                        f"and this one is {version}")
     code = block.code
     for port in block.ports:
         code = code.replace(port, str(free_port()))
