@@ -1,8 +1,9 @@
 """AsyncollProcessGroup: a torch.distributed ProcessGroup whose collectives are asyncoll's.
 
 Its collectives are TorchCollectives' (asyncoll._torch_backend.collectives);
-its abort, shutdown, shrink and reconfigure, torch's fault-tolerance API, are
-Reconfigurable's (asyncoll._torch_backend.fault_tolerance). Its rank and
+its abort, shutdown, get_error and shrink are its Recovery's
+(asyncoll._torch_backend.fault_tolerance), and its reconfigure its
+Reconfigurer's (asyncoll._torch_backend.reconfigure): torch's fault-tolerance API. Its rank and
 size are read live, since a reconfigure changes them.
 """
 
@@ -13,17 +14,18 @@ from typing import Any
 import torch.distributed as dist
 
 from asyncoll._group.core import DONE
+from asyncoll._group.delegate import Delegate, bind
 from asyncoll._torch_backend import device_backend
 from asyncoll._torch_backend.collectives import TorchCollectives
-from asyncoll._torch_backend.fault_tolerance import Reconfigurable, group_words
+from asyncoll._torch_backend.fault_tolerance import Recovery, group_words
+from asyncoll._torch_backend.reconfigure import Reconfigurer
 from asyncoll._torch_backend.world import TorchWorld
 from asyncoll.group import AsyncProcessGroup
 
 _ProcessGroupBase: Any = dist.ProcessGroup
 
 
-class AsyncollProcessGroup(TorchCollectives, Reconfigurable,
-                           _ProcessGroupBase):  # type: ignore[misc]
+class AsyncollProcessGroup(TorchCollectives, _ProcessGroupBase):  # type: ignore[misc]
     """One torch process group, run by an asyncoll group of the same members.
 
     Args:
@@ -32,6 +34,13 @@ class AsyncollProcessGroup(TorchCollectives, Reconfigurable,
         owns_world: shut the job down with this group (the default group, or a
             group that needed a job of its own).
     """
+
+    abort = Delegate("_recovery", Recovery.abort)
+    shutdown = Delegate("_recovery", Recovery.shutdown)
+    get_error = Delegate("_recovery", Recovery.get_error)
+    shrink = Delegate("_recovery", Recovery.shrink)
+    get_reconfigure_handle = Delegate("_reconfigurer", Reconfigurer.get_reconfigure_handle)
+    reconfigure = Delegate("_reconfigurer", Reconfigurer.reconfigure)
 
     def __init__(self, world: TorchWorld, group: AsyncProcessGroup, owns_world: bool) -> None:
         super().__init__(group.rank, group.size)
@@ -42,8 +51,20 @@ class AsyncollProcessGroup(TorchCollectives, Reconfigurable,
         self._desc = ""
         self._named = group_words(group)
         self._latest = DONE
-        self._uuids = set()
+        self._recovery = Recovery(self)
+        self._reconfigurer = Reconfigurer(self)
+        bind(self)
         device_backend.attach(self)
+
+    @property
+    def supports_shrinking(self) -> bool:
+        """Whether shrink() can make a group of this one's other members."""
+        return self._recovery.supports_shrinking
+
+    @property
+    def supports_reconfigure(self) -> bool:
+        """Whether reconfigure() can re-form this group (the default group of a torch job)."""
+        return self._reconfigurer.supports_reconfigure
 
     def getRank(self) -> int:
         """This process's rank in the group (torch's ``rank()``), as of its last reconfigure."""
