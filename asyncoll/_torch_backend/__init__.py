@@ -4,8 +4,11 @@ Install with ``pip install "asyncoll[torch]"``; torch then loads the backend
 itself (the ``torch.backends`` entry point). Modules: ``registration`` (the
 entry point and the creator torch calls per group), ``world`` (the asyncoll
 job, joined through torch's store, and its threads), ``process_group`` (the
-ProcessGroup torch calls), ``device_backend`` (the c10d Backend it registers
-for "cpu", which torch 2.14 looks up), ``work`` (its Work), ``dtypes`` (bfloat16).
+ProcessGroup torch calls), ``collectives`` (its collective methods),
+``device_backend`` (the c10d Backend it registers for "cpu", which torch 2.14
+looks up), ``work`` (its Work), ``dtypes`` (bfloat16); torch's fault-tolerance
+API: ``fault_tolerance`` (abort, get_error, shrink_group), ``reconfigure`` and
+``handles`` (``_reconfigure``), ``group_ids``.
 """
 
 from __future__ import annotations
