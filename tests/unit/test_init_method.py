@@ -100,11 +100,12 @@ def test_standing_coordinators_are_read_in_order_and_none_when_unset():
     assert standing_coordinators({}) == standing_coordinators({"ASYNCOLL_COORDINATOR": ""}) == ()
 
 
-def test_a_published_coordinator_is_joined_with_its_fallbacks_and_never_hosted():
+def test_a_published_coordinator_is_joined_elastic_with_its_fallbacks_and_never_hosted():
     where = resolve_published("10.0.0.1", 4100, "torch-1", 2, 0, 5.0, (("10.0.0.2", 4101),))
     assert (where.host, where.port, where.job, where.world_size, where.rank) == (
         "10.0.0.1", 4100, "torch-1", 2, 0)
     assert where.fallbacks == (("10.0.0.2", 4101),)
-    assert not where.may_host and where.bounds == (False, 0, 0)
+    # Elastic, so that torch's shrink_group and reconfigure can go on after a loss.
+    assert not where.may_host and where.bounds == (True, 0, 0)
     with pytest.raises(ConfigurationError, match="rank 2 is out of range for world size 2"):
         resolve_published("10.0.0.1", 4100, "torch-1", 2, 2, 5.0, ())
