@@ -97,6 +97,7 @@ class Departures:
         if len(job.departed) == job.world_size:
             replies += answer_leaves(job)  # nobody is left to tell
             log.info("job %r: every rank has left; job closed", job.name)
+            self._registry.timeline.record(now, job.name, "ended", "every rank has left")
             replies += [error(w.conn, w.request_id, "rendezvous",
                               f"job {job.name!r} ended before admitting this process: every "
                               "member left") for w in job.pending.values()]

@@ -47,6 +47,8 @@ class Elasticity:
         log.log(member_level(job), "job %r: peer from %s (pid %d) is pending, to be "
                 "admitted at the next reconfigure; %d pending", job.name, join.hostname,
                 join.pid, len(job.pending))
+        self._registry.timeline.record(now, job.name, "pending", f"a process from "
+                                       f"{join.hostname} (pid {join.pid}) is pending")
         return self.tell_pending(job) + self.settle_reconfigure(job, now)
 
     @staticmethod
@@ -283,9 +285,11 @@ class Elasticity:
         changes = [f"ranks {ranks_text(gone)} of generation {old} gone" if gone else "",
                    f"ranks {ranks_text(late)} excluded: each {left_out}"
                    if late else "", f"{len(newcomers)} joined" if newcomers else ""]
+        said = "; ".join(c for c in changes if c) or "no change"
         log.info("job %r: generation %d: %d members (%s): %s", job.name, job.generation,
-                 job.world_size, "; ".join(c for c in changes if c) or "no change",
-                 members_text(everyone))
+                 job.world_size, said, members_text(everyone))
+        self._registry.timeline.record(now, job.name, "reconfigured", f"generation "
+                                       f"{job.generation}: {job.world_size} members ({said})")
         directory = directory_of(job, self._ports_up_to)
         replies += answer_leaves(job)  # the Welcome tells the new membership
         return replies + [Reply(conn, request_id, directory.welcome(job.conn_rank[conn]))

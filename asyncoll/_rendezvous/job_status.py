@@ -49,10 +49,10 @@ def _member_status(rank: int, m: Member, state: str, now: float) -> MemberStatus
     return MemberStatus(rank=rank, host=m.info.host, port=m.info.port,
                         hostname=m.info.hostname, pid=m.pid, state=state, ops=m.ops,
                         heartbeat_age_s=-1.0 if m.last_heartbeat is None else
-                        round(now - m.last_heartbeat, 3), operation=_operation(m, now))
+                        round(now - m.last_heartbeat, 3), operation=operation_words(m, now))
 
 
-def _operation(member: Member, now: float) -> str:
+def operation_words(member: Member, now: float) -> str:
     """What ``member``'s last heartbeat said it was doing, in words."""
     op = member.doing
     if op is None:

@@ -150,6 +150,8 @@ class Rendezvous:
         job.running_since = job.heartbeats_due = now
         job.groups[0] = tuple(range(job.world_size))
         self._tally.rendezvous(now - job.started)
+        self._registry.timeline.record(now, job.name, "started", f"rendezvous complete with "
+                                       f"{job.world_size} ranks")
         log.info("job %r: rendezvous complete with %d ranks: %s", job.name, job.world_size,
                  members_text(everyone))
         return replies

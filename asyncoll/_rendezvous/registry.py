@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from asyncoll._defaults import PROTOCOL_VERSION
 from asyncoll._rendezvous.records import Job
+from asyncoll._rendezvous.timeline import Timeline
 
 
 class Registry:
-    """The jobs by id, the connections' jobs, and the connections an elastic job went on
-    without."""
+    """The jobs by id, the connections' jobs, the connections an elastic job went on
+    without, and the jobs' recent events."""
 
     def __init__(self) -> None:
         # The newest generation of each job id: the one that takes joins.
@@ -24,6 +25,8 @@ class Registry:
         self._conn_job: dict[int, Job] = {}
         # Connections of members an elastic job went on without: why, for their next request.
         self._excluded: dict[int, str] = {}
+        #: What happened to the jobs lately, for a dashboard.
+        self.timeline = Timeline()
 
     def newest(self, name: str) -> Job | None:
         """The generation of job ``name`` that takes joins, if any."""

@@ -62,6 +62,7 @@ from asyncoll._rendezvous.leaves import (
 from asyncoll._rendezvous.records import Job, Reply, error
 from asyncoll._rendezvous.registry import Registry, member_rank
 from asyncoll._rendezvous.tally import Tally
+from asyncoll._rendezvous.timeline import Timeline
 from asyncoll._rendezvous.words import log
 from asyncoll._wire import messages as wire
 
@@ -101,6 +102,11 @@ class RendezvousState:
     def jobs(self) -> list[Job]:
         """Every job waiting, adopting or running: read them, do not change them."""
         return self._registry.live()
+
+    @property
+    def timeline(self) -> Timeline:
+        """The jobs' recent events (read them, do not add to them)."""
+        return self._registry.timeline
 
     def job_is_active(self, name: str) -> bool:
         """Whether job ``name`` still has peers waiting or members that have not left."""
@@ -226,6 +232,9 @@ class RendezvousState:
         agreements waiting on it settle before the others are told."""
         member = self._departures.record(job, rank, conn, how)
         self.tally.members_lost += how != "left"
+        self._registry.timeline.record(now, job.name, "left" if how == "left" else "lost",
+                                       f"rank {rank} on {member.info.hostname} "
+                                       f"(pid {member.pid}) {how}")
         replies: list[Reply] = []
         for key, gathering in list(job.gatherings.items()):
             if key[0] == "check":
@@ -244,6 +253,8 @@ class RendezvousState:
         if not job.running:
             return replies  # every one that came back was gone for the others
         self.tally.jobs_adopted += 1
+        self._registry.timeline.record(now, job.name, "adopted", f"taken back after a "
+                                       f"coordinator restart, {len(job.live())} ranks running")
         for rank, how in lost:
             replies += self._depart(job, rank, -1, how, now)
         if job.pending:

@@ -49,9 +49,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--token-file",
                         help="file holding the shared secret every peer must prove "
                              "(default: ASYNCOLL_TOKEN, if set)")
+    parser.add_argument("--http-port", type=int, default=None,
+                        help="serve the dashboard on http://HTTP_HOST:PORT/, the same facts "
+                             "as JSON on /api/..., and Prometheus metrics on /metrics (with "
+                             "prometheus_client); under the coordinator's token and TLS (0 "
+                             "picks a free one)")
+    parser.add_argument("--http-host", default="127.0.0.1",
+                        help="address the dashboard binds (default 127.0.0.1: this host only; "
+                             "put it behind a reverse proxy, or give 0.0.0.0 with a token)")
+    parser.add_argument("--http-port-file",
+                        help="write the bound dashboard port to this file once listening")
     parser.add_argument("--metrics-port", type=int, default=None,
-                        help="serve Prometheus metrics on http://HOST:PORT/metrics, HOST "
-                             "being --host (0 picks a free one; needs prometheus_client)")
+                        help="the same server on --host (its old name; needs "
+                             "prometheus_client)")
     parser.add_argument("--metrics-port-file",
                         help="write the bound metrics port to this file once listening")
     parser.add_argument("--tls-cert", metavar="PEM",
@@ -113,7 +123,9 @@ async def _serve(args: argparse.Namespace) -> int:
                     "is trusted. ***", host, args.port)
     try:
         coordinator = Coordinator(host, args.port, token, tls, metrics_port=args.metrics_port,
-                                  ports_in_welcome_up_to=args.ports_in_welcome_up_to)
+                                  ports_in_welcome_up_to=args.ports_in_welcome_up_to,
+                                  http_port=args.http_port,
+                                  http_host=host_literal(args.http_host, "--http-host"))
         await coordinator.start()
     except ConfigurationError as exc:
         log.error("%s", exc)
@@ -124,8 +136,9 @@ async def _serve(args: argparse.Namespace) -> int:
         return 1
     if args.port_file:
         _write_port_file(args.port_file, coordinator.port)
-    if args.metrics_port_file and coordinator.metrics is not None:
-        _write_port_file(args.metrics_port_file, coordinator.metrics.port)
+    for port_file in (args.metrics_port_file, args.http_port_file):
+        if port_file and coordinator.http is not None:
+            _write_port_file(port_file, coordinator.http.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,22 +1,18 @@
-"""Prometheus metrics of a coordinator, served on ``/metrics`` (``--metrics-port``).
+"""Prometheus metrics of a coordinator, served on ``/metrics`` (``--http-port``).
 
 Read from the coordinator's state at each scrape, in its event loop (the
-state is not shared with another thread); served by a minimal HTTP/1.0
-responder on the same loop. Needs ``prometheus_client``
+state is not shared with another thread); served by its HTTP server
+(asyncoll.coordinator.http). Needs ``prometheus_client``
 (``pip install asyncoll[metrics]``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterator
 from typing import Any
 
-from asyncoll._compat import close_server, timeout as timeout_after
-from asyncoll._defaults import HANDSHAKE_TIMEOUT_S
 from asyncoll._rendezvous.state import RendezvousState
-from asyncoll._wire.endpoint import join_host_port
 from asyncoll.errors import ConfigurationError
 
 log = logging.getLogger("asyncoll.coordinator")
@@ -24,8 +20,6 @@ log = logging.getLogger("asyncoll.coordinator")
 #: Latency buckets, seconds: a small job's rendezvous is milliseconds, a large
 #: one's or one waiting for a slow process many seconds.
 BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0)
-#: The most bytes of a request's head read before answering.
-MAX_REQUEST_BYTES = 8192
 
 
 def _client() -> Any:
@@ -33,7 +27,7 @@ def _client() -> Any:
         import prometheus_client
         import prometheus_client.core  # noqa: F401  (the metric families)
     except ImportError:
-        raise ConfigurationError("--metrics-port needs prometheus_client: pip install "
+        raise ConfigurationError("/metrics needs prometheus_client: pip install "
                                  "'asyncoll[metrics]' (or prometheus_client)") from None
     return prometheus_client
 
@@ -105,51 +99,31 @@ class _Collector:
         yield from (jobs, members, rate, ops, straggling)
 
 
-class MetricsServer:
-    """``/metrics`` of a coordinator's state, on ``host:port`` (0: a free port)."""
+class Metrics:
+    """``/metrics``: the coordinator's state in Prometheus' text format, made at each scrape."""
 
-    def __init__(self, state: RendezvousState, host: str, port: int) -> None:
+    def __init__(self, state: RendezvousState) -> None:
         client = _client()
-        self.host, self.port = host, port
         self._registry = client.CollectorRegistry()
         self._registry.register(_Collector(state))
         self._render = client.generate_latest
-        self._content_type = client.CONTENT_TYPE_LATEST
-        self._server: asyncio.Server | None = None
+        #: The content type of :meth:`render`'s bytes.
+        self.content_type: str = client.CONTENT_TYPE_LATEST
 
-    async def start(self) -> None:
-        """Bind and serve; ``self.port`` is then the bound port.
+    @classmethod
+    def of(cls, state: RendezvousState, required: bool) -> Metrics | None:
+        """The metrics of ``state``; None without prometheus_client, unless ``required``.
 
         Raises:
-            OSError: the address cannot be bound.
+            ConfigurationError: ``required`` and prometheus_client is missing.
         """
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-        log.info("metrics on http://%s/metrics", join_host_port(self.host, self.port))
-
-    async def stop(self) -> None:
-        """Stop serving."""
-        if self._server is not None:
-            await close_server(self._server, "the metrics endpoint", HANDSHAKE_TIMEOUT_S, log)
-            self._server = None
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            async with timeout_after(HANDSHAKE_TIMEOUT_S):
-                head = await reader.readuntil(b"\r\n\r\n")
-            words = head[:MAX_REQUEST_BYTES].split(b"\r\n", 1)[0].split()
-            if len(words) >= 2 and words[0] == b"GET" and words[1].split(b"?")[0] == (
-                    b"/metrics"):
-                status, kind, body = "200 OK", self._content_type, self._render(self._registry)
-            else:
-                status, kind, body = "404 Not Found", "text/plain", b"try /metrics\n"
-            writer.write(f"HTTP/1.0 {status}\r\nContent-Type: {kind}\r\nContent-Length: "
-                         f"{len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
-            async with timeout_after(HANDSHAKE_TIMEOUT_S):
-                await writer.drain()
-        except (OSError, TimeoutError, asyncio.IncompleteReadError,
-                asyncio.LimitOverrunError) as exc:
-            log.debug("metrics request from %s failed: %s",
-                      writer.get_extra_info("peername"), exc)
-        finally:
-            writer.close()
+            return cls(state)
+        except ConfigurationError:
+            if required:
+                raise
+            return None
+
+    def render(self) -> bytes:
+        """Every metric, now."""
+        return bytes(self._render(self._registry))

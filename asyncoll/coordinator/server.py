@@ -16,8 +16,8 @@ from asyncoll._wire.endpoint import join_host_port
 from asyncoll._tls.context import Tls
 from asyncoll._tls.handshake import TlsServer, requires_tls_words
 from asyncoll._wire.messages import Challenge, Error, Proof, encode, encode_head, frame
-from asyncoll.coordinator.metrics import MetricsServer
-from asyncoll.errors import AuthenticationError, ProtocolError
+from asyncoll.coordinator.http import HttpServer
+from asyncoll.errors import AuthenticationError, ConfigurationError, ProtocolError
 
 log = logging.getLogger("asyncoll.coordinator")
 
@@ -38,18 +38,23 @@ class Coordinator:
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  token: bytes | None = None, tls: Tls | None = None,
                  metrics_port: int | None = None,
-                 ports_in_welcome_up_to: int = PORTS_IN_WELCOME_UP_TO) -> None:
+                 ports_in_welcome_up_to: int = PORTS_IN_WELCOME_UP_TO,
+                 http_port: int | None = None, http_host: str = "127.0.0.1") -> None:
         """Serve on ``host:port``; with ``token``, every connection must prove it; with
         ``tls``, every connection speaks TLS (mutual with a CA).
 
         A job of more than ``ports_in_welcome_up_to`` ranks learns most of its
         members' data ports on demand (see asyncoll._rendezvous.directory).
 
-        With ``metrics_port`` (0: a free one), Prometheus metrics are served on
-        ``host:metrics_port/metrics`` too (see asyncoll.coordinator.metrics).
+        With ``http_port`` (0: a free one), the dashboard, its JSON and the
+        Prometheus metrics are served on ``http_host:http_port`` (see
+        asyncoll.coordinator.http), under the coordinator's token and TLS.
+        ``metrics_port`` is the same server on ``host``, as it was before the
+        dashboard, and needs the metrics.
 
         Raises:
-            ConfigurationError: metrics are asked for and prometheus_client is missing.
+            ConfigurationError: metrics are asked for and prometheus_client is missing,
+                or both ports are given.
         """
         self.host = host
         self.port = port
@@ -64,8 +69,14 @@ class Coordinator:
         # Set by stop(): the members it disconnects are not lost, they will be
         # back with the next coordinator (and 4096 of them would be 4096 warnings).
         self._stopping = False
-        self.metrics = (None if metrics_port is None else
-                        MetricsServer(self._state, host, metrics_port))
+        if http_port is not None and metrics_port is not None:
+            raise ConfigurationError("give --http-port or --metrics-port, not both: "
+                                     "--metrics-port is the old name of the same server")
+        served = http_port if metrics_port is None else metrics_port
+        #: The dashboard, /api and /metrics (None: not served).
+        self.http = None if served is None else HttpServer(
+            self._state, host if metrics_port is not None else http_host, served, token, tls,
+            metrics=metrics_port is not None, address=lambda: join_host_port(host, self.port))
 
     async def start(self) -> None:
         """Bind and start serving; ``self.port`` is then the bound port.
@@ -85,8 +96,8 @@ class Coordinator:
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         log.info("coordinator listening on %s", join_host_port(self.host, self.port))
-        if self.metrics is not None:
-            await self.metrics.start()
+        if self.http is not None:
+            await self.http.start()
 
     async def stop(self) -> None:
         """Stop accepting, close every connection and wait for the handlers to end."""
@@ -94,8 +105,8 @@ class Coordinator:
             return
         self._stopping = True
         self._server.close()
-        if self.metrics is not None:
-            await self.metrics.stop()
+        if self.http is not None:
+            await self.http.stop()
         if self._ticker is not None:
             self._ticker.cancel()
         for writer in list(self._writers.values()):
