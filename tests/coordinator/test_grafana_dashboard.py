@@ -87,8 +87,8 @@ async def scrape_a_running_job() -> str:
     """The /metrics of a coordinator serving a running job of two members."""
     coordinator = Coordinator("127.0.0.1", 0, metrics_port=0)
     await coordinator.start()
-    assert coordinator.metrics is not None
-    url = f"http://127.0.0.1:{coordinator.metrics.port}/metrics"
+    assert coordinator.http is not None
+    url = f"http://127.0.0.1:{coordinator.http.port}/metrics"
     clients = [await CoordinatorClient.connect("127.0.0.1", coordinator.port, timeout=5)
                for _ in range(2)]
     try:
