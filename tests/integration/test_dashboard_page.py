@@ -5,6 +5,8 @@ JSON API (``FakeCoordinator``, fixture data in the API's contract) that serves
 the packaged page the way the coordinator does, token check included. Tests read
 the page's DOM after Chromium ran its script for some seconds of virtual time
 (``--dump-dom``), so they see what a person sees after a few polls.
+
+Set ASYNCOLL_DASHBOARD_SCREENSHOT=PATH to keep the screenshot one test takes.
 """
 
 from __future__ import annotations
@@ -273,7 +275,7 @@ def test_the_page_shows_the_jobs_and_the_selected_jobs_members(coordinator):
     # It polled (no reload), and every API call carried the token as a header.
     api = [(path, header) for path, header in coordinator.requests if path.startswith("/api/")]
     assert sum(path == "/api/jobs" for path, _ in api) >= 2, api
-    assert all(header == f"Bearer {TOKEN}" for _, header in api), api
+    assert all(header == f"Bearer {TOKEN}" and "token=" not in path for path, header in api), api
 
 
 @needs_chromium
@@ -293,6 +295,25 @@ def test_a_4096_member_job_renders_one_page_of_100_members(coordinator):
     assert dom.text("hang") == "no rank is stuck"
     asked = [path for path, _ in coordinator.requests if path.startswith("/api/jobs/")]
     assert asked and all(path.endswith("?offset=0&limit=100") for path in asked), asked
+
+
+@needs_chromium
+def test_the_address_names_the_page_of_members_and_the_last_page_ends_the_pager(coordinator):
+    dom = open_page(coordinator.url(token=TOKEN) + "#job=wide%204096&offset=4000")
+    assert dom.values("data-rank") == [str(rank) for rank in range(4000, 4096)]
+    assert dom.text("pager") == "4001-4096 of 4096"
+    assert dom.element("prev").get("disabled") is None
+    assert dom.element("next").get("disabled") is not None
+
+
+@needs_chromium
+def test_a_job_the_coordinator_does_not_know_shows_its_error_and_the_page_goes_on(coordinator):
+    dom = open_page(coordinator.url(token=TOKEN) + "#job=gone")
+    assert dom.text("job-title") == "job gone"
+    assert dom.text("job-summary") == "no such job"
+    assert dom.values("data-rank") == []
+    assert {"train", "wide 4096"} <= set(dom.values("data-job"))
+    assert dom.element("error").get("hidden") is not None
 
 
 def test_the_api_and_the_page_refuse_a_request_without_the_token(coordinator):
