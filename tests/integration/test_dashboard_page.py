@@ -225,6 +225,7 @@ class Dom(HTMLParser):
 
     def __init__(self, html: str) -> None:
         super().__init__()
+        self.html = html
         self.elements: list[dict[str, str | None]] = []
         self._open: list[tuple[str, str | None]] = []  # (tag, id) of the elements we are in
         self._texts: dict[str, list[str]] = {}
@@ -272,6 +273,7 @@ def test_the_page_shows_the_jobs_and_the_selected_jobs_members(coordinator):
     assert "job train started with 3 members." in dom.text("events")
     assert dom.values("data-straggler") == ["2"]
     assert dom.element("error").get("hidden") is not None
+    assert "<title>stuck: asyncoll coordinator</title>" in dom.html
     # It polled (no reload), and every API call carried the token as a header.
     api = [(path, header) for path, header in coordinator.requests if path.startswith("/api/")]
     assert sum(path == "/api/jobs" for path, _ in api) >= 2, api
