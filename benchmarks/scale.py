@@ -18,6 +18,12 @@ the job closed), then the daemon's peak RSS and total CPU seconds. The client
 process shares the machine (2 cores here), so wall times include its work:
 the daemon's CPU is what grows with the coordinator's own cost.
 
+With ``--dashboard`` the daemon serves its dashboard (``--http-port``) and a
+thread of this process reads what an open page reads (the jobs, a page of
+100 members of the job, and the events), every 0.1 s, twenty times as often
+as the page, so that it overlaps every phase; the row then ends with the
+largest answer, in KB (compare the phases' times with and without it).
+
 With ``--restart`` the daemon is then killed (SIGKILL) and started again on
 its port, and one more phase is timed, "adopt": from the new daemon
 listening until every member has re-registered (the job is taken back, issue
@@ -38,7 +44,9 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from asyncoll._compat import loop_factory
@@ -109,10 +117,12 @@ dial_from_many.count = 0  # type: ignore[attr-defined]
 class Daemon:
     """An asyncoll-coordinator subprocess on a free port, with its /proc figures."""
 
-    def __init__(self, python: str) -> None:
+    def __init__(self, python: str, dashboard: bool = False) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="asyncoll-scale-")
         self._python = python
         self.port = 0
+        self._http = ["--http-port", "0", "--http-port-file",
+                      str(Path(self._dir.name) / "http")] if dashboard else []
         self._start()
 
     def _start(self) -> None:
@@ -120,7 +130,7 @@ class Daemon:
         port_file.unlink(missing_ok=True)
         self.process = subprocess.Popen(
             [self._python, "-m", "asyncoll.coordinator", "--port", str(self.port),
-             "--port-file", str(port_file), "--log-level", "WARNING"],
+             "--port-file", str(port_file), "--log-level", "WARNING", *self._http],
             stdin=subprocess.DEVNULL,
             cwd=self._dir.name)  # not this checkout: -m would import its asyncoll first
         deadline = time.monotonic() + 30
@@ -129,6 +139,10 @@ class Daemon:
                 raise RuntimeError("the coordinator did not start")
             time.sleep(0.005)
         self.port = int(port_file.read_text())
+
+    def http_port(self) -> int:
+        """The dashboard's port (with ``dashboard``)."""
+        return int((Path(self._dir.name) / "http").read_text())
 
     def restart(self) -> None:
         """Kill the daemon (SIGKILL) and start a new one on its port."""
@@ -289,6 +303,9 @@ def main() -> None:
     parser.add_argument("--sources", type=int, default=16,
                         help="loopback source addresses the members connect from "
                              "(default 16; 0: the kernel's choice, 127.0.0.1)")
+    parser.add_argument("--dashboard", action="store_true",
+                        help="serve the dashboard, and read it every 0.1 s as an open page "
+                             "does every 2 s")
     parser.add_argument("--default-gc", action="store_true",
                         help="leave this process's garbage collector at CPython's thresholds, "
                              "and nothing frozen after the join")
@@ -309,18 +326,50 @@ def main() -> None:
     print(f"{'daemon':<12} {'N':>6} " + " ".join(f"{p + ' s (CPU)':>18}" for p in PHASES)
           + f" {'RSS MB':>7} {'CPU s':>6}", flush=True)
     for members in (int(n) for n in args.members.split(",")):
-        daemon = Daemon(sys.executable)
+        daemon = Daemon(sys.executable, args.dashboard)
+        page = PageReader(daemon.http_port(), f"scale-{members}") if args.dashboard else None
         try:
             loop = loop_factory()()
             try:
                 phases = loop.run_until_complete(one_job(daemon, members))
             finally:
                 loop.close()
+            largest = "" if page is None else f" {page.stop() / 1024:>8.1f}"
             print(f"{args.label:<12} {members:>6} " + " ".join(
                 f"{phases.wall[p]:>10.2f} ({phases.cpu[p]:>5.2f})" for p in PHASES)
-                + f" {daemon.peak_rss_mb():>7.0f} {daemon.cpu_s():>6.1f}", flush=True)
+                + f" {daemon.peak_rss_mb():>7.0f} {daemon.cpu_s():>6.1f}{largest}", flush=True)
         finally:
+            if page is not None:
+                page.stop()
             daemon.stop()
+
+
+class PageReader:
+    """A thread that reads the dashboard's API as an open page does, every 0.1 s."""
+
+    def __init__(self, port: int, job: str) -> None:
+        self._paths = [f"http://127.0.0.1:{port}{p}" for p in
+                       ("/api/jobs", f"/api/jobs/{job}?offset=0&limit=100", "/api/events")]
+        self._done = threading.Event()
+        self.largest = 0
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._done.is_set():
+            for url in self._paths:
+                try:
+                    with urllib.request.urlopen(url, timeout=10) as reply:
+                        self.largest = max(self.largest, len(reply.read()))
+                except OSError:
+                    pass  # a job not there yet: 404
+            self._done.wait(0.1)
+
+    def stop(self) -> int:
+        """Stop reading; the largest answer's size in bytes."""
+        self._done.set()
+        self._thread.join(15)
+        return self.largest
 
 
 if __name__ == "__main__":

@@ -96,10 +96,12 @@ def job_view(state: RendezvousState, history: History, name: str, offset: int, l
                            for s in job.arrivals.stragglers()[:MAX_LINES]]}
 
 
-def events_view(state: RendezvousState, since: int, now: float) -> dict[str, Any]:
-    """``/api/events?since=<id>``: up to MAX_EVENTS events after ``since``, with wall-clock
-    times."""
+def events_view(state: RendezvousState, since: int | None, now: float) -> dict[str, Any]:
+    """``/api/events?since=<id>``: up to MAX_EVENTS events after ``since`` (None: the newest
+    MAX_EVENTS), with wall-clock times."""
     wall = time.time() - now  # the state's clock to the wall clock's
+    if since is None:
+        since = state.timeline.next_id - 1 - MAX_EVENTS
     events = state.timeline.since(since, MAX_EVENTS)
     return {"events": [{"id": e.id, "time": round(wall + e.time, 3), "job": e.job,
                         "kind": e.kind, "text": e.text} for e in events],

@@ -163,7 +163,9 @@ class HttpServer:
                                   "waiting, running or being taken back on this coordinator")
                 return _json(view)
             if path == "events":
-                return _json(api.events_view(self._state, int(query.get("since", 0)), now))
+                since = query.get("since")
+                return _json(api.events_view(self._state, None if since is None else int(since),
+                                             now))
         except ValueError:
             return _error("400 Bad Request", "offset, limit and since must be integers")
         return _error("404 Not Found", f"no /api/{path}: try /api/jobs, /api/jobs/<job> "

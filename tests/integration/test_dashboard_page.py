@@ -6,7 +6,7 @@ the packaged page the way the coordinator does, token check included. Tests read
 the page's DOM after Chromium ran its script for some seconds of virtual time
 (``--dump-dom``), so they see what a person sees after a few polls.
 
-Set ASYNCOLL_DASHBOARD_SCREENSHOT=PATH to keep the screenshot one test takes.
+The real coordinator's page is test_dashboard_live.py's.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from html.parser import HTMLParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -343,7 +342,7 @@ def test_the_page_says_it_needs_the_token_when_the_api_refuses_it(coordinator):
 
 @needs_chromium
 def test_a_screenshot_of_the_page_is_a_png(coordinator, tmp_path):
-    path = Path(os.environ.get("ASYNCOLL_DASHBOARD_SCREENSHOT") or tmp_path / "dashboard.png")
+    path = tmp_path / "dashboard.png"
     chromium(f"--screenshot={path}", "--window-size=1280,900",
              coordinator.url(token=TOKEN) + "#job=train")
     data = path.read_bytes()
