@@ -177,7 +177,24 @@ class Recovery:
 
 
 
-class ShrunkBackend(TorchCollectives, _BackendBase):  # type: ignore[misc]
+class Recoverable:
+    """torch's abort, shutdown, get_error, shrink and supports_shrinking, as the group's
+    own: its Recovery part's (``self._recovery``), bound as the group is made."""
+
+    _recovery: Recovery
+
+    abort = Delegate("_recovery", Recovery.abort)
+    shutdown = Delegate("_recovery", Recovery.shutdown)
+    get_error = Delegate("_recovery", Recovery.get_error)
+    shrink = Delegate("_recovery", Recovery.shrink)
+
+    @property
+    def supports_shrinking(self) -> bool:
+        """Whether shrink() can make a group of this one's other members."""
+        return self._recovery.supports_shrinking
+
+
+class ShrunkBackend(TorchCollectives, Recoverable, _BackendBase):  # type: ignore[misc]
     """The c10d Backend of a group that shrink_group made; torch runs it under a plain
     ProcessGroup of fixed rank and size, so it can shrink again, not reconfigure.
 
@@ -195,11 +212,6 @@ class ShrunkBackend(TorchCollectives, _BackendBase):  # type: ignore[misc]
     supports_window = False
     supports_tensor_alloc = False
 
-    abort = Delegate("_recovery", Recovery.abort)
-    shutdown = Delegate("_recovery", Recovery.shutdown)
-    get_error = Delegate("_recovery", Recovery.get_error)
-    shrink = Delegate("_recovery", Recovery.shrink)
-
     def __init__(self, world: TorchWorld, group: AsyncProcessGroup, owns_world: bool) -> None:
         super().__init__(group.rank, group.size)
         self._world = world
@@ -209,11 +221,6 @@ class ShrunkBackend(TorchCollectives, _BackendBase):  # type: ignore[misc]
         self._latest = DONE
         self._recovery = Recovery(self)
         bind(self)
-
-    @property
-    def supports_shrinking(self) -> bool:
-        """Whether shrink() can make a group of this one's other members (it can)."""
-        return self._recovery.supports_shrinking
 
     def getBackendName(self) -> str:
         """The backend's name, "asyncoll"."""

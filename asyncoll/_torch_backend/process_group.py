@@ -17,7 +17,7 @@ from asyncoll._group.core import DONE
 from asyncoll._group.delegate import Delegate, bind
 from asyncoll._torch_backend import device_backend
 from asyncoll._torch_backend.collectives import TorchCollectives
-from asyncoll._torch_backend.fault_tolerance import Recovery, group_words
+from asyncoll._torch_backend.fault_tolerance import Recoverable, Recovery, group_words
 from asyncoll._torch_backend.reconfigure import Reconfigurer
 from asyncoll._torch_backend.world import TorchWorld
 from asyncoll.group import AsyncProcessGroup
@@ -25,7 +25,8 @@ from asyncoll.group import AsyncProcessGroup
 _ProcessGroupBase: Any = dist.ProcessGroup
 
 
-class AsyncollProcessGroup(TorchCollectives, _ProcessGroupBase):  # type: ignore[misc]
+class AsyncollProcessGroup(TorchCollectives, Recoverable,
+                           _ProcessGroupBase):  # type: ignore[misc]
     """One torch process group, run by an asyncoll group of the same members.
 
     Args:
@@ -35,10 +36,6 @@ class AsyncollProcessGroup(TorchCollectives, _ProcessGroupBase):  # type: ignore
             group that needed a job of its own).
     """
 
-    abort = Delegate("_recovery", Recovery.abort)
-    shutdown = Delegate("_recovery", Recovery.shutdown)
-    get_error = Delegate("_recovery", Recovery.get_error)
-    shrink = Delegate("_recovery", Recovery.shrink)
     get_reconfigure_handle = Delegate("_reconfigurer", Reconfigurer.get_reconfigure_handle)
     reconfigure = Delegate("_reconfigurer", Reconfigurer.reconfigure)
 
@@ -55,11 +52,6 @@ class AsyncollProcessGroup(TorchCollectives, _ProcessGroupBase):  # type: ignore
         self._reconfigurer = Reconfigurer(self)
         bind(self)
         device_backend.attach(self)
-
-    @property
-    def supports_shrinking(self) -> bool:
-        """Whether shrink() can make a group of this one's other members."""
-        return self._recovery.supports_shrinking
 
     @property
     def supports_reconfigure(self) -> bool:

@@ -82,14 +82,15 @@ def job_view(state: RendezvousState, history: History, name: str, offset: int, l
     states = collections.Counter(row[1] for row in rows)
     page = [_member(job, history, rank, member_state, info, now)
             for rank, member_state, info in rows[offset:offset + limit]]
-    return {**_summary(job, now), "elastic": int(job.elastic),
+    lines = stuck(job, now) if job.running else []
+    return {**_summary(job, now, lines), "elastic": int(job.elastic),
             "history": [[round(now - t, 1), rate, live]
                         for t, rate, live in history.jobs.get(name, ())],
             "states": {s: states.get(s, 0) for s in
                        ("running", "left", "pending", "waiting", "adopting")},
             "members": {"total": len(rows), "offset": offset, "limit": limit,
                         "items": page},
-            "stuck": stuck(job, now)[:MAX_LINES] if job.running else [],
+            "stuck": lines[:MAX_LINES],
             "stragglers": [{"group_id": s.group_id, "rank": s.rank, "last": s.last,
                             "operations": s.operations,
                             "median_late_s": round(s.median_late_us / 1e6, 6)}
@@ -108,7 +109,10 @@ def events_view(state: RendezvousState, since: int | None, now: float) -> dict[s
             "next": events[-1].id if events else min(since, state.timeline.next_id - 1)}
 
 
-def _summary(job: Job, now: float) -> dict[str, Any]:
+def _summary(job: Job, now: float, lines: list[str] | None = None) -> dict[str, Any]:
+    """A job's line of facts; ``lines``: its hang view's, when already made."""
+    if lines is None:
+        lines = stuck(job, now) if job.running else []
     state = "running" if job.running else "adopting" if job.adopting else "waiting"
     live = job.live() if job.running else []
     hosts = {job.members[r].info.hostname for r in live} if job.running else {
@@ -118,7 +122,7 @@ def _summary(job: Job, now: float) -> dict[str, Any]:
             "left": len(job.departed) if job.running else 0, "hosts": len(hosts),
             "age_s": round(now - job.started, 1),
             "ops_per_s": round(sum(job.members[r].ops_rate for r in live), 3),
-            "stuck": len(stuck(job, now)) if job.running else 0,
+            "stuck": len(lines),
             "stragglers": len(job.arrivals.stragglers())}
 
 
