@@ -43,7 +43,14 @@ def describe(command: str) -> str:
         lines.append(f"{distribution}: {version} ({brings})" if version else
                      f"{distribution}: absent ({brings} needs it)")
     lines.append(_tls())
+    lines.append(f"kernels: {_kernels()}")
     return "\n".join(lines)
+
+
+def _kernels() -> str:
+    # Imported here: the version module is imported before numpy may be wanted.
+    from asyncoll import _native
+    return _native.describe()
 
 
 def add_version_option(parser: argparse.ArgumentParser, command: str) -> None:

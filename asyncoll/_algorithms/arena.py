@@ -47,8 +47,10 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from asyncoll import _native
+from asyncoll._algorithms import arena_steps
+from asyncoll._algorithms.arena_steps import check_fingerprints
 from asyncoll._algorithms.chunking import chunk_bounds
-from asyncoll._algorithms.desync import out_of_step
 from asyncoll._algorithms.ops import combine, finish, reduce_into, ufunc_of
 from asyncoll._transport.shm.arena import PUBLISHED, Arena, Poll, Waiter
 from asyncoll._wire.frames import Fingerprint
@@ -142,6 +144,10 @@ class AllReduce:
     def __init__(self, op: ReduceOp, dtype: np.dtype[Any], count: int, split: bool) -> None:
         self._op, self._dtype, self._count, self._split = op, dtype, count, split
         self._ufunc = ufunc_of(op)
+        #: The compiled extension's code for the reduction, or None (asyncoll._native).
+        self._kind = _native.kind(dtype, op)
+        #: The arena's compiled steps, where they run these arrays (whole, not split).
+        self._core: Any = None
         self._arena: Arena | None = None
         self._sets: tuple[list[NDArray[Any]], list[NDArray[Any]]] = ([], [])
         self._poll: Poll | None = None
@@ -160,6 +166,8 @@ class AllReduce:
         self._sets = (arena.slots(0, dtype, count), arena.slots(1, dtype, count))
         self._bounds = chunk_bounds(count, arena.size)
         self._poll = arena.all_at_least(PUBLISHED, 0)
+        whole = self._pieces is None and not (self._split and arena.size > 1)
+        self._core = arena.core if whole and self._kind is not None else None
         self._arena = arena
 
     def run(self, step: Step, data: NDArray[Any]) -> None:
@@ -173,6 +181,9 @@ class AllReduce:
             self._meet(arena)
         n, me = arena.size, arena.me
         fingerprint, waiter = step.fingerprint, step.waiter
+        core = self._core
+        if core is not None and self._native(core, arena, operation, data, fingerprint, waiter):
+            return
         if self._pieces is not None:
             step.operation = self._run_pieces(arena, operation, data, fingerprint, waiter)
             return
@@ -192,7 +203,7 @@ class AllReduce:
             data[...] = slots[0]
         else:
             if arena.differs(fingerprint, operation) is not None:
-                _check_fingerprints(arena, fingerprint, operation)  # says how
+                check_fingerprints(arena, fingerprint, operation)  # says how
             # The members' slots in member order, into a third array: no
             # operand is the output (see ops.combine).
             ufunc = self._ufunc
@@ -201,6 +212,20 @@ class AllReduce:
                 ufunc(data, slot, out=data)
         if self._op is _AVG:
             finish(_AVG, data, n)
+
+    def _native(self, core: Any, arena: Arena, operation: int, data: NDArray[Any],
+                fingerprint: Fingerprint, waiter: Waiter) -> bool:
+        """The whole array through the compiled step; False, having done nothing, where
+        C does not take ``data`` (not aligned)."""
+        kind = self._kind
+        try:
+            status = core.all_reduce(data, operation, fingerprint, kind, waiter.spins)
+        except ValueError:
+            return False
+        if status:
+            arena_steps.finish(arena, operation, fingerprint, waiter, status,
+                               lambda: core.all_reduce_out(data, operation, fingerprint, kind))
+        return True
 
     def _run_pieces(self, arena: Arena, operation: int, data: NDArray[Any],
                     fingerprint: Fingerprint, waiter: Waiter) -> int:
@@ -279,6 +304,9 @@ def broadcast(arena: Arena, operation: int, data: NDArray[Any], root: int,
 def _broadcast_once(arena: Arena, operation: int, data: NDArray[Any], root: int,
                     fingerprint: Fingerprint, waiter: Waiter) -> None:
     """:func:`broadcast` of an array that fits a slot, as one operation."""
+    if arena.core is not None and arena_steps.broadcast(arena, operation, data, root,
+                                                        fingerprint, waiter):
+        return
     slot = arena.slots(operation, data.dtype, data.size)[root]
     if arena.me == root:
         slot[...] = data
@@ -354,6 +382,9 @@ def _reduce_scatter_once(arena: Arena, operation: int, inputs: Sequence[NDArray[
 
 def barrier(arena: Arena, operation: int, fingerprint: Fingerprint, waiter: Waiter) -> int:
     """Return once every member has reached this operation."""
+    if arena.core is not None:
+        arena_steps.barrier(arena, operation, fingerprint, waiter)
+        return operation
     _publish_and_check(arena, operation, fingerprint, waiter)
     return operation
 
@@ -366,7 +397,7 @@ def _publish_and_check(arena: Arena, operation: int, fingerprint: Fingerprint,
     """Publish this member's input phase, wait for everyone's, compare fingerprints."""
     arena.publish(2 * operation - 1, fingerprint)
     waiter.until(arena.all_at_least(PUBLISHED, 2 * operation - 1))
-    _check_fingerprints(arena, fingerprint, operation)
+    check_fingerprints(arena, fingerprint, operation)
 
 
 def _cut(arena: Arena, data: NDArray[Any], piece: int) -> list[tuple[int, int]] | None:
@@ -388,6 +419,8 @@ def _exchange(arena: Arena, operation: int, data: NDArray[Any], fingerprint: Fin
 
 def _reduce_slots(out: NDArray[Any], parts: Sequence[NDArray[Any]], op: ReduceOp, n: int) -> None:
     """``out`` = parts[0] op parts[1] op ... in member order, then the op's finish (AVG)."""
+    if arena_steps.reduce_parts(out, parts, op, n):
+        return
     count = len(parts)
     if count == 1:
         out[...] = parts[0]
@@ -398,12 +431,3 @@ def _reduce_slots(out: NDArray[Any], parts: Sequence[NDArray[Any]], op: ReduceOp
                 reduce_into(op, out, part)
     if op is _AVG:
         finish(op, out, n)
-
-
-def _check_fingerprints(arena: Arena, mine: Fingerprint, operation: int) -> None:
-    member = arena.differs(mine, operation)
-    if member is None:
-        return
-    me, them = arena.ranks[arena.me], arena.ranks[member]
-    theirs = Fingerprint(*arena.fingerprint(member, operation))
-    raise out_of_step(me, them, operation, "their shared-memory arena", mine, theirs)

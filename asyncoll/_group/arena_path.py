@@ -240,10 +240,11 @@ class GroupArena:
         """The next operation on the arena, with its deadline ``limit`` seconds from now."""
         step = self._step
         if step is None:
-            assert self.arena is not None
-            step = self._step = ArenaStep(self.arena, 0, fingerprint, Waiter(
+            arena = self.arena
+            assert arena is not None
+            step = self._step = ArenaStep(arena, 0, fingerprint, Waiter(
                 0.0, self.check, SPINS if len(self._ranks) <= processors() else 0,
-                self.arena.rest))
+                arena.rest, arena.core.wait if arena.core is not None else None))
         step.operation += 1
         step.fingerprint = fingerprint
         step.cancelled = False

@@ -8,12 +8,14 @@ failure check, against a numpy oracle reduced in member order.
 from __future__ import annotations
 
 import mmap
+import sys
 import threading
 import time
 
 import numpy as np
 import pytest
 
+from asyncoll import _native
 from asyncoll._algorithms import arena as collectives
 from asyncoll._algorithms.arena import all_reduce as arena_all_reduce
 from asyncoll._transport.shm import futex
@@ -31,9 +33,29 @@ from asyncoll.types import ReduceOp
 pytestmark = pytest.mark.timeout(60)
 
 
+#: Which kernels the members run: every member the pure-Python path, every member the
+#: compiled steps (asyncoll._native), or both in one arena (even members Python).
+KERNELS = ["python", "native", "mixed"]
+
+
+@pytest.fixture(autouse=True, params=KERNELS)
+def kernels(request, monkeypatch):
+    if request.param != "python" and _native.arena is None:
+        pytest.skip(f"the compiled extension is off: {_native.describe()}")
+    monkeypatch.setattr(sys.modules[__name__], "_KERNELS", request.param)
+    return request.param
+
+
+_KERNELS = "python"
+
+
 def members(size: int, slot_bytes: int) -> list[Arena]:
     memory = mmap.mmap(-1, arena_bytes(size, slot_bytes))
-    return [Arena(memory, size, me, slot_bytes) for me in range(size)]
+    arenas = [Arena(memory, size, me, slot_bytes) for me in range(size)]
+    for arena in arenas:
+        if _KERNELS == "python" or (_KERNELS == "mixed" and arena.me % 2 == 0):
+            arena.core = None
+    return arenas
 
 
 def run(size: int, body, slot_bytes: int = 1 << 16) -> list[object]:
@@ -57,10 +79,12 @@ def run(size: int, body, slot_bytes: int = 1 << 16) -> list[object]:
 
 
 def waiter(seconds: float = 20.0, check=lambda: None, arena: Arena | None = None) -> Waiter:
-    """A waiter; given ``arena``, one that never spins and sleeps on its futexes."""
+    """A waiter; given ``arena``, one that never spins and sleeps on its futexes (and
+    waits briefly in C first, as a group's does, where the arena has compiled steps)."""
     if arena is None:
         return Waiter(time.monotonic() + seconds, lambda poll: check())
-    return Waiter(time.monotonic() + seconds, lambda poll: check(), 0, arena.rest)
+    brief = arena.core.wait if arena.core is not None else None
+    return Waiter(time.monotonic() + seconds, lambda poll: check(), 0, arena.rest, brief)
 
 
 def fingerprint(data: np.ndarray, op: ReduceOp) -> Fingerprint:

@@ -351,7 +351,7 @@ def test_unknown_attribute_raises_attribute_error_naming_it() -> None:
 LAYERS: dict[str, int] = {
     "asyncoll._wire": 0, "asyncoll.errors": 0, "asyncoll.types": 0,
     "asyncoll._defaults": 0, "asyncoll._version": 0, "asyncoll._compat": 0, "asyncoll._auth": 0,
-    "asyncoll._tls": 0, "asyncoll._policy": 0,
+    "asyncoll._tls": 0, "asyncoll._policy": 0, "asyncoll._native": 0,
     "asyncoll._transport": 1,
     "asyncoll._algorithms": 2,
     "asyncoll._group": 3, "asyncoll.group": 3,
@@ -509,8 +509,10 @@ def test_the_group_name_rule_allows_channels_and_prose(source: str) -> None:
 
 # The one reader of the environment, and the tools that are programs of their own
 # (launcher, benchmark driver, operator's command, daemon): they may read it.
+# _native: ASYNCOLL_PURE_PYTHON decides at import which code is loaded, before any
+# runtime exists (as `asyncoll --version` reports it).
 ENVIRONMENT_READERS = ("_runtime/settings.py", "run.py", "bench.py", "cli.py",
-                       "coordinator/cli.py")
+                       "coordinator/cli.py", "_native/__init__.py")
 # What may start threads and register exit hooks: the runtime alone (asyncoll-run uses it).
 THREAD_OWNERS = ("_runtime/",)
 _ENVIRONMENT_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from asyncoll._native import arena as native
 from asyncoll._transport.shm import futex, segment
 
 #: Bytes of one member's control line, and its int64 words.
@@ -73,6 +74,8 @@ SPINS = 64
 YIELDS = 256
 #: While yielding, the failure check and the deadline are looked at every this many polls.
 CHECK_EVERY = 16
+#: Yields of the compiled brief wait (asyncoll._native), after its spins: CHECK_EVERY.
+BRIEF_YIELDS = CHECK_EVERY
 #: Sleeps start at this many seconds and double up to the largest.
 FIRST_SLEEP_S = 20e-6
 LONGEST_SLEEP_S = 1e-3
@@ -111,11 +114,14 @@ class Poll:
     for a handful of members this is several times faster.
     """
 
-    def __init__(self, words: memoryview, fields: Sequence[int], phase: int) -> None:
+    def __init__(self, words: memoryview, fields: Sequence[int], phase: int,
+                 published: bool = False) -> None:
         self._words = words
         self._fields = fields
         #: The phase waited for; an arena reuses its polls, one wait after another.
         self.phase = phase
+        #: Whether the fields are the members' PUBLISHED words (the compiled wait's).
+        self.published = published
 
     def __call__(self) -> bool:
         words, phase = self._words, self.phase
@@ -150,7 +156,8 @@ class Waiter:
     """
 
     def __init__(self, deadline: float, check: Callable[[Poll], None],
-                 spins: int = SPINS, rest: Callable[[Poll, float], None] = _sleep) -> None:
+                 spins: int = SPINS, rest: Callable[[Poll, float], None] = _sleep,
+                 brief: Callable[[int, int], bool] | None = None) -> None:
         self.deadline = deadline
         self._check = check
         #: How a long wait sleeps for up to a step's seconds (Arena.rest, or a timed sleep).
@@ -158,9 +165,15 @@ class Waiter:
         #: Polls that only spin; 0 where members outnumber the processors, since a
         #: spinning member then holds a processor the member it waits for needs.
         self.spins = spins
+        #: The compiled wait for every member's PUBLISHED (phase, spins) -> ready:
+        #: the spins and BRIEF_YIELDS yields, with the GIL released; None: none.
+        self.brief = brief
 
-    def until(self, ready: Poll) -> None:
+    def until(self, ready: Poll, polls: int = 0) -> None:
         """Return once ``ready()`` is true.
+
+        ``polls``: how many polls were made already (a compiled step's brief
+        wait), so the spinning, the yielding and the checks go on from there.
 
         Raises:
             ArenaExpired: the deadline (time.monotonic) passed first; it names
@@ -168,9 +181,12 @@ class Waiter:
             Whatever ``check`` raises (it is called between polls once the
             spinning is over).
         """
-        polls = 0
+        spins, brief = self.spins, self.brief
+        if not polls and brief is not None and ready.published:
+            if brief(ready.phase, spins):
+                return
+            polls = spins + BRIEF_YIELDS
         pause = FIRST_SLEEP_S
-        spins = self.spins
         while not ready():
             polls += 1
             if polls <= spins:
@@ -221,6 +237,8 @@ class Arena:
         # Views of every slot by (set, dtype, count): operations on one array reuse them.
         self._views: dict[tuple[int, np.dtype[Any], int], list[NDArray[Any]]] = {}
         self._words[self._mine + PID] = os.getpid()
+        #: The compiled steps on this mapping (asyncoll._native), or None: pure Python.
+        self.core: Any = native.Core(memory, size, me, slot_bytes) if native else None
         # Futex addresses are the mapping's; numpy tells where it starts.
         self._address = buffer.ctypes.data if futex.AVAILABLE else 0
         self._sleeping = range(SLEEPING, size * _LINE, _LINE)
@@ -249,6 +267,12 @@ class Arena:
         Phases ``2k - 1`` and ``2k`` belong to operation k, whose fingerprint
         goes in its set's field.
         """
+        core = self.core
+        if core is not None:
+            # Its fingerprint field compared before it is written: the compiled steps
+            # publish through it too.
+            core.publish(phase, fingerprint)
+            return
         words, mine = self._words, self._mine
         which = ((phase + 1) // 2) & 1
         if self._written[which] is not fingerprint:
@@ -300,7 +324,8 @@ class Arena:
         poll = self._polls.get(field)
         if poll is None:
             poll = self._polls[field] = Poll(self._words, range(field, self.size * _LINE,
-                                                                _LINE), phase)
+                                                                _LINE), phase,
+                                             field == PUBLISHED)
         poll.phase = phase
         return poll
 
@@ -351,6 +376,8 @@ class Arena:
         """Drop this member's views and unmap the segment."""
         self._views.clear()
         self._slots = []
+        if self.core is not None:
+            self.core.release()
         self._words.release()
         try:
             self._memory.close()

@@ -1,0 +1,91 @@
+"""The arena's steps through the compiled extension, and the check both paths share.
+
+Where :mod:`asyncoll._native` is built, an arena carries a ``core`` whose
+steps (all_reduce, broadcast, barrier) each do in one call into C what
+their pure-Python twins in :mod:`asyncoll._algorithms.arena` do: copy in,
+publish, wait briefly with the GIL released, compare fingerprints, reduce
+in member order, copy out. A step returns DONE, WAITING (a member is late:
+the group's :class:`Waiter` takes over, with its checks and sleeps, then the
+step's ``*_out`` call finishes) or MISMATCH (the Python check below then
+raises, saying how).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from numpy.typing import NDArray
+
+from asyncoll import _native
+from asyncoll._algorithms.desync import out_of_step
+from asyncoll._transport.shm.arena import BRIEF_YIELDS, PUBLISHED, Arena, Waiter
+from asyncoll._wire.frames import Fingerprint
+from asyncoll.types import ReduceOp
+
+#: What a compiled step returns (asyncoll/_native/arena.c).
+DONE, WAITING, MISMATCH = 0, 1, 2
+
+
+def finish(arena: Arena, operation: int, fingerprint: Fingerprint, waiter: Waiter,
+           status: int, out: Callable[[], int]) -> None:
+    """Finish a compiled step that returned ``status`` (not DONE): wait, then ``out()``.
+
+    Raises:
+        MismatchError: a member published another operation.
+        Whatever the waiter raises (ArenaExpired, a lost peer, ...).
+    """
+    if status == WAITING:
+        # The step's brief wait is spent: the waiter goes on from its yields.
+        waiter.until(arena.all_at_least(PUBLISHED, 2 * operation - 1),
+                     waiter.spins + BRIEF_YIELDS)
+        status = out()
+    if status == MISMATCH:
+        check_fingerprints(arena, fingerprint, operation)
+
+
+def broadcast(arena: Arena, operation: int, data: NDArray[Any], root: int,
+              fingerprint: Fingerprint, waiter: Waiter) -> bool:
+    """Broadcast ``data`` (it fits a slot) from member ``root`` in C; False: not taken."""
+    core = arena.core
+    try:
+        status = core.broadcast(data, operation, fingerprint, root, waiter.spins)
+    except ValueError:
+        return False  # a buffer C does not take: the Python path runs it
+    if status:
+        finish(arena, operation, fingerprint, waiter, status,
+               lambda: core.broadcast_out(data, operation, fingerprint, root))
+    return True
+
+
+def barrier(arena: Arena, operation: int, fingerprint: Fingerprint, waiter: Waiter) -> None:
+    """Meet every member at ``operation``, in C."""
+    core = arena.core
+    status = core.barrier(None, operation, fingerprint, waiter.spins)
+    if status:
+        finish(arena, operation, fingerprint, waiter, status,
+               lambda: DONE if core.same(operation, fingerprint) else MISMATCH)
+
+
+def reduce_parts(out: NDArray[Any], parts: Sequence[NDArray[Any]], op: ReduceOp,
+                 members: int) -> bool:
+    """``out`` = parts[0] op parts[1] op ..., then AVG's divide by ``members``, in one
+    pass over memory in C; False, having done nothing, where C does not compute it."""
+    kind = _native.kind(out.dtype, op)
+    if kind is None:
+        return False
+    try:
+        _native.arena.reduce(kind, out, parts, members)
+    except ValueError:
+        return False  # not aligned for C: numpy computes it
+    return True
+
+
+def check_fingerprints(arena: Arena, mine: Fingerprint, operation: int) -> None:
+    """Raise MismatchError if another member published another fingerprint for ``operation``."""
+    member = arena.differs(mine, operation)
+    if member is None:
+        return
+    me, them = arena.ranks[arena.me], arena.ranks[member]
+    theirs = Fingerprint(*arena.fingerprint(member, operation))
+    raise out_of_step(me, them, operation, "their shared-memory arena", mine, theirs)

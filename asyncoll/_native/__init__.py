@@ -1,0 +1,89 @@
+"""asyncoll's optional compiled fast path: whether it is here, and the codes it takes.
+
+``pip install`` builds one C extension, :mod:`asyncoll._native._arena`
+(``arena.c`` beside this file), where a compiler and Python's headers are
+found on Linux x86-64; where they are not, the install still succeeds and
+the pure-Python path runs, with one warning at import saying so.
+``ASYNCOLL_PURE_PYTHON=1`` turns the extension off. Both paths keep one
+arena design (layout, phases, error codes), so members of one job may run
+either.
+
+:data:`arena` is the extension module, or None; :func:`kind` maps a dtype and
+a reduce op to the extension's code for that reduction, or None where numpy
+stays the one to compute it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import sys
+import warnings
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ENVIRONMENT", "PurePythonWarning", "arena", "describe", "kind"]
+
+#: Set to 1 (or true, yes, on) to run the pure-Python path even where the extension is built.
+ENVIRONMENT = "ASYNCOLL_PURE_PYTHON"
+
+
+class PurePythonWarning(RuntimeWarning):
+    """The compiled fast path is not built here: asyncoll runs its pure-Python path."""
+
+
+def _wanted() -> bool:
+    return os.environ.get(ENVIRONMENT, "").strip().lower() not in ("1", "true", "yes", "on")
+
+
+def _expected() -> bool:
+    """Whether an install here builds the extension (where the arena runs at all)."""
+    return sys.platform.startswith("linux") and platform.machine().lower() in (
+        "x86_64", "amd64")
+
+
+def _load() -> tuple[ModuleType | None, str]:
+    if not _wanted():
+        return None, f"pure Python ({ENVIRONMENT}=1)"
+    try:
+        module = importlib.import_module("asyncoll._native._arena")
+    except ImportError as exc:
+        why = f"pure Python (the compiled extension is not built: {exc})"
+        if _expected():
+            warnings.warn(
+                "asyncoll's compiled fast path (asyncoll._native._arena) is not built, so "
+                "small collectives on one host run the slower pure-Python path; reinstall "
+                "with a C compiler and Python's headers (gcc, python3-dev) to build it, or "
+                f"set {ENVIRONMENT}=1 to silence this", PurePythonWarning, stacklevel=3)
+        return None, why
+    return module, "native (C): the arena's all_reduce, broadcast, barrier and reductions"
+
+
+#: The extension (asyncoll._native._arena), or None where the pure-Python path runs.
+arena: Any
+arena, _WORDS = _load()
+
+# The extension's type codes, by numpy dtype (native byte order only).
+_TYPES = {np.dtype(name): code for code, name in enumerate(
+    ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+     "float16", "float32", "float64", "complex64", "complex128"))}
+_KINDS: frozenset[int] = frozenset(arena.kinds()) if arena is not None else frozenset()
+_OPS = 8
+
+
+def kind(dtype: np.dtype[Any], op: Any) -> int | None:
+    """The extension's code for reducing ``dtype`` with ``op`` (a ReduceOp), or None
+    where the extension is off or numpy computes it (other dtypes, complex products)."""
+    code = _TYPES.get(dtype)
+    if code is None or op is None:
+        return None
+    number = code * _OPS + op.value
+    return number if number in _KINDS else None
+
+
+def describe() -> str:
+    """Which kernels are active, in words (``asyncoll --version`` prints it)."""
+    return _WORDS
