@@ -22,7 +22,8 @@ on one host, unless ASYNCOLL_SHM=0: small and medium collectives in each
 caller's thread through a group arena, larger ones through rings),
 ``asyncoll-loop`` (the same with both calling-thread paths off: every
 operation through the event loop thread, as before they existed),
-``asyncoll-tcp`` (loopback TCP only), ``gloo`` (torch.distributed over
+``asyncoll-tcp`` (loopback TCP only), ``asyncoll-python`` (the default
+paths with the compiled extension off: ASYNCOLL_PURE_PYTHON=1), ``gloo`` (torch.distributed over
 loopback TCP; needs torch) and ``mpi`` (Open MPI through mpi4py, started
 with mpirun; it uses shared memory on one host). ``--plot`` needs matplotlib (``pip install
 asyncoll[plot]``).
@@ -60,11 +61,13 @@ BUS_FACTORS: dict[str, Callable[[int], float]] = {
 #: asyncoll with its default paths (a shared-memory arena and rings between
 #: same-host ranks), asyncoll with no calling-thread path (no arena, no direct
 #: links: every operation through the event loop), asyncoll over TCP only,
-#: and the systems to compare with.
-SYSTEMS = ("asyncoll", "asyncoll-loop", "asyncoll-tcp", "gloo", "mpi")
+#: asyncoll with its compiled extension off (asyncoll._native), and the systems to
+#: compare with.
+SYSTEMS = ("asyncoll", "asyncoll-loop", "asyncoll-tcp", "asyncoll-python", "gloo", "mpi")
 #: The environment each asyncoll system's ranks get.
 _SYSTEM_ENV = {"asyncoll-loop": {"ASYNCOLL_ARENA_BYTES": "0", "ASYNCOLL_LINKS_BYTES": "0"},
-               "asyncoll-tcp": {"ASYNCOLL_SHM": "0"}}
+               "asyncoll-tcp": {"ASYNCOLL_SHM": "0"},
+               "asyncoll-python": {"ASYNCOLL_PURE_PYTHON": "1"}}
 COLUMNS = ("system", "ranks", "collective", "size", "count", "type", "redop", "root",
            "time_us", "algbw_GBps", "busbw_GBps", "wrong")
 #: Open descriptors after a size's timed ops: the most sockets any rank but 0

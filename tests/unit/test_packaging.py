@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 import asyncoll
+from asyncoll import _native
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The Python that CI's machine runs as python3, on which the whole suite runs.
@@ -49,6 +53,20 @@ def test_every_command_prints_its_version_and_which_optional_parts_are_installed
     assert lines[0] == f"{command} (asyncoll) {asyncoll.__version__}"
     for part in ("torch", "prometheus_client", "TLS"):
         assert any(line.startswith(f"{part}: ") for line in lines), lines
+    assert lines[-1] == f"kernels: {_native.describe()}"
+
+
+@pytest.mark.timeout(60)
+def test_python_m_asyncoll_version_names_the_active_kernels_and_the_switch_turns_c_off():
+    def kernels(**env: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "asyncoll", "--version"],
+                              capture_output=True, text=True, timeout=50,
+                              env={**os.environ, **env}, check=True)
+        return done.stdout.splitlines()[-1]
+
+    assert kernels(ASYNCOLL_PURE_PYTHON="1") == "kernels: pure Python (ASYNCOLL_PURE_PYTHON=1)"
+    expected = "kernels: native (C)" if _native.arena is not None else "kernels: pure Python"
+    assert kernels(ASYNCOLL_PURE_PYTHON="0").startswith(expected)
 
 
 def test_the_version_is_written_once_and_the_installed_metadata_says_the_same():
