@@ -148,6 +148,7 @@ class AllReduce:
         self._kind = _native.kind(dtype, op)
         #: The arena's compiled steps, where they run these arrays (whole, not split).
         self._core: Any = None
+        self._split_kind: int | None = None
         self._arena: Arena | None = None
         self._sets: tuple[list[NDArray[Any]], list[NDArray[Any]]] = ([], [])
         self._poll: Poll | None = None
@@ -167,7 +168,10 @@ class AllReduce:
         self._bounds = chunk_bounds(count, arena.size)
         self._poll = arena.all_at_least(PUBLISHED, 0)
         whole = self._pieces is None and not (self._split and arena.size > 1)
-        self._core = arena.core if whole and self._kind is not None else None
+        native = arena.core is not None and self._kind is not None
+        self._core = arena.core if whole and native else None
+        #: The kind, where the compiled step runs the reduce-scatter style runs (and pieces).
+        self._split_kind = self._kind if native and not whole else None
         self._arena = arena
 
     def run(self, step: Step, data: NDArray[Any]) -> None:
@@ -179,16 +183,31 @@ class AllReduce:
         arena, operation = step.arena, step.operation
         if arena is not self._arena:
             self._meet(arena)
-        n, me = arena.size, arena.me
         fingerprint, waiter = step.fingerprint, step.waiter
         core = self._core
-        if core is not None and self._native(core, arena, operation, data, fingerprint, waiter):
-            return
+        if core is not None:
+            # The whole array through the compiled step, written out here: every call
+            # of a small all_reduce passes this way.
+            try:
+                status = core.all_reduce(data, operation, fingerprint, self._kind,
+                                         waiter.spins)
+            except ValueError:
+                pass  # not aligned for C: the Python path below runs it
+            else:
+                if status:
+                    self._finish_native(core, arena, operation, data, fingerprint, waiter,
+                                        status)
+                return
+        n, me = arena.size, arena.me
         if self._pieces is not None:
             step.operation = self._run_pieces(arena, operation, data, fingerprint, waiter)
             return
         slots = self._sets[operation & 1]
         if self._split and n > 1:
+            kind = self._split_kind
+            if kind is not None and arena_steps.split(arena, operation, data, kind,
+                                                      fingerprint, waiter):
+                return
             self._split_run(arena, operation, data, slots, self._bounds, fingerprint, waiter)
             return
         slots[me][...] = data
@@ -213,19 +232,12 @@ class AllReduce:
         if self._op is _AVG:
             finish(_AVG, data, n)
 
-    def _native(self, core: Any, arena: Arena, operation: int, data: NDArray[Any],
-                fingerprint: Fingerprint, waiter: Waiter) -> bool:
-        """The whole array through the compiled step; False, having done nothing, where
-        C does not take ``data`` (not aligned)."""
+    def _finish_native(self, core: Any, arena: Arena, operation: int, data: NDArray[Any],
+                       fingerprint: Fingerprint, waiter: Waiter, status: int) -> None:
+        """Finish the compiled step that returned ``status`` (a member is late, or differs)."""
         kind = self._kind
-        try:
-            status = core.all_reduce(data, operation, fingerprint, kind, waiter.spins)
-        except ValueError:
-            return False
-        if status:
-            arena_steps.finish(arena, operation, fingerprint, waiter, status,
-                               lambda: core.all_reduce_out(data, operation, fingerprint, kind))
-        return True
+        arena_steps.finish(arena, operation, fingerprint, waiter, status,
+                           lambda: core.all_reduce_out(data, operation, fingerprint, kind))
 
     def _run_pieces(self, arena: Arena, operation: int, data: NDArray[Any],
                     fingerprint: Fingerprint, waiter: Waiter) -> int:
@@ -236,10 +248,14 @@ class AllReduce:
         for index, (lo, hi) in enumerate(self._pieces):
             number = operation + index
             slots, bounds = self._sets[number & 1], self._bounds
+            piece, kind = data[lo:hi], self._split_kind
+            if kind is not None and arena_steps.split(arena, number, piece, kind, fingerprint,
+                                                      waiter):
+                continue
             if hi - lo < full:
                 slots = [slot[:hi - lo] for slot in slots]
                 bounds = chunk_bounds(hi - lo, arena.size)
-            self._split_run(arena, number, data[lo:hi], slots, bounds, fingerprint, waiter)
+            self._split_run(arena, number, piece, slots, bounds, fingerprint, waiter)
         return operation + len(self._pieces) - 1
 
     def _split_run(self, arena: Arena, operation: int, data: NDArray[Any],

@@ -21,10 +21,11 @@ from asyncoll import _native
 from asyncoll._algorithms.desync import out_of_step
 from asyncoll._transport.shm.arena import BRIEF_YIELDS, PUBLISHED, Arena, Waiter
 from asyncoll._wire.frames import Fingerprint
+from asyncoll.errors import CollectiveError
 from asyncoll.types import ReduceOp
 
 #: What a compiled step returns (asyncoll/_native/arena.c).
-DONE, WAITING, MISMATCH = 0, 1, 2
+DONE, WAITING, MISMATCH, WAITING_RESULTS = 0, 1, 2, 3
 
 
 def finish(arena: Arena, operation: int, fingerprint: Fingerprint, waiter: Waiter,
@@ -41,7 +42,27 @@ def finish(arena: Arena, operation: int, fingerprint: Fingerprint, waiter: Waite
                      waiter.spins + BRIEF_YIELDS)
         status = out()
     if status == MISMATCH:
-        check_fingerprints(arena, fingerprint, operation)
+        mismatched(arena, fingerprint, operation)
+
+
+def split(arena: Arena, operation: int, data: NDArray[Any], kind: int,
+          fingerprint: Fingerprint, waiter: Waiter) -> bool:
+    """All-reduce ``data`` (it fits a slot) reduce-scatter style in C, as
+    AllReduce._split_run does; False, having done nothing, where C does not take it."""
+    core, spins = arena.core, waiter.spins
+    try:
+        status = core.split(data, operation, fingerprint, kind, spins, 0)
+    except ValueError:
+        return False  # not aligned for C: the Python path runs it
+    while status:
+        if status == MISMATCH:
+            mismatched(arena, fingerprint, operation)
+        # Waiting for the inputs (phase 2k - 1) or for the results (2k), then on.
+        waited = status == WAITING
+        waiter.until(arena.all_at_least(PUBLISHED, 2 * operation - waited),
+                     spins + BRIEF_YIELDS)
+        status = core.split(data, operation, fingerprint, kind, spins, 1 if waited else 2)
+    return True
 
 
 def broadcast(arena: Arena, operation: int, data: NDArray[Any], root: int,
@@ -79,6 +100,15 @@ def reduce_parts(out: NDArray[Any], parts: Sequence[NDArray[Any]], op: ReduceOp,
     except ValueError:
         return False  # not aligned for C: numpy computes it
     return True
+
+
+def mismatched(arena: Arena, mine: Fingerprint, operation: int) -> None:
+    """Raise the MismatchError of a step that found another member's fingerprint."""
+    check_fingerprints(arena, mine, operation)
+    # The fields of an operation do not change until every member has started the next.
+    raise CollectiveError(f"operation #{operation} of the arena saw a member's fingerprint "
+                          "differ from this member's, and then agree: the arena's memory is "
+                          "written by something else")
 
 
 def check_fingerprints(arena: Arena, mine: Fingerprint, operation: int) -> None:

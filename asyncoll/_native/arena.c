@@ -45,8 +45,9 @@ static const int FINGERPRINT_AT[2] = {8, 16};
 
 /* What a step returns: done, published and waiting (the caller waits, then
  * calls the step's *_out), or a member published another operation (the
- * caller's Python check says how). */
-enum { DONE = 0, WAITING = 1, MISMATCH = 2 };
+ * caller's Python check says how); the split all_reduce also waits for the
+ * members' results (WAITING_RESULTS: phase 2k). */
+enum { DONE = 0, WAITING = 1, MISMATCH = 2, WAITING_RESULTS = 3 };
 
 /* -- the reductions ------------------------------------------------------------------ */
 
@@ -257,7 +258,7 @@ static int kind_of(long code, Kind *kind) {
 /* out = parts[0] (op) parts[1] (op) ... in that order, each element; then AVG's
  * divide by `members`. Every part and out hold `bytes`. */
 static void reduce_parts(const Kind *kind, char *out, const char *const *parts, Py_ssize_t count,
-                         Py_ssize_t bytes, Py_ssize_t members) {
+                         Py_ssize_t bytes, Py_ssize_t members, char *also) {
     Py_ssize_t block = BLOCK_BYTES / kind->itemsize * kind->itemsize;
     for (Py_ssize_t lo = 0; lo < bytes; lo += block) {
         Py_ssize_t len = bytes - lo < block ? bytes - lo : block;
@@ -270,6 +271,9 @@ static void reduce_parts(const Kind *kind, char *out, const char *const *parts, 
             kind->binary(out + lo, out + lo, parts[p] + lo, n);
         if (kind->divide != NULL)
             kind->divide(out + lo, n, members);
+        /* the second output copied while the block is in the cache */
+        if (also != NULL)
+            memcpy(also + lo, out + lo, (size_t)len);
     }
 }
 
@@ -490,7 +494,7 @@ static int all_reduce_out(Core *self, const Kind *kind, char *data, Py_ssize_t b
     }
     for (Py_ssize_t m = 0; m < self->size; m++)
         use[m] = slot(self, operation, m);
-    reduce_parts(kind, data, use, self->size, bytes, self->size);
+    reduce_parts(kind, data, use, self->size, bytes, self->size, NULL);
     PyMem_Free(many);
     return DONE;
 }
@@ -549,6 +553,94 @@ static PyObject *core_all_reduce_out(Core *self, PyObject *const *args, Py_ssize
         return NULL;
     int status = fits(self, data.len) ? all_reduce_out(self, &kind, data.buf, data.len,
                                                        operation) : -1;
+    PyBuffer_Release(&data);
+    return status < 0 ? NULL : PyLong_FromLong(status);
+}
+
+/* Member j's chunk of `count` elements: chunk_bounds (asyncoll._algorithms.chunking). */
+static void chunk(Py_ssize_t count, Py_ssize_t parts, Py_ssize_t j, Py_ssize_t *lo,
+                  Py_ssize_t *hi) {
+    Py_ssize_t base = count / parts, extra = count % parts;
+    *lo = j * base + (j < extra ? j : extra);
+    *hi = *lo + base + (j < extra ? 1 : 0);
+}
+
+/* split(data, operation, fingerprint, kind, spins, stage): all_reduce reduce-scatter
+ * style, as AllReduce._split_run: member i puts the chunks the others reduce into
+ * its slot and publishes 2k - 1 (stage 0); reduces chunk i of every slot (its own
+ * from data) into its slot and its data at once, and publishes 2k (stage 1);
+ * copies every other chunk from its member's slot (stage 2). A stage that must
+ * wait returns WAITING or WAITING_RESULTS, and the caller calls again with the
+ * next stage once it waited. */
+static PyObject *core_split(Core *self, PyObject *const *args, Py_ssize_t nargs) {
+    int64_t operation;
+    Kind kind;
+    if (unpack_step(self, args, nargs, 6, &operation) < 0)
+        return NULL;
+    long code = PyLong_AsLong(args[3]), spins = PyLong_AsLong(args[4]);
+    long stage = PyLong_AsLong(args[5]);
+    if (PyErr_Occurred() || kind_of(code, &kind) < 0)
+        return NULL;
+    if (stage < 0 || stage > 2) {
+        PyErr_Format(PyExc_ValueError, "stage %ld is not 0, 1 or 2", stage);
+        return NULL;
+    }
+    Py_buffer data;
+    if (get_buffer(args[0], &data, 1, kind.itemsize) < 0)
+        return NULL;
+    int status = -1;
+    const char *parts[64];
+    const char **many = NULL, **use = parts;
+    if (!fits(self, data.len))
+        goto done;
+    if (self->size > 64) {
+        many = PyMem_Malloc(sizeof(char *) * (size_t)self->size);
+        if (many == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        use = many;
+    }
+    Py_ssize_t n = self->size, me = self->me, size = kind.itemsize;
+    Py_ssize_t count = data.len / size, lo, hi;
+    char *buf = data.buf, *mine = slot(self, operation, me);
+    if (stage == 0) {
+        for (Py_ssize_t j = 0; j < n; j++) {
+            chunk(count, n, j, &lo, &hi);
+            if (j != me)
+                memcpy(mine + lo * size, buf + lo * size, (size_t)((hi - lo) * size));
+        }
+        publish(self, 2 * operation - 1);
+        if (!wait_briefly(self, 2 * operation - 1, spins)) {
+            status = WAITING;
+            goto done;
+        }
+        stage = 1;
+    }
+    if (stage == 1) {
+        if (!same_fingerprints(self, operation)) {
+            status = MISMATCH;
+            goto done;
+        }
+        chunk(count, n, me, &lo, &hi);
+        for (Py_ssize_t j = 0; j < n; j++)
+            use[j] = (j == me ? buf : slot(self, operation, j)) + lo * size;
+        reduce_parts(&kind, mine + lo * size, use, n, (hi - lo) * size, n, buf + lo * size);
+        publish(self, 2 * operation);
+        if (!wait_briefly(self, 2 * operation, spins)) {
+            status = WAITING_RESULTS;
+            goto done;
+        }
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        chunk(count, n, j, &lo, &hi);
+        if (j != me)
+            memcpy(buf + lo * size, slot(self, operation, j) + lo * size,
+                   (size_t)((hi - lo) * size));
+    }
+    status = DONE;
+done:
+    PyMem_Free(many);
     PyBuffer_Release(&data);
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
@@ -681,6 +773,9 @@ static PyMethodDef core_methods[] = {
      "all_reduce(data, operation, fingerprint, kind, spins) -> 0 done, 1 waiting, 2 mismatch"},
     {"all_reduce_out", (PyCFunction)(void (*)(void))core_all_reduce_out, METH_FASTCALL,
      "all_reduce_out(data, operation, fingerprint, kind) -> 0 done, 2 mismatch"},
+    {"split", (PyCFunction)(void (*)(void))core_split, METH_FASTCALL,
+     "split(data, operation, fingerprint, kind, spins, stage) -> 0 done, 1 or 3 waiting, "
+     "2 mismatch"},
     {"broadcast", (PyCFunction)(void (*)(void))core_broadcast, METH_FASTCALL,
      "broadcast(data, operation, fingerprint, root, spins) -> 0, 1 or 2"},
     {"broadcast_out", (PyCFunction)(void (*)(void))core_broadcast_out, METH_FASTCALL,
@@ -760,7 +855,7 @@ static PyObject *module_reduce(PyObject *Py_UNUSED(module), PyObject *const *arg
         }
     }
     if (ok)
-        reduce_parts(&kind, out.buf, pointers, count, out.len, members);
+        reduce_parts(&kind, out.buf, pointers, count, out.len, members, NULL);
     for (Py_ssize_t i = 0; i < got; i++)
         PyBuffer_Release(&views[i]);
     PyMem_Free(views);
@@ -818,7 +913,8 @@ PyMODINIT_FUNC PyInit__arena(void) {
         || PyModule_AddIntConstant(module, "OPS", OPS) < 0
         || PyModule_AddIntConstant(module, "DONE", DONE) < 0
         || PyModule_AddIntConstant(module, "WAITING", WAITING) < 0
-        || PyModule_AddIntConstant(module, "MISMATCH", MISMATCH) < 0) {
+        || PyModule_AddIntConstant(module, "MISMATCH", MISMATCH) < 0
+        || PyModule_AddIntConstant(module, "WAITING_RESULTS", WAITING_RESULTS) < 0) {
         Py_DECREF(&CoreType);
         Py_DECREF(module);
         return NULL;
