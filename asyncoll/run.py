@@ -44,7 +44,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from asyncoll import _auth
+from asyncoll import _auth, _native
 from asyncoll._runtime import hosting
 from asyncoll._runtime.runtime import runtime
 from asyncoll._runtime.settings import tls_from_environment
@@ -266,6 +266,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     token = _auth.token_from_environment(os.environ)
     #: What every worker gets on top of this process's environment.
     passed: dict[str, str] = {}
+    if _native.missing():
+        # Said once for the job, here, instead of by every worker.
+        print(f"asyncoll-run: {_native.MISSING_WORDS}", file=sys.stderr, flush=True)
+        passed[_native.ENVIRONMENT] = "1"
     if args.token_file:
         try:
             token = _auth.read_token_file(args.token_file)

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from asyncoll import _native
 from asyncoll._algorithms import arena as in_arena
 from asyncoll._algorithms import selection
 from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
@@ -223,6 +224,8 @@ class GroupArena:
             assert memory is not None
             self.arena = Arena(memory, team.size, team.me, slot, self._ranks)
             self._session.on_close(self.close)
+            if team.me == 0:
+                _native.warn_once()  # where the compiled steps should run and cannot
         else:
             if memory is not None:
                 memory.close()

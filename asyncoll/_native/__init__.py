@@ -3,7 +3,11 @@
 ``pip install`` builds one C extension, :mod:`asyncoll._native._arena`
 (``arena.c`` beside this file), where a compiler and Python's headers are
 found on Linux x86-64; where they are not, the install still succeeds and
-the pure-Python path runs, with one warning at import saying so.
+the pure-Python path runs. One warning says so (:func:`warn_once`): from
+``asyncoll-run``, once for the whole job, which then runs its workers
+with the extension off; else from the first process to set up a group's
+shared-memory arena, once, as a :class:`PurePythonWarning`. Not at import:
+a job of 4096 ranks would print it 4096 times.
 ``ASYNCOLL_PURE_PYTHON=1`` turns the extension off. Both paths keep one
 arena design (layout, phases, error codes), so members of one job may run
 either.
@@ -25,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ENVIRONMENT", "PurePythonWarning", "arena", "describe", "kind"]
+__all__ = ["ENVIRONMENT", "MISSING_WORDS", "PurePythonWarning", "arena", "describe", "kind",
+           "missing", "warn_once"]
 
 #: Set to 1 (or true, yes, on) to run the pure-Python path even where the extension is built.
 ENVIRONMENT = "ASYNCOLL_PURE_PYTHON"
@@ -45,26 +50,29 @@ def _expected() -> bool:
         "x86_64", "amd64")
 
 
-def _load() -> tuple[ModuleType | None, str]:
+#: What the warning of a missing extension says.
+MISSING_WORDS = ("asyncoll's compiled fast path (asyncoll._native._arena) is not built, so "
+                 "small collectives on one host run the slower pure-Python path; reinstall "
+                 "with a C compiler and Python's headers (gcc, python3-dev) to build it, or "
+                 f"set {ENVIRONMENT}=1 to silence this")
+
+
+def _load() -> tuple[ModuleType | None, str, bool]:
+    """(the extension or None, which kernels run in words, whether it is missing)."""
     if not _wanted():
-        return None, f"pure Python ({ENVIRONMENT}=1)"
+        return None, f"pure Python ({ENVIRONMENT}=1)", False
     try:
         module = importlib.import_module("asyncoll._native._arena")
     except ImportError as exc:
-        why = f"pure Python (the compiled extension is not built: {exc})"
-        if _expected():
-            warnings.warn(
-                "asyncoll's compiled fast path (asyncoll._native._arena) is not built, so "
-                "small collectives on one host run the slower pure-Python path; reinstall "
-                "with a C compiler and Python's headers (gcc, python3-dev) to build it, or "
-                f"set {ENVIRONMENT}=1 to silence this", PurePythonWarning, stacklevel=3)
-        return None, why
-    return module, "native (C): the arena's all_reduce, broadcast, barrier and reductions"
+        return None, f"pure Python (the compiled extension is not built: {exc})", _expected()
+    return module, ("native (C): the arena's all_reduce, broadcast, barrier and "
+                    "reductions"), False
 
 
 #: The extension (asyncoll._native._arena), or None where the pure-Python path runs.
 arena: Any
-arena, _WORDS = _load()
+arena, _WORDS, _MISSING = _load()
+_warned = False
 
 # The extension's type codes, by numpy dtype (native byte order only).
 _TYPES = {np.dtype(name): code for code, name in enumerate(
@@ -82,6 +90,19 @@ def kind(dtype: np.dtype[Any], op: Any) -> int | None:
         return None
     number = code * _OPS + op.value
     return number if number in _KINDS else None
+
+
+def missing() -> bool:
+    """Whether the extension should run here and is not built (not turned off)."""
+    return _MISSING
+
+
+def warn_once() -> None:
+    """Warn, once in this process, that the extension is missing (where it is)."""
+    global _warned
+    if _MISSING and not _warned:
+        _warned = True
+        warnings.warn(MISSING_WORDS, PurePythonWarning, stacklevel=2)
 
 
 def describe() -> str:
