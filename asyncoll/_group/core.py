@@ -19,6 +19,7 @@ collective, without the user asking for one).
 from __future__ import annotations
 
 import concurrent.futures
+import numpy as np
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -239,7 +240,10 @@ class GroupCore:
         writable), or None for a call that moves none. Returns False, having
         done nothing, when no such call was remembered or it must go to the loop.
         """
-        repeat = self._repeats.get(repeat_key(what, arrays, op, root))
+        # repeat_key, written out for the one-array calls most repeats are.
+        key = (what, arrays.dtype, arrays.size, op, root) if type(arrays) is np.ndarray \
+            else repeat_key(what, arrays, op, root)
+        repeat = self._repeats.get(key)
         if repeat is None:
             return False
         form = repeat.form

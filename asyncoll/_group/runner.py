@@ -134,57 +134,69 @@ class Runner:
         instead: the path is not set up, or an operation of the group is
         still there (it comes first).
         """
-        if not self._fast.ready or self.handed != self.finished:
+        fast = self._fast
+        if not fast.ready or self.handed != self.finished:
             return False
         session, group_id = self._session, self._group_id
         faults = session.faults
-        # _number, and _admit only where something may refuse: written out, as
-        # every call in this thread passes here.
+        # _number, _admit only where something may refuse, and on_fast_path: written
+        # out, as every call in this thread passes here.
         seq = self._seq = self._seq + 1
         session.ops += 1
         if session.closed or faults.broken:
             self._admit(what, seq)
         # Taking note is safe from this thread; checking frames kept early is the loop's.
-        faults.begin(group_id, seq, fingerprint, scan=False)
+        faults.begin(group_id, seq, fingerprint, False)
         recorder = self.recorder
         if recorder is not None:
             # A repeated call is one more of the recorder's run: nothing to write but a
             # sample (asyncoll._group.recorder).
             if fingerprint is not self.run_fingerprint:
                 recorder.open_run(self, group_id, seq, what, fingerprint,
-                                  self._fast.algorithm, limit)
+                                  fast.algorithm, limit)
             elif not seq % SAMPLE_EVERY:
                 recorder.sample(group_id, seq)
         mesh = session.mesh
         if mesh.has_early:
             session.call_soon(faults.scan, group_id)
         try:
-            self.on_fast_path(what, seq, limit, kernel, arrays, fingerprint)
+            lock = fast.lock
+            # An untimed try first: a timed acquire costs several times as much.
+            if not lock.acquire(False) and not lock.acquire(timeout=limit):
+                raise self._lock_timeout(what, seq, limit)
+            try:
+                current = fast.step(fingerprint, limit)
+                try:
+                    kernel(current, arrays)
+                except (GroupBrokenError, ClosedError, ConfigurationError):
+                    raise
+                except BaseException as exc:
+                    self._give_up(exc, what, seq, limit, current)
+                    raise
+            finally:
+                lock.release()
         except BaseException as exc:
             if recorder is not None:
                 recorder.failed_here(self, group_id, seq, what, fingerprint,
-                                     self._fast.algorithm, limit, exc)
+                                     fast.algorithm, limit, exc)
             self._failed(exc, what, seq, from_loop=False)
             raise
-        faults.complete(group_id, seq, scan=False)
+        faults.complete(group_id, seq, False)
         if mesh.has_early:
             session.call_soon(faults.scan, group_id)
         return True
 
     def on_fast_path(self, what: str, seq: int, limit: float, kernel: Kernel, arrays: Any,
                      fingerprint: Fingerprint, step: list[Any] | None = None) -> None:
-        """Run ``kernel(step, arrays)`` on the fast path in this thread (the caller's or the
-        group's own), translating what the path raises into the group's errors.
+        """Run ``kernel(step, arrays)`` on the fast path in this thread (the group's own;
+        :meth:`here` does the same in the caller's), translating what the path raises
+        into the group's errors.
 
         ``step`` receives the path's step as soon as it exists, for a canceller.
         """
         fast = self._fast
-        # An untimed try first: a timed acquire costs several times as much.
         if not fast.lock.acquire(False) and not fast.lock.acquire(timeout=limit):
-            raise CollectiveTimeoutError(
-                f"{what} #{seq} on group {self._group_id} waited {limit:g} s for another "
-                f"thread of this process to finish its operation on the group. "
-                f"{timed_out_words(limit)}")
+            raise self._lock_timeout(what, seq, limit)
         try:
             current = fast.step(fingerprint, limit)
             if step is not None:
@@ -194,23 +206,35 @@ class Runner:
             except (GroupBrokenError, ClosedError, ConfigurationError):
                 raise
             except BaseException as exc:
-                behind = fast.expired(exc)
-                error: BaseException | None = fast.failure(exc)
-                if behind is not None:
-                    error = self._timed_out(what, seq, limit,
-                                            [self._ranks[i] for i in behind])
-                fast.abandon(current, error or exc)
-                cause = error.__cause__ if error is not None else None
-                if isinstance(error, GroupBrokenError) and isinstance(cause, AsyncollError):
-                    # The path learned of an earlier failure the group layer has not
-                    # heard of: make it the group's sticky error, on every member.
-                    self._session.call_soon(self._session.faults.abort, self._group_id, seq,
-                                            cause, self._ranks)
-                if error is not None:
-                    raise error from cause
+                self._give_up(exc, what, seq, limit, current)
                 raise
         finally:
             fast.lock.release()
+
+    def _lock_timeout(self, what: str, seq: int, limit: float) -> CollectiveTimeoutError:
+        return CollectiveTimeoutError(
+            f"{what} #{seq} on group {self._group_id} waited {limit:g} s for another "
+            f"thread of this process to finish its operation on the group. "
+            f"{timed_out_words(limit)}")
+
+    def _give_up(self, exc: BaseException, what: str, seq: int, limit: float,
+                 current: Any) -> None:
+        """Tell the path's other members that this one gave up on ``current`` for ``exc``,
+        and raise the group's error for it; return where ``exc`` is that error."""
+        fast = self._fast
+        behind = fast.expired(exc)
+        error: BaseException | None = fast.failure(exc)
+        if behind is not None:
+            error = self._timed_out(what, seq, limit, [self._ranks[i] for i in behind])
+        fast.abandon(current, error or exc)
+        cause = error.__cause__ if error is not None else None
+        if isinstance(error, GroupBrokenError) and isinstance(cause, AsyncollError):
+            # The path learned of an earlier failure the group layer has not
+            # heard of: make it the group's sticky error, on every member.
+            self._session.call_soon(self._session.faults.abort, self._group_id, seq,
+                                    cause, self._ranks)
+        if error is not None:
+            raise error from cause
 
     # -- on the loop -----------------------------------------------------------------------
 
