@@ -300,6 +300,10 @@ def reduce(arena: Arena, operation: int, data: NDArray[Any], op: ReduceOp, root:
 def _reduce_once(arena: Arena, operation: int, data: NDArray[Any], op: ReduceOp, root: int,
                  fingerprint: Fingerprint, waiter: Waiter) -> None:
     """:func:`reduce` of an array that fits a slot, as one operation."""
+    kind = _native.kind(data.dtype, op) if arena.core is not None else None
+    if kind is not None and arena_steps.reduce(arena, operation, data, kind, root,
+                                               fingerprint, waiter):
+        return
     slots = _exchange(arena, operation, data, fingerprint, waiter)
     if arena.me == root:
         _reduce_slots(data, slots, op, arena.size)
@@ -342,6 +346,9 @@ def all_gather(arena: Arena, operation: int, mine: NDArray[Any], outputs: Sequen
     longest = max(out.size for out in outputs)
     elements = piece_elements(arena, mine.dtype.itemsize, longest)
     if elements >= longest:
+        if arena.core is not None and arena_steps.all_gather(arena, operation, mine, outputs,
+                                                             fingerprint, waiter):
+            return operation
         _exchange(arena, operation, mine, fingerprint, waiter)
         for j, out in enumerate(outputs):
             if j != me:

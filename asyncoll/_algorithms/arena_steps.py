@@ -1,7 +1,8 @@
 """The arena's steps through the compiled extension, and the check both paths share.
 
 Where :mod:`asyncoll._native` is built, an arena carries a ``core`` whose
-steps (all_reduce, broadcast, barrier) each do in one call into C what
+steps (all_reduce whole or reduce-scatter style, reduce, broadcast,
+all_gather, barrier) each do in one call into C what
 their pure-Python twins in :mod:`asyncoll._algorithms.arena` do: copy in,
 publish, wait briefly with the GIL released, compare fingerprints, reduce
 in member order, copy out. A step returns DONE, WAITING (a member is late:
@@ -76,6 +77,37 @@ def broadcast(arena: Arena, operation: int, data: NDArray[Any], root: int,
     if status:
         finish(arena, operation, fingerprint, waiter, status,
                lambda: core.broadcast_out(data, operation, fingerprint, root))
+    return True
+
+
+def reduce(arena: Arena, operation: int, data: NDArray[Any], kind: int, root: int,
+           fingerprint: Fingerprint, waiter: Waiter) -> bool:
+    """Reduce every member's ``data`` (it fits a slot) into member ``root``'s, in C;
+    False, having done nothing, where C does not take it."""
+    core = arena.core
+    try:
+        status = core.reduce(data, operation, fingerprint, kind, root, waiter.spins)
+    except ValueError:
+        return False
+    if status:
+        finish(arena, operation, fingerprint, waiter, status,
+               lambda: core.reduce_out(data, operation, fingerprint, kind, root))
+    return True
+
+
+def all_gather(arena: Arena, operation: int, mine: NDArray[Any],
+               outputs: Sequence[NDArray[Any]], fingerprint: Fingerprint,
+               waiter: Waiter) -> bool:
+    """Member j's ``mine`` (each fits a slot) into ``outputs[j]`` on every member, in C;
+    False, having done nothing, where C does not take them."""
+    core = arena.core
+    try:
+        status = core.all_gather(mine, outputs, operation, fingerprint, waiter.spins)
+    except ValueError:
+        return False
+    if status:
+        finish(arena, operation, fingerprint, waiter, status,
+               lambda: core.all_gather_out(mine, outputs, operation, fingerprint))
     return True
 
 

@@ -65,8 +65,8 @@ def _load() -> tuple[ModuleType | None, str, bool]:
         module = importlib.import_module("asyncoll._native._arena")
     except ImportError as exc:
         return None, f"pure Python (the compiled extension is not built: {exc})", _expected()
-    return module, ("native (C): the arena's all_reduce, broadcast, barrier and "
-                    "reductions"), False
+    return module, ("native (C): the arena's all_reduce, reduce, broadcast, all_gather, "
+                    "barrier and reductions"), False
 
 
 #: The extension (asyncoll._native._arena), or None where the pure-Python path runs.

@@ -477,11 +477,14 @@ static int operation_ok(int64_t operation) {
 
 /* -- the steps -------------------------------------------------------------------------- */
 
-/* all_reduce's end: fingerprints compared, every slot reduced in member order. */
+/* all_reduce's end, and reduce's (on `root` only; -1: every member): fingerprints
+ * compared, every slot reduced in member order. */
 static int all_reduce_out(Core *self, const Kind *kind, char *data, Py_ssize_t bytes,
-                          int64_t operation) {
+                          int64_t operation, Py_ssize_t root) {
     if (!same_fingerprints(self, operation))
         return MISMATCH;
+    if (root >= 0 && root != self->me)
+        return DONE;
     const char *parts[64];
     const char **many = NULL, **use = parts;
     if (self->size > 64) {
@@ -497,6 +500,15 @@ static int all_reduce_out(Core *self, const Kind *kind, char *data, Py_ssize_t b
     reduce_parts(kind, data, use, self->size, bytes, self->size, NULL);
     PyMem_Free(many);
     return DONE;
+}
+
+static int root_ok(Core *self, Py_ssize_t root) {
+    if (root < 0 || root >= self->size) {
+        PyErr_Format(PyExc_ValueError, "root %zd is not a member of an arena of %zd", root,
+                     self->size);
+        return 0;
+    }
+    return 1;
 }
 
 static int unpack_step(Core *self, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want,
@@ -533,7 +545,8 @@ static PyObject *core_all_reduce(Core *self, PyObject *const *args, Py_ssize_t n
         memcpy(slot(self, operation, self->me), data.buf, (size_t)data.len);
         publish(self, 2 * operation - 1);
         status = wait_briefly(self, 2 * operation - 1, spins)
-                     ? all_reduce_out(self, &kind, data.buf, data.len, operation) : WAITING;
+                     ? all_reduce_out(self, &kind, data.buf, data.len, operation, -1)
+                     : WAITING;
     }
     PyBuffer_Release(&data);
     return status < 0 ? NULL : PyLong_FromLong(status);
@@ -552,9 +565,141 @@ static PyObject *core_all_reduce_out(Core *self, PyObject *const *args, Py_ssize
     if (get_buffer(args[0], &data, 1, kind.itemsize) < 0)
         return NULL;
     int status = fits(self, data.len) ? all_reduce_out(self, &kind, data.buf, data.len,
-                                                       operation) : -1;
+                                                       operation, -1) : -1;
     PyBuffer_Release(&data);
     return status < 0 ? NULL : PyLong_FromLong(status);
+}
+
+/* reduce(data, operation, fingerprint, kind, root, spins): every member's data through
+ * the slots, reduced in member order into the root's; the others' stay as they were. */
+static PyObject *core_reduce(Core *self, PyObject *const *args, Py_ssize_t nargs) {
+    int64_t operation;
+    Kind kind;
+    if (unpack_step(self, args, nargs, 6, &operation) < 0)
+        return NULL;
+    long code = PyLong_AsLong(args[3]), spins = PyLong_AsLong(args[5]);
+    Py_ssize_t root = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred() || kind_of(code, &kind) < 0 || !root_ok(self, root))
+        return NULL;
+    Py_buffer data;
+    if (get_buffer(args[0], &data, self->me == root, kind.itemsize) < 0)
+        return NULL;
+    int status = -1;
+    if (fits(self, data.len)) {
+        memcpy(slot(self, operation, self->me), data.buf, (size_t)data.len);
+        publish(self, 2 * operation - 1);
+        status = wait_briefly(self, 2 * operation - 1, spins)
+                     ? all_reduce_out(self, &kind, data.buf, data.len, operation, root)
+                     : WAITING;
+    }
+    PyBuffer_Release(&data);
+    return status < 0 ? NULL : PyLong_FromLong(status);
+}
+
+/* reduce_out(data, operation, fingerprint, kind, root): after the caller's wait. */
+static PyObject *core_reduce_out(Core *self, PyObject *const *args, Py_ssize_t nargs) {
+    int64_t operation;
+    Kind kind;
+    if (unpack_step(self, args, nargs, 5, &operation) < 0)
+        return NULL;
+    long code = PyLong_AsLong(args[3]);
+    Py_ssize_t root = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred() || kind_of(code, &kind) < 0 || !root_ok(self, root))
+        return NULL;
+    Py_buffer data;
+    if (get_buffer(args[0], &data, self->me == root, kind.itemsize) < 0)
+        return NULL;
+    int status = fits(self, data.len) ? all_reduce_out(self, &kind, data.buf, data.len,
+                                                       operation, root) : -1;
+    PyBuffer_Release(&data);
+    return status < 0 ? NULL : PyLong_FromLong(status);
+}
+
+/* all_gather's end: member j's slot into outputs[j], this member's own block from
+ * `mine` unless the two overlap (it is that block). */
+static int gather_out(Core *self, Py_buffer *mine, PyObject *outputs, int64_t operation) {
+    if (!same_fingerprints(self, operation))
+        return MISMATCH;
+    Py_buffer out;
+    for (Py_ssize_t j = 0; j < self->size; j++) {
+        if (get_buffer(PySequence_Fast_GET_ITEM(outputs, j), &out, 1, 0) < 0)
+            return -1;
+        int ok = fits(self, out.len);
+        if (ok && j != self->me) {
+            memcpy(out.buf, slot(self, operation, j), (size_t)out.len);
+        } else if (ok) {
+            const char *a = out.buf, *b = mine->buf;
+            if (a + out.len <= b || b + mine->len <= a)
+                memcpy(out.buf, mine->buf, (size_t)(out.len < mine->len ? out.len : mine->len));
+        }
+        PyBuffer_Release(&out);
+        if (!ok)
+            return -1;
+    }
+    return DONE;
+}
+
+static PyObject *gathered(Core *self, PyObject *const *args, int64_t operation, long spins,
+                          int start) {
+    PyObject *outputs = PySequence_Fast(args[1], "outputs must be a sequence of buffers");
+    if (outputs == NULL)
+        return NULL;
+    if (PySequence_Fast_GET_SIZE(outputs) != self->size) {
+        PyErr_Format(PyExc_ValueError, "all_gather needs %zd outputs, one a member, not %zd",
+                     self->size, PySequence_Fast_GET_SIZE(outputs));
+        Py_DECREF(outputs);
+        return NULL;
+    }
+    Py_buffer mine;
+    if (get_buffer(args[0], &mine, 0, 0) < 0) {
+        Py_DECREF(outputs);
+        return NULL;
+    }
+    int status = -1;
+    if (fits(self, mine.len)) {
+        if (start) {
+            memcpy(slot(self, operation, self->me), mine.buf, (size_t)mine.len);
+            publish(self, 2 * operation - 1);
+        }
+        status = !start || wait_briefly(self, 2 * operation - 1, spins)
+                     ? gather_out(self, &mine, outputs, operation) : WAITING;
+    }
+    PyBuffer_Release(&mine);
+    Py_DECREF(outputs);
+    return status < 0 ? NULL : PyLong_FromLong(status);
+}
+
+/* all_gather(mine, outputs, operation, fingerprint, spins): every member's block
+ * (they may differ in size) through the slots into outputs[j]. */
+static PyObject *core_all_gather(Core *self, PyObject *const *args, Py_ssize_t nargs) {
+    int64_t operation;
+    PyObject *shifted[3];
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "all_gather(mine, outputs, operation, fingerprint, "
+                        "spins)");
+        return NULL;
+    }
+    shifted[0] = args[0], shifted[1] = args[2], shifted[2] = args[3];
+    if (unpack_step(self, shifted, 3, 3, &operation) < 0)
+        return NULL;
+    long spins = PyLong_AsLong(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    return gathered(self, args, operation, spins, 1);
+}
+
+/* all_gather_out(mine, outputs, operation, fingerprint): after the caller's wait. */
+static PyObject *core_all_gather_out(Core *self, PyObject *const *args, Py_ssize_t nargs) {
+    int64_t operation;
+    PyObject *shifted[3];
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "all_gather_out(mine, outputs, operation, fingerprint)");
+        return NULL;
+    }
+    shifted[0] = args[0], shifted[1] = args[2], shifted[2] = args[3];
+    if (unpack_step(self, shifted, 3, 3, &operation) < 0)
+        return NULL;
+    return gathered(self, args, operation, 0, 0);
 }
 
 /* Member j's chunk of `count` elements: chunk_bounds (asyncoll._algorithms.chunking). */
@@ -643,15 +788,6 @@ done:
     PyMem_Free(many);
     PyBuffer_Release(&data);
     return status < 0 ? NULL : PyLong_FromLong(status);
-}
-
-static int root_ok(Core *self, Py_ssize_t root) {
-    if (root < 0 || root >= self->size) {
-        PyErr_Format(PyExc_ValueError, "root %zd is not a member of an arena of %zd", root,
-                     self->size);
-        return 0;
-    }
-    return 1;
 }
 
 /* broadcast(data, operation, fingerprint, root, spins): the root's slot to everyone. */
@@ -773,6 +909,14 @@ static PyMethodDef core_methods[] = {
      "all_reduce(data, operation, fingerprint, kind, spins) -> 0 done, 1 waiting, 2 mismatch"},
     {"all_reduce_out", (PyCFunction)(void (*)(void))core_all_reduce_out, METH_FASTCALL,
      "all_reduce_out(data, operation, fingerprint, kind) -> 0 done, 2 mismatch"},
+    {"reduce", (PyCFunction)(void (*)(void))core_reduce, METH_FASTCALL,
+     "reduce(data, operation, fingerprint, kind, root, spins) -> 0 done, 1 waiting, 2 mismatch"},
+    {"reduce_out", (PyCFunction)(void (*)(void))core_reduce_out, METH_FASTCALL,
+     "reduce_out(data, operation, fingerprint, kind, root) -> 0 done, 2 mismatch"},
+    {"all_gather", (PyCFunction)(void (*)(void))core_all_gather, METH_FASTCALL,
+     "all_gather(mine, outputs, operation, fingerprint, spins) -> 0, 1 or 2"},
+    {"all_gather_out", (PyCFunction)(void (*)(void))core_all_gather_out, METH_FASTCALL,
+     "all_gather_out(mine, outputs, operation, fingerprint) -> 0 or 2"},
     {"split", (PyCFunction)(void (*)(void))core_split, METH_FASTCALL,
      "split(data, operation, fingerprint, kind, spins, stage) -> 0 done, 1 or 3 waiting, "
      "2 mismatch"},

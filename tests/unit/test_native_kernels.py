@@ -151,3 +151,27 @@ def test_a_step_with_a_late_member_says_waiting_and_publishes_once():
     assert first.barrier(None, 2, other, 0) == 1
     assert second.barrier(None, 2, fingerprint, 0) == 2  # MISMATCH
     assert not first.same(2, other)
+
+
+def test_reduce_and_all_gather_steps_check_their_root_and_outputs_and_meet():
+    memory, first = core()
+    second = _native.arena.Core(memory, 2, 1, 1024)
+    fingerprint = Fingerprint(1, 1, 1, 0, 0, 4)
+    code = _native.kind(np.dtype(np.int32), ReduceOp.SUM)
+    with pytest.raises(ValueError, match="root 5 is not a member"):
+        first.reduce(np.zeros(4, dtype=np.int32), 1, fingerprint, code, 5, 0)
+    with pytest.raises(ValueError, match="all_gather needs 2 outputs, one a member, not 1"):
+        first.all_gather(np.zeros(2), [np.zeros(2)], 1, fingerprint, 0)
+
+    a, b = np.arange(4, dtype=np.int32), np.full(4, 10, dtype=np.int32)
+    assert first.reduce(a, 1, fingerprint, code, 0, 0) == 1  # WAITING for member 1
+    assert second.reduce(b, 1, fingerprint, code, 0, 0) == 0  # not the root: done
+    assert first.reduce_out(a, 1, fingerprint, code, 0) == 0
+    assert a.tolist() == [10, 11, 12, 13] and b.tolist() == [10] * 4
+    outputs = [[np.zeros(3), np.zeros(1)], [np.zeros(3), np.zeros(1)]]
+    mine = [np.array([1.0, 2.0, 3.0]), np.array([4.0])]
+    assert first.all_gather(mine[0], outputs[0], 2, fingerprint, 0) == 1
+    assert second.all_gather(mine[1], outputs[1], 2, fingerprint, 0) == 0
+    assert first.all_gather_out(mine[0], outputs[0], 2, fingerprint) == 0
+    for member in outputs:
+        assert [out.tolist() for out in member] == [[1.0, 2.0, 3.0], [4.0]]
