@@ -527,92 +527,58 @@ static int unpack_step(Core *self, PyObject *const *args, Py_ssize_t nargs, Py_s
     return 0;
 }
 
-/* all_reduce(data, operation, fingerprint, kind, spins): the whole array
- * through the slots, every member reducing all of it. */
-static PyObject *core_all_reduce(Core *self, PyObject *const *args, Py_ssize_t nargs) {
+/* The reduce steps: reduce (with a root) and all_reduce (root -1: every member
+ * reduces), started (`start`: copy in, publish, a brief wait, then on) or
+ * finished after the caller's wait. Their arguments: data, operation,
+ * fingerprint, kind, then root where there is one, then spins where it starts. */
+static PyObject *reduce_step(Core *self, PyObject *const *args, Py_ssize_t nargs,
+                             int rooted, int start) {
     int64_t operation;
     Kind kind;
-    if (unpack_step(self, args, nargs, 5, &operation) < 0)
+    if (unpack_step(self, args, nargs, 4 + rooted + start, &operation) < 0)
         return NULL;
-    long code = PyLong_AsLong(args[3]), spins = PyLong_AsLong(args[4]);
-    if (PyErr_Occurred() || kind_of(code, &kind) < 0)
+    long code = PyLong_AsLong(args[3]), spins = start ? PyLong_AsLong(args[4 + rooted]) : 0;
+    Py_ssize_t root = rooted ? PyLong_AsSsize_t(args[4]) : -1;
+    if (PyErr_Occurred() || kind_of(code, &kind) < 0 || (rooted && !root_ok(self, root)))
         return NULL;
     Py_buffer data;
-    if (get_buffer(args[0], &data, 1, kind.itemsize) < 0)
+    if (get_buffer(args[0], &data, root < 0 || self->me == root, kind.itemsize) < 0)
         return NULL;
     int status = -1;
     if (fits(self, data.len)) {
-        memcpy(slot(self, operation, self->me), data.buf, (size_t)data.len);
-        publish(self, 2 * operation - 1);
-        status = wait_briefly(self, 2 * operation - 1, spins)
-                     ? all_reduce_out(self, &kind, data.buf, data.len, operation, -1)
-                     : WAITING;
+        int ready = 1;
+        if (start) {
+            memcpy(slot(self, operation, self->me), data.buf, (size_t)data.len);
+            publish(self, 2 * operation - 1);
+            ready = wait_briefly(self, 2 * operation - 1, spins);
+        }
+        status = ready ? all_reduce_out(self, &kind, data.buf, data.len, operation, root)
+                       : WAITING;
     }
     PyBuffer_Release(&data);
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
+/* all_reduce(data, operation, fingerprint, kind, spins): the whole array
+ * through the slots, every member reducing all of it. */
+static PyObject *core_all_reduce(Core *self, PyObject *const *args, Py_ssize_t nargs) {
+    return reduce_step(self, args, nargs, 0, 1);
+}
+
 /* all_reduce_out(data, operation, fingerprint, kind): after the caller's wait. */
 static PyObject *core_all_reduce_out(Core *self, PyObject *const *args, Py_ssize_t nargs) {
-    int64_t operation;
-    Kind kind;
-    if (unpack_step(self, args, nargs, 4, &operation) < 0)
-        return NULL;
-    long code = PyLong_AsLong(args[3]);
-    if (PyErr_Occurred() || kind_of(code, &kind) < 0)
-        return NULL;
-    Py_buffer data;
-    if (get_buffer(args[0], &data, 1, kind.itemsize) < 0)
-        return NULL;
-    int status = fits(self, data.len) ? all_reduce_out(self, &kind, data.buf, data.len,
-                                                       operation, -1) : -1;
-    PyBuffer_Release(&data);
-    return status < 0 ? NULL : PyLong_FromLong(status);
+    return reduce_step(self, args, nargs, 0, 0);
 }
 
 /* reduce(data, operation, fingerprint, kind, root, spins): every member's data through
  * the slots, reduced in member order into the root's; the others' stay as they were. */
 static PyObject *core_reduce(Core *self, PyObject *const *args, Py_ssize_t nargs) {
-    int64_t operation;
-    Kind kind;
-    if (unpack_step(self, args, nargs, 6, &operation) < 0)
-        return NULL;
-    long code = PyLong_AsLong(args[3]), spins = PyLong_AsLong(args[5]);
-    Py_ssize_t root = PyLong_AsSsize_t(args[4]);
-    if (PyErr_Occurred() || kind_of(code, &kind) < 0 || !root_ok(self, root))
-        return NULL;
-    Py_buffer data;
-    if (get_buffer(args[0], &data, self->me == root, kind.itemsize) < 0)
-        return NULL;
-    int status = -1;
-    if (fits(self, data.len)) {
-        memcpy(slot(self, operation, self->me), data.buf, (size_t)data.len);
-        publish(self, 2 * operation - 1);
-        status = wait_briefly(self, 2 * operation - 1, spins)
-                     ? all_reduce_out(self, &kind, data.buf, data.len, operation, root)
-                     : WAITING;
-    }
-    PyBuffer_Release(&data);
-    return status < 0 ? NULL : PyLong_FromLong(status);
+    return reduce_step(self, args, nargs, 1, 1);
 }
 
 /* reduce_out(data, operation, fingerprint, kind, root): after the caller's wait. */
 static PyObject *core_reduce_out(Core *self, PyObject *const *args, Py_ssize_t nargs) {
-    int64_t operation;
-    Kind kind;
-    if (unpack_step(self, args, nargs, 5, &operation) < 0)
-        return NULL;
-    long code = PyLong_AsLong(args[3]);
-    Py_ssize_t root = PyLong_AsSsize_t(args[4]);
-    if (PyErr_Occurred() || kind_of(code, &kind) < 0 || !root_ok(self, root))
-        return NULL;
-    Py_buffer data;
-    if (get_buffer(args[0], &data, self->me == root, kind.itemsize) < 0)
-        return NULL;
-    int status = fits(self, data.len) ? all_reduce_out(self, &kind, data.buf, data.len,
-                                                       operation, root) : -1;
-    PyBuffer_Release(&data);
-    return status < 0 ? NULL : PyLong_FromLong(status);
+    return reduce_step(self, args, nargs, 1, 0);
 }
 
 /* all_gather's end: member j's slot into outputs[j], this member's own block from
