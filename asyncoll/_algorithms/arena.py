@@ -58,6 +58,9 @@ from asyncoll.types import ReduceOp
 
 # A module constant: reading an Enum member off its class costs 0.2 us a time.
 _AVG = ReduceOp.AVG
+# Whether the compiled extension runs (asyncoll._native), once: the pure-Python path
+# then pays nothing for asking.
+_NATIVE = _native.arena is not None
 
 #: Arrays up to this many bytes go through the arena whole, where a slot holds
 #: them; larger ones in pieces of PIECE_BYTES (docs/design/algorithm-choice.md has the
@@ -442,7 +445,7 @@ def _exchange(arena: Arena, operation: int, data: NDArray[Any], fingerprint: Fin
 
 def _reduce_slots(out: NDArray[Any], parts: Sequence[NDArray[Any]], op: ReduceOp, n: int) -> None:
     """``out`` = parts[0] op parts[1] op ... in member order, then the op's finish (AVG)."""
-    if arena_steps.reduce_parts(out, parts, op, n):
+    if _NATIVE and arena_steps.reduce_parts(out, parts, op, n):
         return
     count = len(parts)
     if count == 1:
