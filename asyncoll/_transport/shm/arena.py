@@ -27,9 +27,11 @@ Memory order: a member writes its slot, then its fingerprint, then
 PUBLISHED; a reader loads PUBLISHED, then the fingerprint and the slot.
 x86-64 keeps that order (stores are not reordered with other stores, nor
 loads with other loads), and each write here is a separate call into C that
-no compiler moves another across. Weaker models (aarch64) would need
-barriers Python cannot issue: :func:`supported` is False there, and groups
-keep the socket path.
+no compiler moves another across. Where the compiled extension runs
+(asyncoll._native), :meth:`Arena.publish` and its steps are C, with a
+release store of PUBLISHED and acquire loads of it: the same order. Weaker
+models (aarch64) would need barriers Python cannot issue: :func:`supported`
+is False there, and groups keep the socket path.
 
 Waiting (:class:`Waiter`) spins briefly, then yields the processor, then
 sleeps in growing steps, so that more ranks than cores do not livelock and
