@@ -139,8 +139,8 @@ class Runner:
             return False
         session, group_id = self._session, self._group_id
         faults = session.faults
-        # _number, _admit only where something may refuse, and on_fast_path: written
-        # out, as every call in this thread passes here.
+        # _number, and _admit only where something may refuse: written out, as
+        # every call in this thread passes here.
         seq = self._seq = self._seq + 1
         session.ops += 1
         if session.closed or faults.broken:
@@ -160,21 +160,7 @@ class Runner:
         if mesh.has_early:
             session.call_soon(faults.scan, group_id)
         try:
-            lock = fast.lock
-            # An untimed try first: a timed acquire costs several times as much.
-            if not lock.acquire(False) and not lock.acquire(timeout=limit):
-                raise self._lock_timeout(what, seq, limit)
-            try:
-                current = fast.step(fingerprint, limit)
-                try:
-                    kernel(current, arrays)
-                except (GroupBrokenError, ClosedError, ConfigurationError):
-                    raise
-                except BaseException as exc:
-                    self._give_up(exc, what, seq, limit, current)
-                    raise
-            finally:
-                lock.release()
+            self.on_fast_path(what, seq, limit, kernel, arrays, fingerprint)
         except BaseException as exc:
             if recorder is not None:
                 recorder.failed_here(self, group_id, seq, what, fingerprint,
@@ -188,13 +174,13 @@ class Runner:
 
     def on_fast_path(self, what: str, seq: int, limit: float, kernel: Kernel, arrays: Any,
                      fingerprint: Fingerprint, step: list[Any] | None = None) -> None:
-        """Run ``kernel(step, arrays)`` on the fast path in this thread (the group's own;
-        :meth:`here` does the same in the caller's), translating what the path raises
-        into the group's errors.
+        """Run ``kernel(step, arrays)`` on the fast path in this thread (the caller's or the
+        group's own), translating what the path raises into the group's errors.
 
         ``step`` receives the path's step as soon as it exists, for a canceller.
         """
         fast = self._fast
+        # An untimed try first: a timed acquire costs several times as much.
         if not fast.lock.acquire(False) and not fast.lock.acquire(timeout=limit):
             raise self._lock_timeout(what, seq, limit)
         try:

@@ -756,13 +756,16 @@ done:
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
-/* broadcast(data, operation, fingerprint, root, spins): the root's slot to everyone. */
-static PyObject *core_broadcast(Core *self, PyObject *const *args, Py_ssize_t nargs) {
+/* The broadcast step, started (`start`: the root copies in, every member publishes
+ * and waits briefly, then on) or finished after the caller's wait. Its arguments:
+ * data, operation, fingerprint, root, then spins where it starts. */
+static PyObject *broadcast_step(Core *self, PyObject *const *args, Py_ssize_t nargs,
+                                int start) {
     int64_t operation;
-    if (unpack_step(self, args, nargs, 5, &operation) < 0)
+    if (unpack_step(self, args, nargs, 4 + start, &operation) < 0)
         return NULL;
     Py_ssize_t root = PyLong_AsSsize_t(args[3]);
-    long spins = PyLong_AsLong(args[4]);
+    long spins = start ? PyLong_AsLong(args[4]) : 0;
     if (PyErr_Occurred() || !root_ok(self, root))
         return NULL;
     Py_buffer data;
@@ -770,10 +773,14 @@ static PyObject *core_broadcast(Core *self, PyObject *const *args, Py_ssize_t na
         return NULL;
     int status = -1;
     if (fits(self, data.len)) {
-        if (self->me == root)
-            memcpy(slot(self, operation, root), data.buf, (size_t)data.len);
-        publish(self, 2 * operation - 1);
-        if (!wait_briefly(self, 2 * operation - 1, spins)) {
+        int ready = 1;
+        if (start) {
+            if (self->me == root)
+                memcpy(slot(self, operation, root), data.buf, (size_t)data.len);
+            publish(self, 2 * operation - 1);
+            ready = wait_briefly(self, 2 * operation - 1, spins);
+        }
+        if (!ready) {
             status = WAITING;
         } else if (!same_fingerprints(self, operation)) {
             status = MISMATCH;
@@ -787,28 +794,14 @@ static PyObject *core_broadcast(Core *self, PyObject *const *args, Py_ssize_t na
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
+/* broadcast(data, operation, fingerprint, root, spins): the root's slot to everyone. */
+static PyObject *core_broadcast(Core *self, PyObject *const *args, Py_ssize_t nargs) {
+    return broadcast_step(self, args, nargs, 1);
+}
+
 /* broadcast_out(data, operation, fingerprint, root): after the caller's wait. */
 static PyObject *core_broadcast_out(Core *self, PyObject *const *args, Py_ssize_t nargs) {
-    int64_t operation;
-    if (unpack_step(self, args, nargs, 4, &operation) < 0)
-        return NULL;
-    Py_ssize_t root = PyLong_AsSsize_t(args[3]);
-    if (PyErr_Occurred() || !root_ok(self, root))
-        return NULL;
-    if (!same_fingerprints(self, operation))
-        return PyLong_FromLong(MISMATCH);
-    if (self->me == root)
-        return PyLong_FromLong(DONE);
-    Py_buffer data;
-    if (get_buffer(args[0], &data, 1, 0) < 0)
-        return NULL;
-    int status = -1;
-    if (fits(self, data.len)) {
-        memcpy(data.buf, slot(self, operation, root), (size_t)data.len);
-        status = DONE;
-    }
-    PyBuffer_Release(&data);
-    return status < 0 ? NULL : PyLong_FromLong(status);
+    return broadcast_step(self, args, nargs, 0);
 }
 
 /* barrier(None, operation, fingerprint, spins): publish, meet, compare. */
