@@ -17,8 +17,9 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 # -ffp-contract=off: no fused multiply-add, so every reduction rounds as numpy's does.
+# -fvisibility=hidden: the files' shared functions stay inside the module.
 FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off",
-         "-fno-strict-aliasing"]
+         "-fno-strict-aliasing", "-fvisibility=hidden"]
 
 
 class OptionalBuildExt(build_ext):
@@ -47,7 +48,8 @@ def _extensions() -> list[Extension]:
     if not (sys.platform.startswith("linux")
             and platform.machine().lower() in ("x86_64", "amd64")):
         return []
-    return [Extension("asyncoll._native._arena", ["asyncoll/_native/arena.c"],
+    sources = ["asyncoll/_native/arena.c", "asyncoll/_native/express.c"]
+    return [Extension("asyncoll._native._arena", sources, depends=["asyncoll/_native/core.h"],
                       extra_compile_args=FLAGS, optional=True)]
 
 

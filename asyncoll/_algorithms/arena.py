@@ -235,6 +235,20 @@ class AllReduce:
         if self._op is _AVG:
             finish(_AVG, data, n)
 
+    @property
+    def whole_kind(self) -> int | None:
+        """The compiled reduction's kind where the arena this met last runs the whole
+        array through its compiled step (asyncoll._group.express takes such calls), else
+        None."""
+        return self._kind if self._core is not None else None
+
+    def resume(self, step: Step, started: tuple[NDArray[Any], int]) -> None:
+        """Finish an all_reduce of ``started[0]`` that the compiled entry started as
+        operation ``step.operation``, whose step returned ``started[1]`` (not DONE)."""
+        assert self._core is not None
+        self._finish_native(self._core, step.arena, step.operation, started[0],
+                            step.fingerprint, step.waiter, started[1])
+
     def _finish_native(self, core: Any, arena: Arena, operation: int, data: NDArray[Any],
                        fingerprint: Fingerprint, waiter: Waiter, status: int) -> None:
         """Finish the compiled step that returned ``status`` (a member is late, or differs)."""
@@ -413,6 +427,13 @@ def barrier(arena: Arena, operation: int, fingerprint: Fingerprint, waiter: Wait
         return operation
     _publish_and_check(arena, operation, fingerprint, waiter)
     return operation
+
+
+def resume_barrier(step: Step, started: tuple[None, int]) -> None:
+    """Finish a barrier that the compiled entry started as operation ``step.operation``,
+    whose step returned ``started[1]`` (not DONE)."""
+    arena_steps.finish_barrier(step.arena, step.operation, step.fingerprint, step.waiter,
+                               started[1])
 
 
 # -- the phases ---------------------------------------------------------------------------

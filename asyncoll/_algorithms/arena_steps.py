@@ -113,11 +113,17 @@ def all_gather(arena: Arena, operation: int, mine: NDArray[Any],
 
 def barrier(arena: Arena, operation: int, fingerprint: Fingerprint, waiter: Waiter) -> None:
     """Meet every member at ``operation``, in C."""
-    core = arena.core
-    status = core.barrier(None, operation, fingerprint, waiter.spins)
+    status = arena.core.barrier(None, operation, fingerprint, waiter.spins)
     if status:
-        finish(arena, operation, fingerprint, waiter, status,
-               lambda: DONE if core.same(operation, fingerprint) else MISMATCH)
+        finish_barrier(arena, operation, fingerprint, waiter, status)
+
+
+def finish_barrier(arena: Arena, operation: int, fingerprint: Fingerprint, waiter: Waiter,
+                   status: int) -> None:
+    """Finish a compiled barrier step that returned ``status`` (not DONE)."""
+    core = arena.core
+    finish(arena, operation, fingerprint, waiter, status,
+           lambda: DONE if core.same(operation, fingerprint) else MISMATCH)
 
 
 def reduce_parts(out: NDArray[Any], parts: Sequence[NDArray[Any]], op: ReduceOp,

@@ -206,8 +206,13 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Group = None,
         ConfigurationError: bad tensor or dtype/op pair, before anything is sent.
         CollectiveError: the operation failed (PeerLostError, CollectiveTimeoutError, ...).
     """
-    if not async_op and _ran_again(group, tensor, "all_reduce", op):
-        return None
+    if not async_op:
+        # The group's compiled entry first (asyncoll._group.express), then its repeats.
+        resolved = world.current if group is None or group is WORLD else group
+        express = resolved.express if isinstance(resolved, AsyncProcessGroup) else None
+        if express is not None and express.all_reduce(tensor, op) or _ran_again(
+                group, tensor, "all_reduce", op):
+            return None
     return world.collective("all_reduce", group, async_op, lambda g: g.all_reduce(tensor, op))
 
 
@@ -300,7 +305,9 @@ def barrier(group: Group = None, async_op: bool = False, device_ids: Any = None)
     if not async_op:
         # Resolved here, not by world.resolve: this runs on every blocking barrier.
         resolved = world.current if group is None or group is WORLD else group
-        if isinstance(resolved, AsyncProcessGroup) and resolved.again("barrier", None):
+        if isinstance(resolved, AsyncProcessGroup) and (
+                resolved.express is not None and resolved.express.barrier()
+                or resolved.again("barrier", None)):
             return None
     return world.collective("barrier", group, async_op, lambda g: g.barrier())
 

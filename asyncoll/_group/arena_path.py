@@ -254,6 +254,14 @@ class GroupArena:
         step.waiter.deadline = time.monotonic() + limit
         return step
 
+    def compiled(self) -> tuple[Any, ArenaStep] | None:
+        """The arena's compiled steps and its step, where an operation ran on the arena
+        and the compiled steps run it (asyncoll._group.express); else None."""
+        arena, step = self.arena, self._step
+        if arena is None or arena.core is None or step is None:
+            return None
+        return arena.core, step
+
     def check(self, poll: Poll) -> None:
         """Raise what stops the operation from waiting for ``poll`` any longer (see the module)."""
         step = self._step

@@ -26,6 +26,7 @@ from typing import Any
 
 from asyncoll._algorithms import selection
 from asyncoll._group.context import Loop, Membership
+from asyncoll._group.express import express_for, teach
 from asyncoll._group.fast_path import FastPath, fast_path_of
 from asyncoll._group.plan import (
     Form,
@@ -78,6 +79,8 @@ class GroupCore:
         self._runner = Runner(session, group_id, self.ranks, self._fast)
         # Bound once: a repeat's every call goes through it, and each lookup shows.
         self._here = self._runner.here
+        #: The group's compiled entry for repeated calls, or None (asyncoll._group.express).
+        self.express = express_for(session, group_id, self._fast, self._runner, timeout)
         # Fast-path calls to run again without being made anew (see again).
         self._repeats: dict[Hashable, Repeat] = {}
         # Choices already made, by (collective, bytes, algorithm asked, path's capacity):
@@ -247,8 +250,12 @@ class GroupCore:
         if repeat is None:
             return False
         form = repeat.form
-        return self._here(repeat.what, repeat.fingerprint, self.timeout, repeat.kernel,
-                          arrays if form is None else form(arrays))
+        ran = self._here(repeat.what, repeat.fingerprint, self.timeout, repeat.kernel,
+                         arrays if form is None else form(arrays))
+        if ran and self.express is not None and not repeat.taught:
+            repeat.taught = True
+            teach(self.express, self._fast, key, repeat)
+        return ran
 
 
 def failed(error: AsyncollError) -> concurrent.futures.Future[None]:

@@ -75,6 +75,8 @@ class AsyncProcessGroup:
         self.ranks: tuple[int, ...] = core.ranks
         self.timeout = timeout
         self._me = core.rank
+        #: The compiled entry of its repeated blocking calls, or None (asyncoll._group.express).
+        self.express = core.express
         bind(self)
 
     @property

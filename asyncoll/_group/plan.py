@@ -59,7 +59,7 @@ class Signature(NamedTuple):
 class Repeat:
     """A remembered fast-path call: how to run it again on new arrays of its key."""
 
-    __slots__ = ("what", "fingerprint", "kernel", "form")
+    __slots__ = ("what", "fingerprint", "kernel", "form", "taught")
 
     def __init__(self, what: str, fingerprint: Fingerprint, kernel: Kernel,
                  form: Form | None) -> None:
@@ -67,6 +67,8 @@ class Repeat:
         self.fingerprint = fingerprint
         self.kernel = kernel
         self.form = form
+        #: Whether the group's compiled entry was offered it (asyncoll._group.express).
+        self.taught = False
 
 
 class Turns(Protocol):

@@ -127,15 +127,19 @@ class Runner:
     # -- in the calling thread -----------------------------------------------------------
 
     def here(self, what: str, fingerprint: Fingerprint, limit: float, kernel: Kernel,
-             arrays: Any) -> bool:
+             arrays: Any, started: bool = False) -> bool:
         """Run ``kernel(step, arrays)`` on the fast path in the calling thread.
 
         Returns False, having done nothing, where it must go to the loop
         instead: the path is not set up, or an operation of the group is
         still there (it comes first).
+
+        ``started``: the compiled entry (asyncoll._group.express) started the
+        operation, checked what this checks first and holds the path's lock;
+        ``kernel`` finishes it.
         """
         fast = self._fast
-        if not fast.ready or self.handed != self.finished:
+        if not started and (not fast.ready or self.handed != self.finished):
             return False
         session, group_id = self._session, self._group_id
         faults = session.faults
@@ -143,7 +147,7 @@ class Runner:
         # every call in this thread passes here.
         seq = self._seq = self._seq + 1
         session.ops += 1
-        if session.closed or faults.broken:
+        if (session.closed or faults.broken) and not started:
             self._admit(what, seq)
         # Taking note is safe from this thread; checking frames kept early is the loop's.
         faults.begin(group_id, seq, fingerprint, False)
@@ -160,7 +164,7 @@ class Runner:
         if mesh.has_early:
             session.call_soon(faults.scan, group_id)
         try:
-            self.on_fast_path(what, seq, limit, kernel, arrays, fingerprint)
+            self.on_fast_path(what, seq, limit, kernel, arrays, fingerprint, held=started)
         except BaseException as exc:
             if recorder is not None:
                 recorder.failed_here(self, group_id, seq, what, fingerprint,
@@ -173,15 +177,17 @@ class Runner:
         return True
 
     def on_fast_path(self, what: str, seq: int, limit: float, kernel: Kernel, arrays: Any,
-                     fingerprint: Fingerprint, step: list[Any] | None = None) -> None:
+                     fingerprint: Fingerprint, step: list[Any] | None = None,
+                     held: bool = False) -> None:
         """Run ``kernel(step, arrays)`` on the fast path in this thread (the caller's or the
         group's own), translating what the path raises into the group's errors.
 
         ``step`` receives the path's step as soon as it exists, for a canceller.
+        ``held``: the caller holds the path's lock (and releases it).
         """
         fast = self._fast
         # An untimed try first: a timed acquire costs several times as much.
-        if not fast.lock.acquire(False) and not fast.lock.acquire(timeout=limit):
+        if not held and not fast.lock.acquire(False) and not fast.lock.acquire(timeout=limit):
             raise self._lock_timeout(what, seq, limit)
         try:
             current = fast.step(fingerprint, limit)
@@ -195,7 +201,8 @@ class Runner:
                 self._give_up(exc, what, seq, limit, current)
                 raise
         finally:
-            fast.lock.release()
+            if not held:
+                fast.lock.release()
 
     def _lock_timeout(self, what: str, seq: int, limit: float) -> CollectiveTimeoutError:
         return CollectiveTimeoutError(

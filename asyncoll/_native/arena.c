@@ -13,8 +13,7 @@
  * -ffp-contract=off keeps the compiler from fusing a multiply and an add.
  * Every pointer is checked against the mapping's bounds before use.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "core.h"
 
 #include <linux/futex.h>
 #include <sched.h>
@@ -30,25 +29,6 @@
 #define PAUSE() ((void)0)
 #endif
 
-/* The layout (asyncoll/_transport/shm/arena.py): control lines of 256 bytes,
- * int64 words; slots 128-byte aligned, two sets. */
-#define LINE_WORDS 32
-#define LINE_BYTES 256
-#define W_PUBLISHED 0
-#define W_SLEEPING 5
-#define FINGERPRINT_WORDS 6
-static const int FINGERPRINT_AT[2] = {8, 16};
-#define ALIGN 128
-/* Yields after the spins, GIL released, before the caller's checks run again
- * (Waiter's CHECK_EVERY). */
-#define YIELDS 16
-
-/* What a step returns: done, published and waiting (the caller waits, then
- * calls the step's *_out), or a member published another operation (the
- * caller's Python check says how); the split all_reduce also waits for the
- * members' results (WAITING_RESULTS: phase 2k). */
-enum { DONE = 0, WAITING = 1, MISMATCH = 2, WAITING_RESULTS = 3 };
-
 /* -- the reductions ------------------------------------------------------------------ */
 
 enum { T_BOOL, T_I8, T_U8, T_I16, T_U16, T_I32, T_U32, T_I64, T_U64, T_F16, T_F32,
@@ -58,8 +38,6 @@ enum { O_SUM, O_PRODUCT, O_MIN, O_MAX, O_BAND, O_BOR, O_BXOR, O_AVG, OPS };
 
 static const Py_ssize_t ITEMSIZE[TYPES] = {1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 4, 8, 8, 16};
 
-typedef void (*binary_fn)(char *out, const char *a, const char *b, Py_ssize_t n);
-typedef void (*divide_fn)(char *out, Py_ssize_t n, Py_ssize_t by);
 
 /* out[i] = a[i] (op) b[i]; out may be a (in place). */
 #define BINARY(name, T, EXPR)                                                          \
@@ -232,15 +210,8 @@ static const binary_fn BINARIES[TYPES][OPS] = {
 static const divide_fn DIVIDES[TYPES] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                                          f16_divide, f32_divide, f64_divide, NULL, NULL};
 
-/* A reduction's kind (type * OPS + op, as asyncoll._native.kind makes it),
- * checked: its binary function, its divide (AVG only) and its item size. */
-typedef struct {
-    binary_fn binary;
-    divide_fn divide;
-    Py_ssize_t itemsize;
-} Kind;
 
-static int kind_of(long code, Kind *kind) {
+int kind_of(long code, Kind *kind) {
     if (code < 0 || code >= TYPES * OPS || BINARIES[code / OPS][code % OPS] == NULL) {
         PyErr_Format(PyExc_ValueError, "reduction kind %ld is not one this module has", code);
         return -1;
@@ -280,7 +251,7 @@ static void reduce_parts(const Kind *kind, char *out, const char *const *parts, 
 /* -- buffers ---------------------------------------------------------------------------- */
 
 /* A C-contiguous buffer of `obj` (writable if asked), aligned for `itemsize`. */
-static int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize) {
+int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize) {
     if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
         return -1;
     Py_ssize_t align = itemsize > 8 ? 8 : itemsize;
@@ -297,17 +268,6 @@ static int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t i
 
 /* -- the arena ------------------------------------------------------------------------ */
 
-typedef struct {
-    PyObject_HEAD
-    Py_buffer memory;
-    int mapped;
-    Py_ssize_t size, me, slot_bytes, stride;
-    int64_t *words;
-    char *slots;
-    /* The fingerprint object last parsed (a strong reference) and its words. */
-    PyObject *fingerprint;
-    int64_t packed[FINGERPRINT_WORDS];
-} Core;
 
 static void core_release(Core *self) {
     if (self->mapped) {
@@ -358,7 +318,7 @@ static int core_init(Core *self, PyObject *args, PyObject *kwargs) {
     return 0;
 }
 
-static int core_mapped(Core *self) {
+int core_mapped(Core *self) {
     if (!self->mapped) {
         PyErr_SetString(PyExc_ValueError, "the arena was released: this member closed it");
         return 0;
@@ -366,18 +326,9 @@ static int core_mapped(Core *self) {
     return 1;
 }
 
-static inline int64_t *line(Core *self, Py_ssize_t member) {
-    return self->words + member * LINE_WORDS;
-}
-
-static inline char *slot(Core *self, int64_t operation, Py_ssize_t member) {
-    return self->slots + ((operation & 1) * self->size + member) * self->stride;
-}
-
-static inline int64_t load(const int64_t *word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
 
 /* The fingerprint (a tuple of 6 ints) in self->packed; the last one is kept. */
-static int parse_fingerprint(Core *self, PyObject *fingerprint) {
+int parse_fingerprint(Core *self, PyObject *fingerprint) {
     if (fingerprint == self->fingerprint)
         return 0;
     if (!PyTuple_Check(fingerprint) || PyTuple_GET_SIZE(fingerprint) != FINGERPRINT_WORDS) {
@@ -398,7 +349,7 @@ static int parse_fingerprint(Core *self, PyObject *fingerprint) {
 
 /* Publish `phase` (the data is in this member's slot): the fingerprint of its
  * operation, then the phase, then wake any member asleep on a futex. */
-static void publish(Core *self, int64_t phase) {
+void publish(Core *self, int64_t phase) {
     int64_t *mine = line(self, self->me);
     int64_t *field = mine + FINGERPRINT_AT[((phase + 1) / 2) & 1];
     for (int k = 0; k < FINGERPRINT_WORDS; k++)
@@ -425,7 +376,7 @@ static inline int all_published(Core *self, int64_t phase) {
 
 /* Whether every member published `phase`, after `spins` polls and YIELDS
  * yields at most, with the GIL released once the first poll says no. */
-static int wait_briefly(Core *self, int64_t phase, long spins) {
+int wait_briefly(Core *self, int64_t phase, long spins) {
     if (all_published(self, phase))
         return 1;
     int ready = 0;
@@ -443,7 +394,7 @@ static int wait_briefly(Core *self, int64_t phase, long spins) {
 }
 
 /* Whether every other member's fingerprint for `operation` is this member's. */
-static int same_fingerprints(Core *self, int64_t operation) {
+int same_fingerprints(Core *self, int64_t operation) {
     int at = FINGERPRINT_AT[operation & 1];
     for (Py_ssize_t m = 0; m < self->size; m++) {
         if (m == self->me)
@@ -457,7 +408,7 @@ static int same_fingerprints(Core *self, int64_t operation) {
 }
 
 /* The slot bytes of an operation: within a slot, checked. */
-static int fits(Core *self, Py_ssize_t bytes) {
+int fits(Core *self, Py_ssize_t bytes) {
     if (bytes > self->slot_bytes) {
         PyErr_Format(PyExc_ValueError, "%zd bytes do not fit the arena's slots of %zd bytes",
                      bytes, self->slot_bytes);
@@ -466,7 +417,7 @@ static int fits(Core *self, Py_ssize_t bytes) {
     return 1;
 }
 
-static int operation_ok(int64_t operation) {
+int operation_ok(int64_t operation) {
     if (operation < 1 || operation > ((int64_t)1 << 61)) {
         PyErr_Format(PyExc_ValueError, "operation number %lld is out of range",
                      (long long)operation);
@@ -479,7 +430,7 @@ static int operation_ok(int64_t operation) {
 
 /* all_reduce's end, and reduce's (on `root` only; -1: every member): fingerprints
  * compared, every slot reduced in member order. */
-static int all_reduce_out(Core *self, const Kind *kind, char *data, Py_ssize_t bytes,
+int all_reduce_out(Core *self, const Kind *kind, char *data, Py_ssize_t bytes,
                           int64_t operation, Py_ssize_t root) {
     if (!same_fingerprints(self, operation))
         return MISMATCH;
@@ -896,7 +847,7 @@ static PyMethodDef core_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject CoreType = {
+PyTypeObject CoreType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "asyncoll._native._arena.Core",
     .tp_basicsize = sizeof(Core),
@@ -1006,19 +957,22 @@ static struct PyModuleDef arena_module = {
 };
 
 PyMODINIT_FUNC PyInit__arena(void) {
-    if (PyType_Ready(&CoreType) < 0)
+    if (PyType_Ready(&CoreType) < 0 || express_ready() < 0)
         return NULL;
     PyObject *module = PyModule_Create(&arena_module);
     if (module == NULL)
         return NULL;
     Py_INCREF(&CoreType);
+    Py_INCREF(&ExpressType);
     if (PyModule_AddObject(module, "Core", (PyObject *)&CoreType) < 0
+        || PyModule_AddObject(module, "Express", (PyObject *)&ExpressType) < 0
         || PyModule_AddIntConstant(module, "OPS", OPS) < 0
         || PyModule_AddIntConstant(module, "DONE", DONE) < 0
         || PyModule_AddIntConstant(module, "WAITING", WAITING) < 0
         || PyModule_AddIntConstant(module, "MISMATCH", MISMATCH) < 0
         || PyModule_AddIntConstant(module, "WAITING_RESULTS", WAITING_RESULTS) < 0) {
         Py_DECREF(&CoreType);
+        Py_DECREF(&ExpressType);
         Py_DECREF(module);
         return NULL;
     }

@@ -205,6 +205,12 @@ class TcpMesh:
         """Whether any peer's inbox keeps an early frame."""
         return self._early_count.frames > 0
 
+    @property
+    def early_count(self) -> EarlyCount:
+        """The count behind :attr:`has_early`, which the compiled entry reads
+        (asyncoll._group.express)."""
+        return self._early_count
+
     def fail_channel(self, channel: int, error: AsyncollError) -> None:
         """Fail every send and receive of channel ``channel``, pending and later (sticky)."""
         if channel in self._failed_channels:

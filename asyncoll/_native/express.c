@@ -1,0 +1,510 @@
+/* asyncoll._native._arena.Express: a group's repeated blocking call, from the
+ * API to its result in one call into C.
+ *
+ * asyncoll._group.runner.Runner.here runs a call on the group's arena in the
+ * calling thread: it numbers the operation, refuses it where the session is
+ * closed or the group broken, takes note for the fault table and the flight
+ * recorder, holds the path's lock, runs the arena's step and notes the end.
+ * Express does the same for a call it was taught (an all_reduce of one dtype,
+ * size and op whose array goes whole through the slots, or a barrier), on the
+ * same Python objects, so everything that reads them (status, the flight
+ * recorder, the loop's checks) sees what the Python path would have left.
+ * It takes only the common case: where anything differs (an operation of
+ * the group still on the loop, a closed session, a broken group, frames kept
+ * early, the recorder's run not this call's, an array it was not taught) it
+ * returns False, having done nothing, and the Python path runs the call.
+ * Where the step's brief wait ends before every member arrived (or a member
+ * published another operation), it hands the started operation to
+ * Runner.here with the entry's resume, which waits with the group's checks
+ * and deadline and raises the group's errors.
+ */
+#include "core.h"
+
+/* Calls taught per group; a group repeats a few (DDP's buckets, a model's
+ * layers), and one past these runs the Python way. */
+#define ENTRIES 32
+
+enum { E_ALL_REDUCE = 0, E_BARRIER = 1 };
+
+typedef struct {
+    int collective;
+    /* all_reduce's key beside its size in bytes: the dtype and op objects it
+     * was taught with (compared by identity). */
+    PyObject *dtype, *op;
+    Py_ssize_t bytes;
+    Kind kind;
+    /* Runner.here's arguments where the step needs the Python path to finish. */
+    PyObject *what, *fingerprint, *resume;
+} Entry;
+
+typedef struct {
+    PyObject_HEAD
+    /* The group's arena, once armed (NULL: every call goes the Python way). */
+    Core *core;
+    PyObject *step; /* the arena's ArenaStep: its operation number */
+    long spins;
+    /* What a call reads and writes (see Runner.here). */
+    PyObject *runner, *session, *broken, *completed, *last, *early, *recorder, *here;
+    PyObject *acquire, *release, *scan_soon, *group_id, *limit, *ndarray;
+    long long sample_every;
+    int count;
+    Entry entries[ENTRIES];
+} Express;
+
+static PyObject *s_handed, *s_finished, *s_seq, *s_ops, *s_closed, *s_frames, *s_operation,
+    *s_run_fingerprint, *s_dtype, *s_sample;
+
+/* -- reading and writing the Python side's numbers ------------------------------------ */
+
+static int read_number(PyObject *owner, PyObject *name, long long *value) {
+    PyObject *got = PyObject_GetAttr(owner, name);
+    if (got == NULL)
+        return -1;
+    *value = PyLong_AsLongLong(got);
+    Py_DECREF(got);
+    return *value == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* owner.name = value, a new reference this takes (NULL: its error stands). */
+static int write_number(PyObject *owner, PyObject *name, PyObject *value) {
+    if (value == NULL)
+        return -1;
+    int failed = PyObject_SetAttr(owner, name, value);
+    Py_DECREF(value);
+    return failed;
+}
+
+/* 1: the call may run here now; 0: it goes the Python way; -1: an error. */
+static int open_for(Express *self, const Entry *entry) {
+    long long handed, finished, frames;
+    if (read_number(self->runner, s_handed, &handed) < 0
+        || read_number(self->runner, s_finished, &finished) < 0
+        || read_number(self->early, s_frames, &frames) < 0)
+        return -1;
+    if (handed != finished || frames > 0 || PyDict_GET_SIZE(self->broken) > 0)
+        return 0;
+    PyObject *closed = PyObject_GetAttr(self->session, s_closed);
+    if (closed == NULL)
+        return -1;
+    int refused = PyObject_IsTrue(closed);
+    Py_DECREF(closed);
+    if (refused != 0)
+        return refused < 0 ? -1 : 0;
+    if (self->recorder != Py_None) {
+        PyObject *run = PyObject_GetAttr(self->runner, s_run_fingerprint);
+        if (run == NULL)
+            return -1;
+        Py_DECREF(run);
+        if (run != entry->fingerprint)
+            return 0; /* the Python path opens the recorder's run for it */
+    }
+    return 1;
+}
+
+/* -- one call ---------------------------------------------------------------------------- */
+
+/* The end of an operation the step finished: what Runner.here notes after it. */
+static int noted(Express *self, const Entry *entry, long long operation, long long seq) {
+    long long ops;
+    if (read_number(self->session, s_ops, &ops) < 0)
+        return -1;
+    PyObject *number = PyLong_FromLongLong(seq);
+    if (number == NULL)
+        return -1;
+    PyObject *last = PyTuple_Pack(2, number, entry->fingerprint);
+    int failed = last == NULL
+        || write_number(self->step, s_operation, PyLong_FromLongLong(operation)) < 0
+        || PyObject_SetAttr(self->runner, s_seq, number) < 0
+        || write_number(self->session, s_ops, PyLong_FromLongLong(ops + 1)) < 0
+        || PyDict_SetItem(self->completed, self->group_id, number) < 0
+        || PyDict_SetItem(self->last, self->group_id, last) < 0;
+    Py_XDECREF(last);
+    if (!failed && self->recorder != Py_None && seq % self->sample_every == 0) {
+        PyObject *sampled = PyObject_CallMethodObjArgs(self->recorder, s_sample,
+                                                       self->group_id, number, NULL);
+        failed = sampled == NULL;
+        Py_XDECREF(sampled);
+    }
+    Py_DECREF(number);
+    long long frames = 0;
+    if (!failed && (failed = read_number(self->early, s_frames, &frames) < 0) == 0
+        && frames > 0) {
+        /* Frames kept early are checked against the group's operations on the loop. */
+        PyObject *soon = PyObject_CallNoArgs(self->scan_soon);
+        failed = soon == NULL;
+        Py_XDECREF(soon);
+    }
+    return failed ? -1 : 0;
+}
+
+/* The step, with the path's lock held: the operation after the arena's last. */
+static PyObject *run_locked(Express *self, const Entry *entry, PyObject *data,
+                            const Py_buffer *view) {
+    Core *core = self->core;
+    long long operation, seq;
+    if (read_number(self->step, s_operation, &operation) < 0
+        || read_number(self->runner, s_seq, &seq) < 0)
+        return NULL;
+    operation += 1;
+    seq += 1;
+    if (!operation_ok(operation) || parse_fingerprint(core, entry->fingerprint) < 0)
+        return NULL;
+    int64_t phase = 2 * operation - 1;
+    int status;
+    if (entry->collective == E_ALL_REDUCE) {
+        memcpy(slot(core, operation, core->me), view->buf, (size_t)view->len);
+        publish(core, phase);
+        status = wait_briefly(core, phase, self->spins)
+            ? all_reduce_out(core, &entry->kind, view->buf, view->len, operation, -1)
+            : WAITING;
+        if (status < 0) {
+            /* Out of memory for the members' list, with this member's part published:
+             * the Python path finishes it, and raises the group's error if it fails. */
+            PyErr_Clear();
+            status = WAITING;
+        }
+    } else {
+        publish(core, phase);
+        status = !wait_briefly(core, phase, self->spins) ? WAITING
+            : same_fingerprints(core, operation) ? DONE : MISMATCH;
+    }
+    if (status == DONE)
+        return noted(self, entry, operation, seq) < 0 ? NULL : Py_NewRef(Py_True);
+    /* Late or different: Runner.here numbers it, takes note and waits, with its checks. */
+    PyObject *started = Py_BuildValue("(Oi)", data, status);
+    if (started == NULL)
+        return NULL;
+    PyObject *args[6] = {entry->what, entry->fingerprint, self->limit, entry->resume, started,
+                         Py_True};
+    PyObject *ran = PyObject_Vectorcall(self->here, args, 6, NULL);
+    Py_DECREF(started);
+    if (ran == NULL)
+        return NULL;
+    Py_DECREF(ran);
+    Py_RETURN_TRUE;
+}
+
+/* `entry` on `data` (Py_None for a barrier), where the group lets it run here now. */
+static PyObject *run(Express *self, const Entry *entry, PyObject *data, const Py_buffer *view) {
+    int open = open_for(self, entry);
+    if (open <= 0)
+        return open < 0 ? NULL : Py_NewRef(Py_False);
+    /* An untimed try: a thread that holds the lock runs an operation of the group,
+     * and the Python path waits for it under the call's deadline. */
+    PyObject *got = PyObject_CallOneArg(self->acquire, Py_False);
+    if (got == NULL)
+        return NULL;
+    int locked = got == Py_True;
+    Py_DECREF(got);
+    if (!locked)
+        Py_RETURN_FALSE;
+    PyObject *result = run_locked(self, entry, data, view);
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *raised = PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+#endif
+    PyObject *released = PyObject_CallNoArgs(self->release);
+    if (released == NULL)
+        Py_CLEAR(result);
+    Py_XDECREF(released);
+    if (result == NULL && released != NULL) { /* the step's error, not the release's */
+#if PY_VERSION_HEX >= 0x030C0000
+        PyErr_SetRaisedException(raised);
+    } else {
+        Py_XDECREF(raised);
+#else
+        PyErr_Restore(type, value, traceback);
+    } else {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+#endif
+    }
+    return result;
+}
+
+/* all_reduce(data, op) -> whether it ran (False: nothing was done). */
+static PyObject *express_all_reduce(Express *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "all_reduce(data, op)");
+        return NULL;
+    }
+    PyObject *data = args[0], *op = args[1];
+    if (self->core == NULL || !self->core->mapped
+        || Py_TYPE(data) != (PyTypeObject *)self->ndarray)
+        Py_RETURN_FALSE;
+    PyObject *dtype = PyObject_GetAttr(data, s_dtype);
+    if (dtype == NULL)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        Py_DECREF(dtype);
+        PyErr_Clear(); /* read-only or strided: the Python path says what it does with it */
+        Py_RETURN_FALSE;
+    }
+    const Entry *entry = NULL;
+    for (int i = 0; i < self->count && entry == NULL; i++) {
+        const Entry *e = &self->entries[i];
+        if (e->collective == E_ALL_REDUCE && e->dtype == dtype && e->op == op
+            && e->bytes == view.len)
+            entry = e;
+    }
+    Py_DECREF(dtype);
+    PyObject *result;
+    if (entry == NULL || view.len > self->core->slot_bytes
+        || (uintptr_t)view.buf % (uintptr_t)(entry->kind.itemsize > 8 ? 8 : entry->kind.itemsize))
+        result = Py_NewRef(Py_False);
+    else
+        result = run(self, entry, data, &view);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* barrier() -> whether it ran (False: nothing was done). */
+static PyObject *express_barrier(Express *self, PyObject *Py_UNUSED(unused)) {
+    if (self->core == NULL || !self->core->mapped)
+        Py_RETURN_FALSE;
+    for (int i = 0; i < self->count; i++)
+        if (self->entries[i].collective == E_BARRIER)
+            return run(self, &self->entries[i], Py_None, NULL);
+    Py_RETURN_FALSE;
+}
+
+/* -- teaching ---------------------------------------------------------------------------- */
+
+static void entry_clear(Entry *entry) {
+    Py_CLEAR(entry->dtype);
+    Py_CLEAR(entry->op);
+    Py_CLEAR(entry->what);
+    Py_CLEAR(entry->fingerprint);
+    Py_CLEAR(entry->resume);
+}
+
+/* learn(collective, what, fingerprint, resume, dtype, bytes, op, kind): one call to take. */
+static PyObject *express_learn(Express *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "learn(collective, what, fingerprint, resume, dtype, bytes, op, kind)");
+        return NULL;
+    }
+    long collective = PyLong_AsLong(args[0]), code = PyLong_AsLong(args[7]);
+    Py_ssize_t bytes = PyLong_AsSsize_t(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    Entry entry = {0};
+    if (collective == E_ALL_REDUCE) {
+        if (kind_of(code, &entry.kind) < 0)
+            return NULL;
+        if (bytes < 1 || bytes % entry.kind.itemsize) {
+            PyErr_Format(PyExc_ValueError, "an all_reduce of %zd bytes of items of %zd",
+                         bytes, entry.kind.itemsize);
+            return NULL;
+        }
+    } else if (collective != E_BARRIER) {
+        PyErr_Format(PyExc_ValueError, "collective %ld is not one Express takes", collective);
+        return NULL;
+    }
+    if (!PyTuple_Check(args[2]) || !PyCallable_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "a fingerprint is a tuple and resume a callable");
+        return NULL;
+    }
+    if (self->count == ENTRIES)
+        Py_RETURN_FALSE;
+    entry.collective = (int)collective;
+    entry.bytes = bytes;
+    entry.what = Py_NewRef(args[1]);
+    entry.fingerprint = Py_NewRef(args[2]);
+    entry.resume = Py_NewRef(args[3]);
+    entry.dtype = Py_NewRef(args[4]);
+    entry.op = Py_NewRef(args[6]);
+    self->entries[self->count++] = entry;
+    Py_RETURN_TRUE;
+}
+
+/* arm(core, step, spins): the group's arena, set up, and its step. */
+static PyObject *express_arm(Express *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyObject_TypeCheck(args[0], &CoreType)) {
+        PyErr_SetString(PyExc_TypeError, "arm(core, step, spins)");
+        return NULL;
+    }
+    long spins = PyLong_AsLong(args[2]);
+    if (spins == -1 && PyErr_Occurred())
+        return NULL;
+    Py_XSETREF(self->core, (Core *)Py_NewRef(args[0]));
+    Py_XSETREF(self->step, Py_NewRef(args[1]));
+    self->spins = spins < 0 ? 0 : spins;
+    Py_RETURN_NONE;
+}
+
+/* forget(): no call is taken any more, until taught again. */
+static PyObject *express_forget(Express *self, PyObject *Py_UNUSED(unused)) {
+    for (int i = 0; i < self->count; i++)
+        entry_clear(&self->entries[i]);
+    self->count = 0;
+    Py_RETURN_NONE;
+}
+
+/* -- the type -------------------------------------------------------------------------- */
+
+static int express_init(Express *self, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"runner", "session", "faults", "early", "lock", "group_id", "limit",
+                            "ndarray", "sample_every", "scan_soon", NULL};
+    PyObject *runner, *session, *faults, *early, *lock, *group_id, *limit, *ndarray, *scan_soon;
+    long long sample_every;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOLO", names, &runner, &session,
+                                     &faults, &early, &lock, &group_id, &limit, &ndarray,
+                                     &sample_every, &scan_soon))
+        return -1;
+    if (sample_every < 1 || !PyType_Check(ndarray) || !PyLong_Check(group_id)) {
+        PyErr_SetString(PyExc_ValueError, "sample_every is 1 or more, ndarray a type and "
+                        "group_id an int");
+        return -1;
+    }
+    PyObject *broken = PyObject_GetAttrString(faults, "broken");
+    PyObject *completed = PyObject_GetAttrString(faults, "_completed");
+    PyObject *last = PyObject_GetAttrString(faults, "_last");
+    PyObject *recorder = PyObject_GetAttrString(runner, "recorder");
+    PyObject *here = PyObject_GetAttrString(runner, "here");
+    PyObject *acquire = PyObject_GetAttrString(lock, "acquire");
+    PyObject *release = PyObject_GetAttrString(lock, "release");
+    PyObject *got[] = {broken, completed, last, recorder, here, acquire, release};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof got / sizeof got[0]; i++)
+        ok = ok && got[i] != NULL;
+    if (ok && !(PyDict_Check(broken) && PyDict_Check(completed) && PyDict_Check(last))) {
+        PyErr_SetString(PyExc_TypeError, "the fault table's broken, _completed and _last "
+                        "are dicts");
+        ok = 0;
+    }
+    if (!ok) {
+        for (size_t i = 0; i < sizeof got / sizeof got[0]; i++)
+            Py_XDECREF(got[i]);
+        return -1;
+    }
+    Py_XSETREF(self->broken, broken);
+    Py_XSETREF(self->completed, completed);
+    Py_XSETREF(self->last, last);
+    Py_XSETREF(self->recorder, recorder);
+    Py_XSETREF(self->here, here);
+    Py_XSETREF(self->acquire, acquire);
+    Py_XSETREF(self->release, release);
+    Py_XSETREF(self->runner, Py_NewRef(runner));
+    Py_XSETREF(self->session, Py_NewRef(session));
+    Py_XSETREF(self->early, Py_NewRef(early));
+    Py_XSETREF(self->group_id, Py_NewRef(group_id));
+    Py_XSETREF(self->limit, Py_NewRef(limit));
+    Py_XSETREF(self->ndarray, Py_NewRef(ndarray));
+    Py_XSETREF(self->scan_soon, Py_NewRef(scan_soon));
+    self->sample_every = sample_every;
+    return 0;
+}
+
+static int express_traverse(Express *self, visitproc visit, void *arg) {
+    Py_VISIT(self->core);
+    Py_VISIT(self->step);
+    Py_VISIT(self->runner);
+    Py_VISIT(self->session);
+    Py_VISIT(self->broken);
+    Py_VISIT(self->completed);
+    Py_VISIT(self->last);
+    Py_VISIT(self->early);
+    Py_VISIT(self->recorder);
+    Py_VISIT(self->here);
+    Py_VISIT(self->acquire);
+    Py_VISIT(self->release);
+    Py_VISIT(self->scan_soon);
+    Py_VISIT(self->group_id);
+    Py_VISIT(self->limit);
+    Py_VISIT(self->ndarray);
+    for (int i = 0; i < self->count; i++) {
+        Py_VISIT(self->entries[i].dtype);
+        Py_VISIT(self->entries[i].op);
+        Py_VISIT(self->entries[i].what);
+        Py_VISIT(self->entries[i].fingerprint);
+        Py_VISIT(self->entries[i].resume);
+    }
+    return 0;
+}
+
+static int express_clear(Express *self) {
+    Py_CLEAR(self->core);
+    Py_CLEAR(self->step);
+    Py_CLEAR(self->runner);
+    Py_CLEAR(self->session);
+    Py_CLEAR(self->broken);
+    Py_CLEAR(self->completed);
+    Py_CLEAR(self->last);
+    Py_CLEAR(self->early);
+    Py_CLEAR(self->recorder);
+    Py_CLEAR(self->here);
+    Py_CLEAR(self->acquire);
+    Py_CLEAR(self->release);
+    Py_CLEAR(self->scan_soon);
+    Py_CLEAR(self->group_id);
+    Py_CLEAR(self->limit);
+    Py_CLEAR(self->ndarray);
+    for (int i = 0; i < self->count; i++)
+        entry_clear(&self->entries[i]);
+    self->count = 0;
+    return 0;
+}
+
+static void express_dealloc(Express *self) {
+    PyObject_GC_UnTrack(self);
+    express_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef express_methods[] = {
+    {"all_reduce", (PyCFunction)(void (*)(void))express_all_reduce, METH_FASTCALL,
+     "all_reduce(data, op) -> whether it ran here (False: nothing was done)"},
+    {"barrier", (PyCFunction)express_barrier, METH_NOARGS,
+     "barrier() -> whether it ran here (False: nothing was done)"},
+    {"learn", (PyCFunction)(void (*)(void))express_learn, METH_FASTCALL,
+     "learn(collective, what, fingerprint, resume, dtype, bytes, op, kind) -> whether it "
+     "was taken (False: full)"},
+    {"arm", (PyCFunction)(void (*)(void))express_arm, METH_FASTCALL,
+     "arm(core, step, spins): the group's arena and its step"},
+    {"forget", (PyCFunction)express_forget, METH_NOARGS, "forget(): take no call"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *express_count(Express *self, void *Py_UNUSED(closure)) {
+    return PyLong_FromLong(self->count);
+}
+
+static PyGetSetDef express_getset[] = {
+    {"count", (getter)express_count, NULL, "the calls taught", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject ExpressType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "asyncoll._native._arena.Express",
+    .tp_basicsize = sizeof(Express),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Express(runner, session, faults, early, lock, group_id, limit, ndarray, "
+              "sample_every, scan_soon): a group's repeated blocking calls, in C.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)express_init,
+    .tp_dealloc = (destructor)express_dealloc,
+    .tp_traverse = (traverseproc)express_traverse,
+    .tp_clear = (inquiry)express_clear,
+    .tp_methods = express_methods,
+    .tp_getset = express_getset,
+};
+
+int express_ready(void) {
+    struct { PyObject **name; const char *text; } names[] = {
+        {&s_handed, "handed"}, {&s_finished, "finished"}, {&s_seq, "_seq"}, {&s_ops, "ops"},
+        {&s_closed, "closed"}, {&s_frames, "frames"}, {&s_operation, "operation"},
+        {&s_run_fingerprint, "run_fingerprint"}, {&s_dtype, "dtype"}, {&s_sample, "sample"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (*names[i].name == NULL
+            && (*names[i].name = PyUnicode_InternFromString(names[i].text)) == NULL)
+            return -1;
+    return PyType_Ready(&ExpressType);
+}

@@ -1,0 +1,264 @@
+"""The compiled entry of repeated calls, alone (asyncoll/_native/express.c).
+
+An Express on a two-member arena in one process, the other member driven
+through its own compiled Core, and stand-ins for the runner, session and
+fault table with the attributes Express reads and writes: what a finished
+call leaves (as Runner.here would), every case it refuses having done
+nothing, and what it hands to Runner.here when a member is late or differs.
+The same entry in real jobs: tests/integration/test_express.py.
+"""
+
+from __future__ import annotations
+
+import gc
+import mmap
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from asyncoll import _native
+from asyncoll._algorithms.arena_steps import MISMATCH, WAITING
+from asyncoll._group.express import ALL_REDUCE, BARRIER
+from asyncoll._transport.inbox import EarlyCount
+from asyncoll._transport.shm.arena import arena_bytes
+from asyncoll._wire.frames import Fingerprint
+from asyncoll.types import ReduceOp
+
+pytestmark = [pytest.mark.timeout(60),
+              pytest.mark.skipif(_native.arena is None,
+                                 reason=f"the compiled extension is off: {_native.describe()}")]
+
+SLOT = 4096
+GROUP = 7
+SUM = ReduceOp.SUM
+FP = Fingerprint(1, 2, 1, 1, -1, 4)
+BARRIER_FP = Fingerprint(9, 0, 0, 1, -1, 0)
+
+
+class Runner:
+    """What Express reads of Runner, and a ``here`` that records what it is handed."""
+
+    def __init__(self, recorder: Any = None) -> None:
+        self.handed = self.finished = 0
+        self._seq = 10
+        self.recorder = recorder
+        self.run_fingerprint: Any = None
+        self.handed_over: list[tuple[Any, ...]] = []
+        self.lock_held_then: list[bool] = []
+        self.lock: threading.Lock | None = None
+
+    def here(self, what, fingerprint, limit, kernel, arrays, started=False):
+        assert self.lock is not None
+        self.lock_held_then.append(self.lock.locked())
+        self.handed_over.append((what, fingerprint, limit, kernel, arrays, started))
+        return True
+
+
+class Recorder:
+    def __init__(self, early: EarlyCount | None = None) -> None:
+        self.samples: list[tuple[int, int]] = []
+        self._early = early
+
+    def sample(self, group_id: int, seq: int) -> None:
+        self.samples.append((group_id, seq))
+        if self._early is not None:
+            self._early.frames = 1  # a frame kept early while the call ran
+
+
+def resume(step, started):
+    raise AssertionError("Express calls Runner.here with this, never calls it itself")
+
+
+@pytest.fixture
+def job():
+    """(express, the pieces it works on, the other member's Core)."""
+    memory = mmap.mmap(-1, arena_bytes(2, SLOT))
+    mine = _native.arena.Core(memory, 2, 0, SLOT)
+    theirs = _native.arena.Core(memory, 2, 1, SLOT)
+    early = EarlyCount()
+    lock = threading.Lock()
+    parts = SimpleNamespace(
+        runner=Runner(), session=SimpleNamespace(closed=False, ops=100),
+        faults=SimpleNamespace(broken={}, _completed={}, _last={}), early=early, lock=lock,
+        step=SimpleNamespace(operation=0, waiter=SimpleNamespace(spins=50)), scans=[])
+    parts.runner.lock = lock
+    parts.mine = mine
+    express = make(parts)
+    express.arm(mine, parts.step, 50)
+    yield express, parts, theirs
+    mine.release()
+    theirs.release()
+
+
+def make(parts: SimpleNamespace) -> Any:
+    return _native.arena.Express(
+        runner=parts.runner, session=parts.session, faults=parts.faults, early=parts.early,
+        lock=parts.lock, group_id=GROUP, limit=30.0, ndarray=np.ndarray, sample_every=4,
+        scan_soon=lambda: parts.scans.append(GROUP))
+
+
+def teach_sum(express: Any, dtype: str = "float32", count: int = 4) -> None:
+    kind = _native.kind(np.dtype(dtype), SUM)
+    assert express.learn(ALL_REDUCE, "all_reduce", FP, resume, np.dtype(dtype),
+                         count * np.dtype(dtype).itemsize, SUM, kind)
+
+
+def their_part(theirs: Any, operation: int, values: np.ndarray, fingerprint=FP) -> None:
+    """The other member copies in and publishes ``operation`` (its step then waits)."""
+    kind = _native.kind(values.dtype, SUM)
+    assert theirs.all_reduce(values, operation, fingerprint, kind, 0) == WAITING
+
+
+def test_a_taught_all_reduce_runs_whole_and_leaves_what_runner_here_would(job):
+    express, parts, theirs = job
+    teach_sum(express)
+    assert express.count == 1
+    for operation in (1, 2, 3):
+        their_part(theirs, operation, np.full(4, 10.0 * operation, np.float32))
+        x = np.arange(4, dtype=np.float32)
+        assert express.all_reduce(x, SUM) is True
+        assert (x == np.arange(4) + 10 * operation).all()
+    seq = 13
+    assert (parts.runner._seq, parts.session.ops, parts.step.operation) == (seq, 103, 3)
+    assert parts.faults._completed == {GROUP: seq}
+    assert parts.faults._last == {GROUP: (seq, FP)}
+    assert parts.runner.handed_over == [] and not parts.lock.locked() and parts.scans == []
+
+
+def test_a_late_member_hands_the_started_operation_to_runner_here_with_the_lock_held(job):
+    express, parts, theirs = job
+    teach_sum(express)
+    x = np.ones(4, np.float32)
+    assert express.all_reduce(x, SUM) is True
+    [(what, fingerprint, limit, kernel, arrays, started)] = parts.runner.handed_over
+    assert (what, fingerprint, limit, kernel, started) == ("all_reduce", FP, 30.0, resume, True)
+    assert arrays[0] is x and arrays[1] == WAITING
+    assert parts.runner.lock_held_then == [True] and not parts.lock.locked()
+    # Runner.here numbers and notes it: Express left the numbers as they were.
+    assert (parts.runner._seq, parts.session.ops, parts.step.operation) == (10, 100, 0)
+
+
+def test_a_member_of_another_operation_is_handed_over_as_a_mismatch(job):
+    express, parts, theirs = job
+    teach_sum(express)
+    their_part(theirs, 1, np.ones(4, np.float32), Fingerprint(1, 2, 1, 1, -1, 5))
+    assert express.all_reduce(np.ones(4, np.float32), SUM) is True
+    assert parts.runner.handed_over[0][4][1] == MISMATCH
+
+
+def test_a_barrier_meets_and_compares_fingerprints(job):
+    express, parts, theirs = job
+    assert express.learn(BARRIER, "barrier", BARRIER_FP, resume, None, 0, None, -1)
+    theirs.publish(1, BARRIER_FP)
+    assert express.barrier() is True
+    assert parts.runner.handed_over == [] and parts.step.operation == 1
+    theirs.publish(3, FP)  # the other member's operation 2 is not a barrier
+    assert express.barrier() is True
+    assert parts.runner.handed_over[0][4] == (None, MISMATCH)
+
+
+@pytest.mark.parametrize("why", [
+    "loop_busy", "closed", "broken", "early_frames", "recorder_run", "lock_taken",
+    "other_op", "other_dtype", "other_size", "strided", "read_only", "subclass",
+    "unaligned", "torn_down", "not_an_array"])
+def test_a_call_it_must_not_take_is_refused_having_done_nothing(job, why):
+    express, parts, theirs = job
+    teach_sum(express)
+    teach_sum(express, "int64", 3)
+    x, op = np.ones(4, np.float32), SUM
+    if why == "loop_busy":
+        parts.runner.handed = 1  # an operation of the group is still on the loop
+    elif why == "closed":
+        parts.session.closed = True
+    elif why == "broken":
+        parts.faults.broken[GROUP] = RuntimeError("broken")
+    elif why == "early_frames":
+        parts.early.frames = 1
+    elif why == "recorder_run":
+        parts.runner.recorder, parts.runner.run_fingerprint = Recorder(), None
+        express = make(parts)  # reads the runner's recorder as it is made
+        express.arm(parts.mine, parts.step, 50)
+        teach_sum(express)
+    elif why == "lock_taken":
+        parts.lock.acquire()
+    elif why == "other_op":
+        op = ReduceOp.MAX
+    elif why == "other_dtype":
+        x = np.ones(4, np.int32)
+    elif why == "other_size":
+        x = np.ones(5, np.float32)
+    elif why == "strided":
+        x = np.ones(8, np.float32)[::2]
+    elif why == "read_only":
+        x.flags.writeable = False
+    elif why == "subclass":
+        x = x.view(np.matrix)
+    elif why == "unaligned":
+        x = np.frombuffer(memoryview(bytearray(25))[1:], np.int64)  # 3, taught
+    elif why == "torn_down":
+        express.forget()
+    elif why == "not_an_array":
+        x = [1.0, 1.0, 1.0, 1.0]
+    before = theirs.same(1, FP), parts.runner._seq, parts.session.ops, parts.step.operation
+    assert express.all_reduce(x, op) is False
+    assert (theirs.same(1, FP), parts.runner._seq, parts.session.ops,
+            parts.step.operation) == before
+    assert parts.runner.handed_over == [] and parts.faults._completed == {}
+    if why == "lock_taken":
+        parts.lock.release()
+    assert not parts.lock.locked()
+
+
+def test_the_recorder_samples_its_run_and_frames_kept_early_are_scanned_after(job):
+    _, parts, theirs = job
+    parts.runner.recorder = Recorder(parts.early)
+    parts.runner.run_fingerprint = FP
+    express = make(parts)  # reads the runner's recorder as it is made
+    express.arm(parts.mine, parts.step, 50)
+    teach_sum(express)
+    for operation in (1, 2):  # seq 11, then 12: a sample every 4
+        their_part(theirs, operation, np.ones(4, np.float32))
+        assert express.all_reduce(np.ones(4, np.float32), SUM) is True
+    assert parts.runner.recorder.samples == [(GROUP, 12)]
+    # The recorder's stand-in kept a frame early as it sampled: the loop scans it,
+    # and the next call goes the Python way.
+    assert parts.scans == [GROUP]
+    assert express.all_reduce(np.ones(4, np.float32), SUM) is False
+
+
+def test_teaching_checks_what_it_is_taught_and_stops_at_its_room(job):
+    express, _, _ = job
+    kind = _native.kind(np.dtype("float32"), SUM)
+    with pytest.raises(ValueError, match="kind"):
+        express.learn(ALL_REDUCE, "all_reduce", FP, resume, np.dtype("float32"), 16, SUM, 999)
+    with pytest.raises(ValueError, match="6 bytes"):
+        express.learn(ALL_REDUCE, "all_reduce", FP, resume, np.dtype("float32"), 6, SUM, kind)
+    with pytest.raises(ValueError, match="collective 5"):
+        express.learn(5, "x", FP, resume, None, 0, None, -1)
+    with pytest.raises(TypeError):
+        express.learn(ALL_REDUCE, "all_reduce", FP, "not callable", np.dtype("float32"), 16,
+                      SUM, kind)
+    with pytest.raises(TypeError):
+        express.arm("not a core", None, 0)
+    taken = [express.learn(ALL_REDUCE, "all_reduce", FP, resume, np.dtype("float32"),
+                           4 * (n + 1), SUM, kind) for n in range(40)]
+    assert taken == [True] * 32 + [False] * 8 and express.count == 32
+    express.forget()
+    assert express.count == 0
+
+
+def test_an_unarmed_entry_takes_nothing_and_cycles_through_it_are_collected():
+    parts = SimpleNamespace(
+        runner=Runner(), session=SimpleNamespace(closed=False, ops=0),
+        faults=SimpleNamespace(broken={}, _completed={}, _last={}), early=EarlyCount(),
+        lock=threading.Lock(), scans=[])
+    express = make(parts)
+    teach_sum(express)
+    assert express.all_reduce(np.ones(4, np.float32), SUM) is False
+    assert express.barrier() is False
+    parts.runner.express = express  # a cycle: runner -> express -> runner
+    del express, parts
+    assert gc.collect() > 0
