@@ -48,7 +48,8 @@ def express_for(session: Membership, group_id: int, fast: FastPath, runner: Runn
     return _native.arena.Express(
         runner=runner, session=session, faults=session.faults, early=early, lock=fast.lock,
         group_id=group_id, limit=limit, ndarray=np.ndarray, sample_every=SAMPLE_EVERY,
-        scan_soon=functools.partial(session.call_soon, session.faults.scan, group_id))
+        scan_soon=functools.partial(session.call_soon, session.faults.scan, group_id),
+        path=fast.algorithm)
 
 
 def teach(express: Any, fast: FastPath, key: Hashable, repeat: Repeat) -> None:

@@ -11,8 +11,8 @@
  * recorder, the loop's checks) sees what the Python path would have left.
  * It takes only the common case: where anything differs (an operation of
  * the group still on the loop, a closed session, a broken group, frames kept
- * early, the recorder's run not this call's, an array it was not taught) it
- * returns False, having done nothing, and the Python path runs the call.
+ * early, an array it was not taught) it returns False, having done nothing,
+ * and the Python path runs the call.
  * Where the step's brief wait ends before every member arrived (or a member
  * published another operation), it hands the started operation to
  * Runner.here with the entry's resume, which waits with the group's checks
@@ -45,14 +45,14 @@ typedef struct {
     long spins;
     /* What a call reads and writes (see Runner.here). */
     PyObject *runner, *session, *broken, *completed, *last, *early, *recorder, *here;
-    PyObject *acquire, *release, *scan_soon, *group_id, *limit, *ndarray;
+    PyObject *acquire, *release, *scan_soon, *group_id, *limit, *ndarray, *path;
     long long sample_every;
     int count;
     Entry entries[ENTRIES];
 } Express;
 
 static PyObject *s_handed, *s_finished, *s_seq, *s_ops, *s_closed, *s_frames, *s_operation,
-    *s_run_fingerprint, *s_dtype, *s_sample;
+    *s_run_fingerprint, *s_dtype, *s_sample, *s_open_run;
 
 /* -- reading and writing the Python side's numbers ------------------------------------ */
 
@@ -74,8 +74,8 @@ static int write_number(PyObject *owner, PyObject *name, PyObject *value) {
     return failed;
 }
 
-/* 1: the call may run here now; 0: it goes the Python way; -1: an error. */
-static int open_for(Express *self, const Entry *entry) {
+/* 1: a call may run here now; 0: it goes the Python way; -1: an error. */
+static int open_for(Express *self) {
     long long handed, finished, frames;
     if (read_number(self->runner, s_handed, &handed) < 0
         || read_number(self->runner, s_finished, &finished) < 0
@@ -88,17 +88,29 @@ static int open_for(Express *self, const Entry *entry) {
         return -1;
     int refused = PyObject_IsTrue(closed);
     Py_DECREF(closed);
-    if (refused != 0)
-        return refused < 0 ? -1 : 0;
-    if (self->recorder != Py_None) {
-        PyObject *run = PyObject_GetAttr(self->runner, s_run_fingerprint);
-        if (run == NULL)
-            return -1;
-        Py_DECREF(run);
-        if (run != entry->fingerprint)
-            return 0; /* the Python path opens the recorder's run for it */
-    }
-    return 1;
+    return refused < 0 ? -1 : !refused;
+}
+
+/* The flight recorder's note of operation `seq`, as Runner.here takes it: one more
+ * of the recorder's run (a sample, now and then), or the first of a new run. */
+static int recorded(Express *self, const Entry *entry, PyObject *seq, long long number) {
+    if (self->recorder == Py_None)
+        return 0;
+    PyObject *run = PyObject_GetAttr(self->runner, s_run_fingerprint);
+    if (run == NULL)
+        return -1;
+    Py_DECREF(run);
+    PyObject *noted;
+    if (run != entry->fingerprint)
+        noted = PyObject_CallMethodObjArgs(self->recorder, s_open_run, self->runner,
+                                           self->group_id, seq, entry->what,
+                                           entry->fingerprint, self->path, self->limit, NULL);
+    else if (number % self->sample_every == 0)
+        noted = PyObject_CallMethodObjArgs(self->recorder, s_sample, self->group_id, seq, NULL);
+    else
+        return 0;
+    Py_XDECREF(noted);
+    return noted == NULL ? -1 : 0;
 }
 
 /* -- one call ---------------------------------------------------------------------------- */
@@ -119,12 +131,7 @@ static int noted(Express *self, const Entry *entry, long long operation, long lo
         || PyDict_SetItem(self->completed, self->group_id, number) < 0
         || PyDict_SetItem(self->last, self->group_id, last) < 0;
     Py_XDECREF(last);
-    if (!failed && self->recorder != Py_None && seq % self->sample_every == 0) {
-        PyObject *sampled = PyObject_CallMethodObjArgs(self->recorder, s_sample,
-                                                       self->group_id, number, NULL);
-        failed = sampled == NULL;
-        Py_XDECREF(sampled);
-    }
+    failed = failed || recorded(self, entry, number, seq) < 0;
     Py_DECREF(number);
     long long frames = 0;
     if (!failed && (failed = read_number(self->early, s_frames, &frames) < 0) == 0
@@ -186,7 +193,7 @@ static PyObject *run_locked(Express *self, const Entry *entry, PyObject *data,
 
 /* `entry` on `data` (Py_None for a barrier), where the group lets it run here now. */
 static PyObject *run(Express *self, const Entry *entry, PyObject *data, const Py_buffer *view) {
-    int open = open_for(self, entry);
+    int open = open_for(self);
     if (open <= 0)
         return open < 0 ? NULL : Py_NewRef(Py_False);
     /* An untimed try: a thread that holds the lock runs an operation of the group,
@@ -350,12 +357,13 @@ static PyObject *express_forget(Express *self, PyObject *Py_UNUSED(unused)) {
 
 static int express_init(Express *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"runner", "session", "faults", "early", "lock", "group_id", "limit",
-                            "ndarray", "sample_every", "scan_soon", NULL};
-    PyObject *runner, *session, *faults, *early, *lock, *group_id, *limit, *ndarray, *scan_soon;
+                            "ndarray", "sample_every", "scan_soon", "path", NULL};
+    PyObject *runner, *session, *faults, *early, *lock, *group_id, *limit, *ndarray, *scan_soon,
+        *path;
     long long sample_every;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOLO", names, &runner, &session,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOLOU", names, &runner, &session,
                                      &faults, &early, &lock, &group_id, &limit, &ndarray,
-                                     &sample_every, &scan_soon))
+                                     &sample_every, &scan_soon, &path))
         return -1;
     if (sample_every < 1 || !PyType_Check(ndarray) || !PyLong_Check(group_id)) {
         PyErr_SetString(PyExc_ValueError, "sample_every is 1 or more, ndarray a type and "
@@ -397,6 +405,7 @@ static int express_init(Express *self, PyObject *args, PyObject *kwargs) {
     Py_XSETREF(self->limit, Py_NewRef(limit));
     Py_XSETREF(self->ndarray, Py_NewRef(ndarray));
     Py_XSETREF(self->scan_soon, Py_NewRef(scan_soon));
+    Py_XSETREF(self->path, Py_NewRef(path));
     self->sample_every = sample_every;
     return 0;
 }
@@ -418,6 +427,7 @@ static int express_traverse(Express *self, visitproc visit, void *arg) {
     Py_VISIT(self->group_id);
     Py_VISIT(self->limit);
     Py_VISIT(self->ndarray);
+    Py_VISIT(self->path);
     for (int i = 0; i < self->count; i++) {
         Py_VISIT(self->entries[i].dtype);
         Py_VISIT(self->entries[i].op);
@@ -445,6 +455,7 @@ static int express_clear(Express *self) {
     Py_CLEAR(self->group_id);
     Py_CLEAR(self->limit);
     Py_CLEAR(self->ndarray);
+    Py_CLEAR(self->path);
     for (int i = 0; i < self->count; i++)
         entry_clear(&self->entries[i]);
     self->count = 0;
@@ -486,7 +497,7 @@ PyTypeObject ExpressType = {
     .tp_basicsize = sizeof(Express),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "Express(runner, session, faults, early, lock, group_id, limit, ndarray, "
-              "sample_every, scan_soon): a group's repeated blocking calls, in C.",
+              "sample_every, scan_soon, path): a group's repeated blocking calls, in C.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)express_init,
     .tp_dealloc = (destructor)express_dealloc,
@@ -501,6 +512,7 @@ int express_ready(void) {
         {&s_handed, "handed"}, {&s_finished, "finished"}, {&s_seq, "_seq"}, {&s_ops, "ops"},
         {&s_closed, "closed"}, {&s_frames, "frames"}, {&s_operation, "operation"},
         {&s_run_fingerprint, "run_fingerprint"}, {&s_dtype, "dtype"}, {&s_sample, "sample"},
+        {&s_open_run, "open_run"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (*names[i].name == NULL

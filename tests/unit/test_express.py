@@ -60,7 +60,12 @@ class Runner:
 class Recorder:
     def __init__(self, early: EarlyCount | None = None) -> None:
         self.samples: list[tuple[int, int]] = []
+        self.runs: list[tuple[Any, ...]] = []
         self._early = early
+
+    def open_run(self, source, group_id, seq, what, fingerprint, path, limit):
+        self.runs.append((group_id, seq, what, fingerprint, path, limit))
+        source.run_fingerprint = fingerprint
 
     def sample(self, group_id: int, seq: int) -> None:
         self.samples.append((group_id, seq))
@@ -97,7 +102,7 @@ def make(parts: SimpleNamespace) -> Any:
     return _native.arena.Express(
         runner=parts.runner, session=parts.session, faults=parts.faults, early=parts.early,
         lock=parts.lock, group_id=GROUP, limit=30.0, ndarray=np.ndarray, sample_every=4,
-        scan_soon=lambda: parts.scans.append(GROUP))
+        scan_soon=lambda: parts.scans.append(GROUP), path="arena")
 
 
 def teach_sum(express: Any, dtype: str = "float32", count: int = 4) -> None:
@@ -161,7 +166,7 @@ def test_a_barrier_meets_and_compares_fingerprints(job):
 
 
 @pytest.mark.parametrize("why", [
-    "loop_busy", "closed", "broken", "early_frames", "recorder_run", "lock_taken",
+    "loop_busy", "closed", "broken", "early_frames", "lock_taken",
     "other_op", "other_dtype", "other_size", "strided", "read_only", "subclass",
     "unaligned", "torn_down", "not_an_array"])
 def test_a_call_it_must_not_take_is_refused_having_done_nothing(job, why):
@@ -177,11 +182,6 @@ def test_a_call_it_must_not_take_is_refused_having_done_nothing(job, why):
         parts.faults.broken[GROUP] = RuntimeError("broken")
     elif why == "early_frames":
         parts.early.frames = 1
-    elif why == "recorder_run":
-        parts.runner.recorder, parts.runner.run_fingerprint = Recorder(), None
-        express = make(parts)  # reads the runner's recorder as it is made
-        express.arm(parts.mine, parts.step, 50)
-        teach_sum(express)
     elif why == "lock_taken":
         parts.lock.acquire()
     elif why == "other_op":
@@ -212,17 +212,18 @@ def test_a_call_it_must_not_take_is_refused_having_done_nothing(job, why):
     assert not parts.lock.locked()
 
 
-def test_the_recorder_samples_its_run_and_frames_kept_early_are_scanned_after(job):
+def test_the_recorder_opens_a_run_then_samples_it_and_frames_kept_early_are_scanned(job):
     _, parts, theirs = job
-    parts.runner.recorder = Recorder(parts.early)
-    parts.runner.run_fingerprint = FP
+    recorder = parts.runner.recorder = Recorder(parts.early)
     express = make(parts)  # reads the runner's recorder as it is made
     express.arm(parts.mine, parts.step, 50)
     teach_sum(express)
     for operation in (1, 2):  # seq 11, then 12: a sample every 4
         their_part(theirs, operation, np.ones(4, np.float32))
         assert express.all_reduce(np.ones(4, np.float32), SUM) is True
-    assert parts.runner.recorder.samples == [(GROUP, 12)]
+    # The first call was not of the recorder's run: it opened one, as Runner.here does.
+    assert recorder.runs == [(GROUP, 11, "all_reduce", FP, "arena", 30.0)]
+    assert recorder.samples == [(GROUP, 12)]
     # The recorder's stand-in kept a frame early as it sampled: the loop scans it,
     # and the next call goes the Python way.
     assert parts.scans == [GROUP]

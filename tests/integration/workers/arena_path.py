@@ -15,6 +15,9 @@ Modes, each printing "RESULT <rank> <words>" lines the test reads:
   the compiled entry: a spy counts both), on other arrays of that signature
   too, with the right results: all_reduce,
   broadcast, barrier, reduce, all_gather_into_tensor, reduce_scatter_tensor.
+- ``express``: the compiled entry's repeats (asyncoll._group.express) with a
+  member late, and behind an operation still on the loop, and what they
+  leave for the Python path to read.
 - ``desync_repeats``: rank 0 repeats an all_reduce, rank 1 a broadcast of
   the same dtype and size.
 - ``desync``: rank 0 calls all_reduce, rank 1 broadcast (both arena sizes).
@@ -200,6 +203,44 @@ elif mode == "small_room":
         check((x == total + size * (value - 1)).all(), f"256 KiB all_reduce #{value}")
     print(f"RESULT {rank} repeated={again[True]} here={ran[True]} loop={ran[False]}",
           flush=True)
+elif mode == "express":
+    from asyncoll._algorithms.selection import ARENA_SPLIT_FROM_BYTES
+
+    session = world.current.session
+    x = np.ones(ARENA_SPLIT_FROM_BYTES // 8, np.float32)  # whole through the slots
+    for value in range(3):
+        dist.all_reduce(x)
+        dist.barrier()
+    taken = express_ran()
+    # A late member: the step's brief wait ends, Runner.here waits on.
+    if rank == 1:
+        time.sleep(0.3)
+    x[...] = rank + 1
+    dist.all_reduce(x)
+    check((x == size * (size + 1) / 2).all(), "a late member's all_reduce")
+    if rank == 0:
+        time.sleep(0.3)
+    dist.barrier()
+    late = express_ran() - taken
+    # Behind an operation still on the loop, a repeat goes to the loop, in order.
+    sent = np.full(size << 18, rank + 1, np.float32)
+    got = np.zeros_like(sent)
+    work = dist.all_to_all_single(got, sent, async_op=True)
+    before = express_ran()
+    dist.all_reduce(got[:x.size])
+    work.wait()
+    behind = express_ran() - before
+    # (every member's first block came from rank 0: ones)
+    check((got[:x.size] == size).all(), "all_reduce behind an all_to_all")
+    # What the entry leaves is what the Python path reads.
+    for _ in range(5):
+        dist.all_reduce(x)
+    runner = world.current._core._runner
+    running, completed = session.faults.progress(0)
+    numbered = runner.progress()[0]
+    print(f"RESULT {rank} late={late} behind={behind} running={running} "
+          f"completed_is_numbered={completed == numbered == runner._seq} "
+          f"ops_at_least_seq={session.ops >= runner._seq}", flush=True)
 elif mode == "desync_repeats":
     x = np.ones(100, np.float32)
     for _ in range(2):
@@ -217,13 +258,15 @@ elif mode == "desync_mixed":
 elif mode == "timeout":
     group = dist.new_group([0, 1], timeout=1)
     x = np.ones(100, np.float32)
-    dist.all_reduce(x, group=group)
+    for _ in range(3):  # so the late call is a repeat the compiled entry takes
+        dist.all_reduce(x, group=group)
     if rank == 1:
         time.sleep(3)
     print(f"RESULT {rank} " + raised(lambda: dist.all_reduce(x, group=group)), flush=True)
 elif mode == "cpu":
     x = np.ones(100, np.float32)
-    dist.all_reduce(x)
+    for _ in range(3):
+        dist.all_reduce(x)
     if rank == 1:
         time.sleep(2)
     began, cpu = time.monotonic(), time.process_time()
