@@ -145,8 +145,10 @@ class GroupArena:
         self._sized_to_room = session.policy.arena_sized_to_room
         self.arena: Arena | None = None
         self._step: ArenaStep | None = None
-        #: Held by the thread running an operation on the arena, for its length.
-        self.lock = threading.Lock()
+        #: Held by the thread running an operation on the arena, for its length (the
+        #: compiled one where it is built: the compiled entry takes it from C).
+        self.lock: threading.Lock = threading.Lock() if _native.arena is None \
+            else _native.arena.PathLock()
 
     @property
     def capacity(self) -> int:

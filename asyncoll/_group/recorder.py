@@ -32,7 +32,7 @@ import pickle
 import sys
 import threading
 import time
-from collections.abc import Container, Sequence
+from collections.abc import Container, Iterator, Sequence
 from typing import Any, Protocol
 
 from asyncoll._defaults import SAMPLE_EVERY
@@ -150,6 +150,12 @@ class Recorder:
                     source.run_fingerprint = fingerprint
         if not seq % SAMPLE_EVERY:
             self._sample(group_id, seq, now)
+
+    @property
+    def sample_ring(self) -> tuple[list[tuple[int, int, int, int] | None], Iterator[int]]:
+        """Where :meth:`sample` keeps its samples, and the count that numbers them: the
+        compiled entry (asyncoll._group.express) samples its calls there as it does."""
+        return self._samples, self._sampled
 
     def sample(self, group_id: int, seq: int) -> None:
         """Operation ``seq`` of ``group_id`` (a multiple of SAMPLE_EVERY) starts now."""

@@ -957,15 +957,17 @@ static struct PyModuleDef arena_module = {
 };
 
 PyMODINIT_FUNC PyInit__arena(void) {
-    if (PyType_Ready(&CoreType) < 0 || express_ready() < 0)
+    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&PathLockType) < 0 || express_ready() < 0)
         return NULL;
     PyObject *module = PyModule_Create(&arena_module);
     if (module == NULL)
         return NULL;
     Py_INCREF(&CoreType);
     Py_INCREF(&ExpressType);
+    Py_INCREF(&PathLockType);
     if (PyModule_AddObject(module, "Core", (PyObject *)&CoreType) < 0
         || PyModule_AddObject(module, "Express", (PyObject *)&ExpressType) < 0
+        || PyModule_AddObject(module, "PathLock", (PyObject *)&PathLockType) < 0
         || PyModule_AddIntConstant(module, "OPS", OPS) < 0
         || PyModule_AddIntConstant(module, "DONE", DONE) < 0
         || PyModule_AddIntConstant(module, "WAITING", WAITING) < 0
@@ -973,6 +975,7 @@ PyMODINIT_FUNC PyInit__arena(void) {
         || PyModule_AddIntConstant(module, "WAITING_RESULTS", WAITING_RESULTS) < 0) {
         Py_DECREF(&CoreType);
         Py_DECREF(&ExpressType);
+        Py_DECREF(&PathLockType);
         Py_DECREF(module);
         return NULL;
     }

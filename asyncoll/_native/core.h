@@ -66,6 +66,11 @@ static inline int64_t load(const int64_t *word) { return __atomic_load_n(word, _
 
 extern PyTypeObject CoreType;
 extern PyTypeObject ExpressType;
+extern PyTypeObject PathLockType;
+
+/* A PathLock (lock.c) taken without waiting (1) or not (0), and given back. */
+int path_lock_try(PyObject *lock);
+void path_lock_release(PyObject *lock);
 
 /* Ready the Express type and the names it reads (module init). */
 int express_ready(void);

@@ -20,6 +20,8 @@
  */
 #include "core.h"
 
+#include <time.h>
+
 /* Calls taught per group; a group repeats a few (DDP's buckets, a model's
  * layers), and one past these runs the Python way. */
 #define ENTRIES 32
@@ -45,16 +47,22 @@ typedef struct {
     long spins;
     /* What a call reads and writes (see Runner.here). */
     PyObject *runner, *session, *broken, *completed, *last, *early, *recorder, *here;
-    PyObject *acquire, *release, *scan_soon, *group_id, *limit, *ndarray, *path;
+    PyObject *lock, *scan_soon, *group_id, *limit, *ndarray, *path;
+    PyObject *samples, *sampled; /* the recorder's sample_ring (NULL: no recorder) */
     long long sample_every;
     int count;
     Entry entries[ENTRIES];
 } Express;
 
 static PyObject *s_handed, *s_finished, *s_seq, *s_ops, *s_closed, *s_frames, *s_operation,
-    *s_run_fingerprint, *s_dtype, *s_sample, *s_open_run;
+    *s_run_fingerprint, *s_dtype, *s_open_run;
 
 /* -- reading and writing the Python side's numbers ------------------------------------ */
+
+/* The runner's, the session's and the step's attributes go through the
+ * attribute protocol, not their __dict__s: asking for an instance's __dict__
+ * makes one, and CPython then reads every attribute of that instance more
+ * slowly, in the Python path's code too. */
 
 static int read_number(PyObject *owner, PyObject *name, long long *value) {
     PyObject *got = PyObject_GetAttr(owner, name);
@@ -74,12 +82,20 @@ static int write_number(PyObject *owner, PyObject *name, PyObject *value) {
     return failed;
 }
 
+static long long frames_kept(Express *self) {
+    PyObject *got = PyObject_GetAttr(self->early, s_frames);
+    if (got == NULL)
+        return -1;
+    long long frames = PyLong_AsLongLong(got);
+    Py_DECREF(got);
+    return frames;
+}
+
 /* 1: a call may run here now; 0: it goes the Python way; -1: an error. */
 static int open_for(Express *self) {
-    long long handed, finished, frames;
-    if (read_number(self->runner, s_handed, &handed) < 0
-        || read_number(self->runner, s_finished, &finished) < 0
-        || read_number(self->early, s_frames, &frames) < 0)
+    long long handed, finished, frames = frames_kept(self);
+    if (frames < 0 || read_number(self->runner, s_handed, &handed) < 0
+        || read_number(self->runner, s_finished, &finished) < 0)
         return -1;
     if (handed != finished || frames > 0 || PyDict_GET_SIZE(self->broken) > 0)
         return 0;
@@ -91,6 +107,35 @@ static int open_for(Express *self) {
     return refused < 0 ? -1 : !refused;
 }
 
+/* Recorder.sample's note, made here: (index, group, seq, time.time_ns()) into the
+ * recorder's ring of samples, at the next index its count gives. */
+static int sampled(Express *self, PyObject *seq) {
+    struct timespec now;
+    if (clock_gettime(CLOCK_REALTIME, &now) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    PyObject *index = PyIter_Next(self->sampled);
+    if (index == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "the recorder's count of samples ended");
+        return -1;
+    }
+    long long at = PyLong_AsLongLong(index);
+    PyObject *when = PyLong_FromLongLong((long long)now.tv_sec * 1000000000LL + now.tv_nsec);
+    PyObject *sample = when == NULL ? NULL : PyTuple_Pack(4, index, self->group_id, seq, when);
+    Py_DECREF(index);
+    Py_XDECREF(when);
+    Py_ssize_t ring = PyList_GET_SIZE(self->samples);
+    if (sample == NULL || (at < 0 && PyErr_Occurred()) || ring < 1) {
+        Py_XDECREF(sample);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "the recorder's ring of samples is empty");
+        return -1;
+    }
+    return PyList_SetItem(self->samples, (Py_ssize_t)(at % ring), sample); /* takes it */
+}
+
 /* The flight recorder's note of operation `seq`, as Runner.here takes it: one more
  * of the recorder's run (a sample, now and then), or the first of a new run. */
 static int recorded(Express *self, const Entry *entry, PyObject *seq, long long number) {
@@ -99,14 +144,14 @@ static int recorded(Express *self, const Entry *entry, PyObject *seq, long long 
     PyObject *run = PyObject_GetAttr(self->runner, s_run_fingerprint);
     if (run == NULL)
         return -1;
-    Py_DECREF(run);
+    Py_DECREF(run); /* compared by identity only: the runner keeps it */
     PyObject *noted;
     if (run != entry->fingerprint)
         noted = PyObject_CallMethodObjArgs(self->recorder, s_open_run, self->runner,
                                            self->group_id, seq, entry->what,
                                            entry->fingerprint, self->path, self->limit, NULL);
     else if (number % self->sample_every == 0)
-        noted = PyObject_CallMethodObjArgs(self->recorder, s_sample, self->group_id, seq, NULL);
+        return sampled(self, seq);
     else
         return 0;
     Py_XDECREF(noted);
@@ -133,9 +178,9 @@ static int noted(Express *self, const Entry *entry, long long operation, long lo
     Py_XDECREF(last);
     failed = failed || recorded(self, entry, number, seq) < 0;
     Py_DECREF(number);
-    long long frames = 0;
-    if (!failed && (failed = read_number(self->early, s_frames, &frames) < 0) == 0
-        && frames > 0) {
+    long long frames = failed ? 0 : frames_kept(self);
+    failed = failed || frames < 0;
+    if (frames > 0) {
         /* Frames kept early are checked against the group's operations on the loop. */
         PyObject *soon = PyObject_CallNoArgs(self->scan_soon);
         failed = soon == NULL;
@@ -198,37 +243,10 @@ static PyObject *run(Express *self, const Entry *entry, PyObject *data, const Py
         return open < 0 ? NULL : Py_NewRef(Py_False);
     /* An untimed try: a thread that holds the lock runs an operation of the group,
      * and the Python path waits for it under the call's deadline. */
-    PyObject *got = PyObject_CallOneArg(self->acquire, Py_False);
-    if (got == NULL)
-        return NULL;
-    int locked = got == Py_True;
-    Py_DECREF(got);
-    if (!locked)
+    if (!path_lock_try(self->lock))
         Py_RETURN_FALSE;
     PyObject *result = run_locked(self, entry, data, view);
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *raised = PyErr_GetRaisedException();
-#else
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-#endif
-    PyObject *released = PyObject_CallNoArgs(self->release);
-    if (released == NULL)
-        Py_CLEAR(result);
-    Py_XDECREF(released);
-    if (result == NULL && released != NULL) { /* the step's error, not the release's */
-#if PY_VERSION_HEX >= 0x030C0000
-        PyErr_SetRaisedException(raised);
-    } else {
-        Py_XDECREF(raised);
-#else
-        PyErr_Restore(type, value, traceback);
-    } else {
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(traceback);
-#endif
-    }
+    path_lock_release(self->lock);
     return result;
 }
 
@@ -365,9 +383,10 @@ static int express_init(Express *self, PyObject *args, PyObject *kwargs) {
                                      &faults, &early, &lock, &group_id, &limit, &ndarray,
                                      &sample_every, &scan_soon, &path))
         return -1;
-    if (sample_every < 1 || !PyType_Check(ndarray) || !PyLong_Check(group_id)) {
-        PyErr_SetString(PyExc_ValueError, "sample_every is 1 or more, ndarray a type and "
-                        "group_id an int");
+    if (sample_every < 1 || !PyType_Check(ndarray) || !PyLong_Check(group_id)
+        || !PyObject_TypeCheck(lock, &PathLockType)) {
+        PyErr_SetString(PyExc_ValueError, "sample_every is 1 or more, ndarray a type, "
+                        "group_id an int and lock a PathLock");
         return -1;
     }
     PyObject *broken = PyObject_GetAttrString(faults, "broken");
@@ -375,9 +394,7 @@ static int express_init(Express *self, PyObject *args, PyObject *kwargs) {
     PyObject *last = PyObject_GetAttrString(faults, "_last");
     PyObject *recorder = PyObject_GetAttrString(runner, "recorder");
     PyObject *here = PyObject_GetAttrString(runner, "here");
-    PyObject *acquire = PyObject_GetAttrString(lock, "acquire");
-    PyObject *release = PyObject_GetAttrString(lock, "release");
-    PyObject *got[] = {broken, completed, last, recorder, here, acquire, release};
+    PyObject *got[] = {broken, completed, last, recorder, here};
     int ok = 1;
     for (size_t i = 0; i < sizeof got / sizeof got[0]; i++)
         ok = ok && got[i] != NULL;
@@ -391,13 +408,28 @@ static int express_init(Express *self, PyObject *args, PyObject *kwargs) {
             Py_XDECREF(got[i]);
         return -1;
     }
+    if (recorder != Py_None) {
+        PyObject *ring = PyObject_GetAttrString(recorder, "sample_ring");
+        if (ring == NULL)
+            return -1;
+        PyObject *samples, *sampled;
+        if (!PyArg_ParseTuple(ring, "O!O", &PyList_Type, &samples, &sampled)
+            || !PyIter_Check(sampled)) {
+            Py_DECREF(ring);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "a recorder's sample_ring is (list, count)");
+            return -1;
+        }
+        Py_XSETREF(self->samples, Py_NewRef(samples));
+        Py_XSETREF(self->sampled, Py_NewRef(sampled));
+        Py_DECREF(ring);
+    }
     Py_XSETREF(self->broken, broken);
     Py_XSETREF(self->completed, completed);
     Py_XSETREF(self->last, last);
     Py_XSETREF(self->recorder, recorder);
     Py_XSETREF(self->here, here);
-    Py_XSETREF(self->acquire, acquire);
-    Py_XSETREF(self->release, release);
+    Py_XSETREF(self->lock, Py_NewRef(lock));
     Py_XSETREF(self->runner, Py_NewRef(runner));
     Py_XSETREF(self->session, Py_NewRef(session));
     Py_XSETREF(self->early, Py_NewRef(early));
@@ -421,13 +453,14 @@ static int express_traverse(Express *self, visitproc visit, void *arg) {
     Py_VISIT(self->early);
     Py_VISIT(self->recorder);
     Py_VISIT(self->here);
-    Py_VISIT(self->acquire);
-    Py_VISIT(self->release);
+    Py_VISIT(self->lock);
     Py_VISIT(self->scan_soon);
     Py_VISIT(self->group_id);
     Py_VISIT(self->limit);
     Py_VISIT(self->ndarray);
     Py_VISIT(self->path);
+    Py_VISIT(self->samples);
+    Py_VISIT(self->sampled);
     for (int i = 0; i < self->count; i++) {
         Py_VISIT(self->entries[i].dtype);
         Py_VISIT(self->entries[i].op);
@@ -449,13 +482,14 @@ static int express_clear(Express *self) {
     Py_CLEAR(self->early);
     Py_CLEAR(self->recorder);
     Py_CLEAR(self->here);
-    Py_CLEAR(self->acquire);
-    Py_CLEAR(self->release);
+    Py_CLEAR(self->lock);
     Py_CLEAR(self->scan_soon);
     Py_CLEAR(self->group_id);
     Py_CLEAR(self->limit);
     Py_CLEAR(self->ndarray);
     Py_CLEAR(self->path);
+    Py_CLEAR(self->samples);
+    Py_CLEAR(self->sampled);
     for (int i = 0; i < self->count; i++)
         entry_clear(&self->entries[i]);
     self->count = 0;
@@ -511,8 +545,7 @@ int express_ready(void) {
     struct { PyObject **name; const char *text; } names[] = {
         {&s_handed, "handed"}, {&s_finished, "finished"}, {&s_seq, "_seq"}, {&s_ops, "ops"},
         {&s_closed, "closed"}, {&s_frames, "frames"}, {&s_operation, "operation"},
-        {&s_run_fingerprint, "run_fingerprint"}, {&s_dtype, "dtype"}, {&s_sample, "sample"},
-        {&s_open_run, "open_run"},
+        {&s_run_fingerprint, "run_fingerprint"}, {&s_dtype, "dtype"}, {&s_open_run, "open_run"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (*names[i].name == NULL

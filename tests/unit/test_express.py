@@ -11,8 +11,10 @@ The same entry in real jobs: tests/integration/test_express.py.
 from __future__ import annotations
 
 import gc
+import itertools
 import mmap
 import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -48,7 +50,7 @@ class Runner:
         self.run_fingerprint: Any = None
         self.handed_over: list[tuple[Any, ...]] = []
         self.lock_held_then: list[bool] = []
-        self.lock: threading.Lock | None = None
+        self.lock: Any = None
 
     def here(self, what, fingerprint, limit, kernel, arrays, started=False):
         assert self.lock is not None
@@ -58,19 +60,15 @@ class Runner:
 
 
 class Recorder:
-    def __init__(self, early: EarlyCount | None = None) -> None:
-        self.samples: list[tuple[int, int]] = []
+    """Recorder's open_run, and its ring of samples (Express writes them itself)."""
+
+    def __init__(self) -> None:
         self.runs: list[tuple[Any, ...]] = []
-        self._early = early
+        self.sample_ring = ([None] * 3, itertools.count())
 
     def open_run(self, source, group_id, seq, what, fingerprint, path, limit):
         self.runs.append((group_id, seq, what, fingerprint, path, limit))
         source.run_fingerprint = fingerprint
-
-    def sample(self, group_id: int, seq: int) -> None:
-        self.samples.append((group_id, seq))
-        if self._early is not None:
-            self._early.frames = 1  # a frame kept early while the call ran
 
 
 def resume(step, started):
@@ -84,7 +82,7 @@ def job():
     mine = _native.arena.Core(memory, 2, 0, SLOT)
     theirs = _native.arena.Core(memory, 2, 1, SLOT)
     early = EarlyCount()
-    lock = threading.Lock()
+    lock = _native.arena.PathLock()
     parts = SimpleNamespace(
         runner=Runner(), session=SimpleNamespace(closed=False, ops=100),
         faults=SimpleNamespace(broken={}, _completed={}, _last={}), early=early, lock=lock,
@@ -212,22 +210,65 @@ def test_a_call_it_must_not_take_is_refused_having_done_nothing(job, why):
     assert not parts.lock.locked()
 
 
-def test_the_recorder_opens_a_run_then_samples_it_and_frames_kept_early_are_scanned(job):
+def test_the_recorder_opens_a_run_then_samples_it_as_runner_here_does(job):
     _, parts, theirs = job
-    recorder = parts.runner.recorder = Recorder(parts.early)
+    recorder = parts.runner.recorder = Recorder()
     express = make(parts)  # reads the runner's recorder as it is made
     express.arm(parts.mine, parts.step, 50)
     teach_sum(express)
-    for operation in (1, 2):  # seq 11, then 12: a sample every 4
+    before = time.time_ns()
+    for operation in (1, 2, 3, 4, 5, 6):  # seq 11 to 16: a sample every 4
         their_part(theirs, operation, np.ones(4, np.float32))
         assert express.all_reduce(np.ones(4, np.float32), SUM) is True
-    # The first call was not of the recorder's run: it opened one, as Runner.here does.
+    # The first call was not of the recorder's run: it opened one, as Runner.here does;
+    # the rest are of it, and every 4th is sampled into the ring, numbered by its count.
     assert recorder.runs == [(GROUP, 11, "all_reduce", FP, "arena", 30.0)]
-    assert recorder.samples == [(GROUP, 12)]
-    # The recorder's stand-in kept a frame early as it sampled: the loop scans it,
-    # and the next call goes the Python way.
+    ring = recorder.sample_ring[0]
+    assert [sample[:3] if sample else None for sample in ring] == [
+        (0, GROUP, 12), (1, GROUP, 16), None]
+    assert all(before <= sample[3] <= time.time_ns() for sample in ring[:2])
+
+
+def test_frames_kept_early_during_a_call_are_scanned_on_the_loop_after_it(job):
+    _, parts, theirs = job
+
+    class Arriving(Recorder):
+        def open_run(self, *args):
+            super().open_run(*args)
+            parts.early.frames = 1  # as if the loop kept a frame while the call ran
+
+    parts.runner.recorder = Arriving()
+    express = make(parts)
+    express.arm(parts.mine, parts.step, 50)
+    teach_sum(express)
+    their_part(theirs, 1, np.ones(4, np.float32))
+    assert express.all_reduce(np.ones(4, np.float32), SUM) is True
     assert parts.scans == [GROUP]
+    # With frames kept, the next call goes the Python way, which scans them first.
     assert express.all_reduce(np.ones(4, np.float32), SUM) is False
+
+
+def test_the_path_lock_behaves_as_threading_lock():
+    lock = _native.arena.PathLock()
+    assert not lock.locked() and lock.acquire() and lock.locked()
+    assert lock.acquire(False) is False and lock.acquire(blocking=False) is False
+    began = time.monotonic()
+    assert lock.acquire(timeout=0.05) is False
+    assert time.monotonic() - began >= 0.04
+    threading.Timer(0.05, lock.release).start()
+    assert lock.acquire(True, 5) is True  # given back by another thread
+    lock.release()
+    with pytest.raises(RuntimeError, match="unlocked"):
+        lock.release()
+    with pytest.raises(ValueError, match="non-blocking"):
+        lock.acquire(False, 1)
+    with pytest.raises(ValueError, match="non-negative"):
+        lock.acquire(timeout=-2)
+    with pytest.raises(TypeError, match="keyword"):
+        lock.acquire(wait=True)
+    with lock:
+        assert lock.locked()
+    assert not lock.locked()
 
 
 def test_teaching_checks_what_it_is_taught_and_stops_at_its_room(job):
@@ -255,7 +296,7 @@ def test_an_unarmed_entry_takes_nothing_and_cycles_through_it_are_collected():
     parts = SimpleNamespace(
         runner=Runner(), session=SimpleNamespace(closed=False, ops=0),
         faults=SimpleNamespace(broken={}, _completed={}, _last={}), early=EarlyCount(),
-        lock=threading.Lock(), scans=[])
+        lock=_native.arena.PathLock(), scans=[])
     express = make(parts)
     teach_sum(express)
     assert express.all_reduce(np.ones(4, np.float32), SUM) is False
