@@ -151,6 +151,8 @@ __all__ = [
 
 # Where the names of __all__ not bound above live, as (module, attribute), with
 # None for the module itself; any other name of __all__ is the blocking API's.
+# all_reduce and barrier are the blocking API's too, fronted by the compiled
+# entry where it is built (asyncoll._api.front).
 # aio and coordinator are not in __all__, but ``import asyncoll`` has always
 # made them reachable as attributes.
 _ELSEWHERE: dict[str, tuple[str, str | None]] = {
@@ -158,6 +160,8 @@ _ELSEWHERE: dict[str, tuple[str, str | None]] = {
     "ProcessGroup": ("asyncoll.group", "AsyncProcessGroup"),
     "Work": ("asyncoll._api.work", "Work"),
     "aio": ("asyncoll.aio", None),
+    "all_reduce": ("asyncoll._api.front", "all_reduce"),
+    "barrier": ("asyncoll._api.front", "barrier"),
     "coordinator": ("asyncoll.coordinator", None),
     "group": ("asyncoll.group", None),
 }

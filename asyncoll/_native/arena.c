@@ -972,7 +972,8 @@ static struct PyModuleDef arena_module = {
 };
 
 PyMODINIT_FUNC PyInit__arena(void) {
-    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&PathLockType) < 0 || express_ready() < 0)
+    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&PathLockType) < 0 || express_ready() < 0
+        || front_ready() < 0)
         return NULL;
     PyObject *module = PyModule_Create(&arena_module);
     if (module == NULL)
@@ -980,9 +981,11 @@ PyMODINIT_FUNC PyInit__arena(void) {
     Py_INCREF(&CoreType);
     Py_INCREF(&ExpressType);
     Py_INCREF(&PathLockType);
+    Py_INCREF(&FrontType);
     if (PyModule_AddObject(module, "Core", (PyObject *)&CoreType) < 0
         || PyModule_AddObject(module, "Express", (PyObject *)&ExpressType) < 0
         || PyModule_AddObject(module, "PathLock", (PyObject *)&PathLockType) < 0
+        || PyModule_AddObject(module, "Front", (PyObject *)&FrontType) < 0
         || PyModule_AddIntConstant(module, "OPS", OPS) < 0
         || PyModule_AddIntConstant(module, "DONE", DONE) < 0
         || PyModule_AddIntConstant(module, "WAITING", WAITING) < 0
@@ -991,6 +994,7 @@ PyMODINIT_FUNC PyInit__arena(void) {
         Py_DECREF(&CoreType);
         Py_DECREF(&ExpressType);
         Py_DECREF(&PathLockType);
+        Py_DECREF(&FrontType);
         Py_DECREF(module);
         return NULL;
     }

@@ -67,13 +67,19 @@ static inline int64_t load(const int64_t *word) { return __atomic_load_n(word, _
 extern PyTypeObject CoreType;
 extern PyTypeObject ExpressType;
 extern PyTypeObject PathLockType;
+extern PyTypeObject FrontType;
+
+/* Express's all_reduce(data, op) and barrier() (express.c), for the Front (front.c). */
+PyObject *express_all_reduce(PyObject *express, PyObject *const *args, Py_ssize_t nargs);
+PyObject *express_barrier(PyObject *express, PyObject *unused);
 
 /* A PathLock (lock.c) taken without waiting (1) or not (0), and given back. */
 int path_lock_try(PyObject *lock);
 void path_lock_release(PyObject *lock);
 
-/* Ready the Express type and the names it reads (module init). */
+/* Ready the Express and Front types and the names they read (module init). */
 int express_ready(void);
+int front_ready(void);
 
 int kind_of(long code, Kind *kind);
 int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize);

@@ -251,7 +251,8 @@ static PyObject *run(Express *self, const Entry *entry, PyObject *data, const Py
 }
 
 /* all_reduce(data, op) -> whether it ran (False: nothing was done). */
-static PyObject *express_all_reduce(Express *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *express_all_reduce(PyObject *express, PyObject *const *args, Py_ssize_t nargs) {
+    Express *self = (Express *)express;
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "all_reduce(data, op)");
         return NULL;
@@ -288,7 +289,8 @@ static PyObject *express_all_reduce(Express *self, PyObject *const *args, Py_ssi
 }
 
 /* barrier() -> whether it ran (False: nothing was done). */
-static PyObject *express_barrier(Express *self, PyObject *Py_UNUSED(unused)) {
+PyObject *express_barrier(PyObject *express, PyObject *Py_UNUSED(unused)) {
+    Express *self = (Express *)express;
     if (self->core == NULL || !self->core->mapped)
         Py_RETURN_FALSE;
     for (int i = 0; i < self->count; i++)

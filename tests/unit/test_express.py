@@ -304,3 +304,82 @@ def test_an_unarmed_entry_takes_nothing_and_cycles_through_it_are_collected():
     parts.runner.express = express  # a cycle: runner -> express -> runner
     del express, parts
     assert gc.collect() > 0
+
+
+def recording_function(calls: list[tuple[Any, ...]]):
+    def all_reduce(tensor, op=SUM, group=None, async_op=False):
+        """The Python function a Front stands for."""
+        calls.append((tensor, op, group, async_op))
+        return "from the function"
+    return all_reduce
+
+
+def test_a_front_takes_the_simple_calls_to_the_world_entry_and_passes_on_the_rest(job):
+    express, parts, theirs = job
+    teach_sum(express)
+    calls: list[tuple[Any, ...]] = []
+    function = recording_function(calls)
+    world = SimpleNamespace(current=SimpleNamespace(express=express))
+    front = _native.arena.Front(function, 0, world, SUM)
+    for operation, call in enumerate([lambda x: front(x), lambda x: front(x, SUM)], 1):
+        their_part(theirs, operation, np.full(4, 2.0, np.float32))
+        x = np.ones(4, np.float32)
+        assert call(x) is None and (x == 3).all()
+    assert calls == [] and parts.runner._seq == 12
+    x = np.ones(4, np.float32)
+    # Keywords, another op, an array the entry was not taught: the function's.
+    assert front(x, op=SUM) == "from the function"
+    assert front(x, ReduceOp.MAX) == "from the function"
+    assert front(np.ones(5, np.float32)) == "from the function"
+    assert front(x, SUM, None, True) == "from the function"
+    assert [call[1:] for call in calls] == [(SUM, None, False), (ReduceOp.MAX, None, False),
+                                            (SUM, None, False), (SUM, None, True)]
+    # No world, or something other than an Express in its place: the function's.
+    for current in (None, SimpleNamespace(express=None), SimpleNamespace(express="spy")):
+        world.current = current
+        assert front(x) == "from the function"
+    del world.current
+    assert front(x) == "from the function"
+    assert parts.runner._seq == 12
+
+
+def test_a_front_is_its_function_to_every_reader_and_raises_what_the_entry_raises(job):
+    import inspect
+
+    express, parts, theirs = job
+    teach_sum(express)
+    function = recording_function([])
+    front = _native.arena.Front(function, 0, SimpleNamespace(
+        current=SimpleNamespace(express=express)), SUM)
+    assert front.__wrapped__ is function and front.__name__ == "all_reduce"
+    assert front.__doc__ == function.__doc__ and front.__module__ == function.__module__
+    assert inspect.signature(front) == inspect.signature(function)
+    assert "compiled front" in repr(front)
+    parts.step.operation = "not a number"  # what the entry reads is broken: it raises
+    with pytest.raises(TypeError):
+        front(np.ones(4, np.float32))
+    with pytest.raises(ValueError, match="barrier"):
+        _native.arena.Front(function, 7, None, None)
+
+
+def test_a_front_of_barrier_meets_the_others_through_the_entry(job):
+    express, parts, theirs = job
+    assert express.learn(BARRIER, "barrier", BARRIER_FP, resume, None, 0, None, -1)
+    calls: list[tuple[Any, ...]] = []
+
+    def barrier(group=None, async_op=False, device_ids=None):
+        calls.append((group, async_op, device_ids))
+
+    front = _native.arena.Front(barrier, 1, SimpleNamespace(
+        current=SimpleNamespace(express=express)), None)
+    theirs.publish(1, BARRIER_FP)
+    assert front() is None and parts.step.operation == 1 and calls == []
+    assert front(None, True) is None and calls == [(None, True, None)]
+
+
+def test_the_package_offers_the_fronts_where_the_extension_is_built():
+    import asyncoll
+    from asyncoll._api import blocking
+
+    assert asyncoll.all_reduce.__wrapped__ is blocking.all_reduce
+    assert asyncoll.barrier.__wrapped__ is blocking.barrier

@@ -69,6 +69,15 @@ def test_python_m_asyncoll_version_names_the_active_kernels_and_the_switch_turns
     assert kernels(ASYNCOLL_PURE_PYTHON="0").startswith(expected)
 
 
+@pytest.mark.timeout(60)
+def test_all_reduce_and_barrier_are_the_python_functions_with_the_extension_off():
+    check = ("import asyncoll; from asyncoll._api import blocking; "
+             "assert asyncoll.all_reduce is blocking.all_reduce; "
+             "assert asyncoll.barrier is blocking.barrier")
+    subprocess.run([sys.executable, "-c", check], timeout=50, check=True,
+                   env={**os.environ, "ASYNCOLL_PURE_PYTHON": "1"})
+
+
 def test_the_version_is_written_once_and_the_installed_metadata_says_the_same():
     assert re.search(r'^version = "', (ROOT / "pyproject.toml").read_text(), re.MULTILINE) is None
     assert metadata.version("asyncoll") == asyncoll.__version__

@@ -1,0 +1,165 @@
+/* asyncoll._native._arena.Front: a blocking API function, fronted by the world
+ * group's compiled entry (express.c).
+ *
+ * `dist.all_reduce(x)` on the world, repeated, is one C call from here to its
+ * result: a Front takes the calls it can (all_reduce(tensor) and
+ * all_reduce(tensor, op), barrier()) to the world's Express, and passes any
+ * other call, or one Express declines, to the Python function it stands for,
+ * unchanged. Everything else about it is the function's: its __wrapped__,
+ * and through it its name, docstring and signature.
+ */
+#include "core.h"
+
+#include <stddef.h>
+
+enum { F_ALL_REDUCE = 0, F_BARRIER = 1 };
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *function;  /* the Python function */
+    PyObject *world;     /* the module whose `current` is the world group, or None */
+    PyObject *op;        /* all_reduce's default op */
+    int collective;
+} Front;
+
+static PyObject *s_current, *s_express;
+
+/* The world group's Express, borrowed; NULL (no error) where there is none. */
+static PyObject *world_express(Front *self) {
+    PyObject *world = PyObject_GetAttr(self->world, s_current);
+    if (world == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *express = world == Py_None ? NULL : PyObject_GetAttr(world, s_express);
+    Py_DECREF(world);
+    if (express == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    /* The world keeps it; anything else there (None, a test's stand-in) the function
+     * calls itself. */
+    Py_DECREF(express);
+    return Py_IS_TYPE(express, &ExpressType) ? express : NULL;
+}
+
+static PyObject *front_call(Front *self, PyObject *const *args, size_t nargsf,
+                            PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    int simple = kwnames == NULL
+        && (self->collective == F_ALL_REDUCE ? nargs == 1 || nargs == 2 : nargs == 0);
+    PyObject *express = simple ? world_express(self) : NULL;
+    if (express != NULL) {
+        PyObject *ran;
+        if (self->collective == F_ALL_REDUCE) {
+            PyObject *pair[2] = {args[0], nargs == 2 ? args[1] : self->op};
+            ran = express_all_reduce(express, pair, 2);
+        } else {
+            ran = express_barrier(express, NULL);
+        }
+        if (ran != Py_False) {
+            Py_XDECREF(ran);
+            return ran == NULL ? NULL : Py_NewRef(Py_None); /* an error, or done */
+        }
+        Py_DECREF(ran);
+    }
+    return PyObject_Vectorcall(self->function, args, nargsf, kwnames);
+}
+
+/* Front(function, collective, world, op) */
+static PyObject *front_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *function, *world, *op;
+    int collective;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "Front(function, collective, world, op)");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "OiOO", &function, &collective, &world, &op))
+        return NULL;
+    if (!PyCallable_Check(function) || (collective != F_ALL_REDUCE && collective != F_BARRIER)) {
+        PyErr_SetString(PyExc_ValueError, "a Front stands for a callable, all_reduce (0) or "
+                        "barrier (1)");
+        return NULL;
+    }
+    Front *self = (Front *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)front_call;
+    self->function = Py_NewRef(function);
+    self->world = Py_NewRef(world);
+    self->op = Py_NewRef(op);
+    self->collective = collective;
+    return (PyObject *)self;
+}
+
+/* Any attribute the Front has not (its __doc__, __name__, __module__ ...): the
+ * function's. */
+static PyObject *front_getattro(Front *self, PyObject *name) {
+    PyObject *got = PyObject_GenericGetAttr((PyObject *)self, name);
+    if (got != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError))
+        return got;
+    PyErr_Clear();
+    return PyObject_GetAttr(self->function, name);
+}
+
+static PyObject *front_wrapped(Front *self, void *Py_UNUSED(closure)) {
+    return Py_NewRef(self->function);
+}
+
+static PyObject *front_doc(Front *self, void *Py_UNUSED(closure)) {
+    return PyObject_GetAttrString(self->function, "__doc__");
+}
+
+static PyObject *front_repr(Front *self) {
+    return PyUnicode_FromFormat("<compiled front of %R>", self->function);
+}
+
+static int front_traverse(Front *self, visitproc visit, void *arg) {
+    Py_VISIT(self->function);
+    Py_VISIT(self->world);
+    Py_VISIT(self->op);
+    return 0;
+}
+
+static int front_clear(Front *self) {
+    Py_CLEAR(self->function);
+    Py_CLEAR(self->world);
+    Py_CLEAR(self->op);
+    return 0;
+}
+
+static void front_dealloc(Front *self) {
+    PyObject_GC_UnTrack(self);
+    front_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyGetSetDef front_getset[] = {
+    {"__wrapped__", (getter)front_wrapped, NULL, "the function it stands for", NULL},
+    {"__doc__", (getter)front_doc, NULL, "the function's docstring", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject FrontType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "asyncoll._native._arena.Front",
+    .tp_basicsize = sizeof(Front),
+    .tp_vectorcall_offset = offsetof(Front, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = front_new,
+    .tp_getattro = (getattrofunc)front_getattro,
+    .tp_repr = (reprfunc)front_repr,
+    .tp_dealloc = (destructor)front_dealloc,
+    .tp_traverse = (traverseproc)front_traverse,
+    .tp_clear = (inquiry)front_clear,
+    .tp_getset = front_getset,
+};
+
+int front_ready(void) {
+    if ((s_current == NULL && (s_current = PyUnicode_InternFromString("current")) == NULL)
+        || (s_express == NULL && (s_express = PyUnicode_InternFromString("express")) == NULL))
+        return -1;
+    return PyType_Ready(&FrontType);
+}
