@@ -61,7 +61,9 @@ from asyncoll._group.processors import processors
 from asyncoll._group.plan import Kernel, Signature, Transport
 from asyncoll._transport.shm import segment
 from asyncoll._transport.shm.arena import (
+    OVERSUBSCRIBED_YIELDS,
     SPINS,
+    YIELDS,
     Arena,
     ArenaExpired,
     Poll,
@@ -247,9 +249,11 @@ class GroupArena:
         if step is None:
             arena = self.arena
             assert arena is not None
+            crowded = len(self._ranks) > processors()
             step = self._step = ArenaStep(arena, 0, fingerprint, Waiter(
-                0.0, self.check, SPINS if len(self._ranks) <= processors() else 0,
-                arena.rest, arena.core.wait if arena.core is not None else None))
+                0.0, self.check, 0 if crowded else SPINS, arena.rest,
+                arena.core.wait if arena.core is not None else None,
+                OVERSUBSCRIBED_YIELDS if crowded else YIELDS))
         step.operation += 1
         step.fingerprint = fingerprint
         step.cancelled = False

@@ -88,6 +88,13 @@ def test_the_compiled_entry_hands_a_late_member_on_and_leaves_the_numbers_it_sho
         assert "completed_is_numbered=True ops_at_least_seq=True" in text, (rank, text)
 
 
+def test_two_threads_repeating_calls_on_groups_of_their_own_get_their_own_results():
+    for rank, text in run("threads").items():
+        assert "wrong=[] alive=False" in text, (rank, text)
+        if _native.arena is not None:  # each group's entry was taught its calls
+            assert "taught=[2, 2]" in text, (rank, text)
+
+
 @pytest.mark.parametrize("shm", ["1", "0"], ids=["arena", "direct_links"])
 def test_a_desync_between_repeated_calls_raises_mismatch_error_on_both_ranks(shm):
     for rank, text in run("desync_repeats", ASYNCOLL_SHM=shm).items():

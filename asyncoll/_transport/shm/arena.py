@@ -74,6 +74,11 @@ ALIGN = 128
 #: (With more members than processors, none spin: see Waiter.spins.)
 SPINS = 64
 YIELDS = 256
+#: Polls that yield before sleeping where members outnumber the processors: a
+#: yield then hands the processor to a member that needs it, and a member
+#: asleep costs its waker a futex wake and its own wake-up, longer than the
+#: steps it waits between (a few milliseconds of yields in all, then sleeps).
+OVERSUBSCRIBED_YIELDS = 4096
 #: While yielding, the failure check and the deadline are looked at every this many polls.
 CHECK_EVERY = 16
 #: Yields of the compiled brief wait (asyncoll._native), after its spins: CHECK_EVERY.
@@ -159,7 +164,8 @@ class Waiter:
 
     def __init__(self, deadline: float, check: Callable[[Poll], None],
                  spins: int = SPINS, rest: Callable[[Poll, float], None] = _sleep,
-                 brief: Callable[[int, int], bool] | None = None) -> None:
+                 brief: Callable[[int, int], bool] | None = None,
+                 yields: int = YIELDS) -> None:
         self.deadline = deadline
         self._check = check
         #: How a long wait sleeps for up to a step's seconds (Arena.rest, or a timed sleep).
@@ -167,6 +173,8 @@ class Waiter:
         #: Polls that only spin; 0 where members outnumber the processors, since a
         #: spinning member then holds a processor the member it waits for needs.
         self.spins = spins
+        #: Polls that yield, after the spins, before the waiter sleeps.
+        self.yields = yields
         #: The compiled wait for every member's PUBLISHED (phase, spins) -> ready:
         #: the spins and BRIEF_YIELDS yields, with the GIL released; None: none.
         self.brief = brief
@@ -193,7 +201,7 @@ class Waiter:
             polls += 1
             if polls <= spins:
                 continue
-            if polls <= spins + YIELDS:
+            if polls <= spins + self.yields:
                 if polls % CHECK_EVERY == 0:
                     self._check(ready)
                     if time.monotonic() >= self.deadline:

@@ -18,6 +18,8 @@ Modes, each printing "RESULT <rank> <words>" lines the test reads:
 - ``express``: the compiled entry's repeats (asyncoll._group.express) with a
   member late, and behind an operation still on the loop, and what they
   leave for the Python path to read.
+- ``threads``: two threads repeat all_reduces and barriers at once, each on
+  a group of its own.
 - ``desync_repeats``: rank 0 repeats an all_reduce, rank 1 a broadcast of
   the same dtype and size.
 - ``desync``: rank 0 calls all_reduce, rank 1 broadcast (both arena sizes).
@@ -241,6 +243,34 @@ elif mode == "express":
     print(f"RESULT {rank} late={late} behind={behind} running={running} "
           f"completed_is_numbered={completed == numbered == runner._seq} "
           f"ops_at_least_seq={session.ops >= runner._seq}", flush=True)
+elif mode == "threads":
+    import threading
+
+    # Two threads, each repeating small all_reduces and barriers on a group of its own,
+    # at once: the compiled entry of each group waits with the GIL released.
+    groups = [dist.new_group([0, 1]), dist.new_group([0, 1])]
+    wrong = []
+
+    def repeat(index):
+        group = groups[index]
+        x = np.zeros(16, np.int64)
+        for step in range(3000):
+            x[...] = rank + step + 1000 * index
+            dist.all_reduce(x, group=group)
+            if not (x == 2 * (step + 1000 * index) + 1).all():
+                wrong.append((index, step))
+                return
+            if step % 100 == 0:
+                dist.barrier(group=group)
+
+    threads = [threading.Thread(target=repeat, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    taken = [g.express is not None and g.express.count for g in groups]
+    print(f"RESULT {rank} wrong={wrong} alive={any(t.is_alive() for t in threads)} "
+          f"taught={taken}", flush=True)
 elif mode == "desync_repeats":
     x = np.ones(100, np.float32)
     for _ in range(2):
