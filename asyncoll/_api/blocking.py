@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from asyncoll import aio
+from asyncoll import _native, aio
 from asyncoll._runtime.runtime import runtime
 from asyncoll._api import world
 from asyncoll._api.work import Work
@@ -38,6 +38,9 @@ from asyncoll.group import WORLD, AsyncProcessGroup, seconds
 from asyncoll.types import ReduceOp
 
 _lock = threading.Lock()
+#: Whether groups may have a compiled entry (asyncoll._group.express): read first, so
+#: the pure-Python path asks nothing more of it.
+_COMPILED = _native.arena is not None
 
 
 def init_process_group(backend: str | None = None, init_method: str | None = None,
@@ -208,9 +211,7 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Group = None,
     """
     if not async_op:
         # The group's compiled entry first (asyncoll._group.express), then its repeats.
-        resolved = world.current if group is None or group is WORLD else group
-        express = resolved.express if isinstance(resolved, AsyncProcessGroup) else None
-        if express is not None and express.all_reduce(tensor, op) or _ran_again(
+        if _COMPILED and _ran_compiled(group, tensor, op) or _ran_again(
                 group, tensor, "all_reduce", op):
             return None
     return world.collective("all_reduce", group, async_op, lambda g: g.all_reduce(tensor, op))
@@ -306,7 +307,7 @@ def barrier(group: Group = None, async_op: bool = False, device_ids: Any = None)
         # Resolved here, not by world.resolve: this runs on every blocking barrier.
         resolved = world.current if group is None or group is WORLD else group
         if isinstance(resolved, AsyncProcessGroup) and (
-                resolved.express is not None and resolved.express.barrier()
+                _COMPILED and resolved.express is not None and resolved.express.barrier()
                 or resolved.again("barrier", None)):
             return None
     return world.collective("barrier", group, async_op, lambda g: g.barrier())
@@ -447,6 +448,14 @@ def _ran_again(group: Group, tensor: Any, what: str, op: Any = None, root: int =
                                                                         AsyncProcessGroup):
         return False  # not an array it takes, or not initialized: the full path says so
     return resolved.again(what, tensor if tensor.ndim == 1 else tensor.reshape(-1), op, root)
+
+
+def _ran_compiled(group: Group, tensor: Any, op: Any) -> bool:
+    """Whether a blocking all_reduce ran through the group's compiled entry
+    (asyncoll._group.express); False, having done nothing, for anything else."""
+    resolved = world.current if group is None or group is WORLD else group
+    express = resolved.express if isinstance(resolved, AsyncProcessGroup) else None
+    return express is not None and bool(express.all_reduce(tensor, op))
 
 
 def _ran_again_on_two(group: Group, output: Any, input: Any, what: str,

@@ -146,6 +146,9 @@ class GroupArena:
         self.slot_bytes = session.policy.arena_slot_bytes if session.rank in ranks else 0
         self._sized_to_room = session.policy.arena_sized_to_room
         self.arena: Arena | None = None
+        #: Whether the arena is mapped, so operations may run in the calling thread
+        #: (an attribute, not a property: every call on the path reads it).
+        self.ready = False
         self._step: ArenaStep | None = None
         #: Held by the thread running an operation on the arena, for its length (the
         #: compiled one where it is built: the compiled entry takes it from C).
@@ -164,11 +167,6 @@ class GroupArena:
     def up_to(self) -> Mapping[str, int]:
         """The largest operation each collective chooses the arena for."""
         return selection.UP_TO_BYTES[selection.ARENA]
-
-    @property
-    def ready(self) -> bool:
-        """Whether the arena is mapped, so operations may run in the calling thread."""
-        return self.arena is not None
 
     @property
     def deadline(self) -> float:
@@ -227,6 +225,7 @@ class GroupArena:
         if mapped[0]:
             assert memory is not None
             self.arena = Arena(memory, team.size, team.me, slot, self._ranks)
+            self.ready = True
             self._session.on_close(self.close)
             if team.me == 0:
                 _native.warn_once()  # where the compiled steps should run and cannot
@@ -326,6 +325,7 @@ class GroupArena:
     def close(self) -> None:
         """Unmap the arena (the session closes)."""
         arena, self.arena = self.arena, None
+        self.ready = False
         self.slot_bytes = 0
         # An operation still running in some thread keeps the mapping, which
         # then goes with the process.

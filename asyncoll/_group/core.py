@@ -147,6 +147,8 @@ class GroupCore:
         return name
 
     def _remember(self, key: Hashable, repeat: Repeat) -> None:
+        # Nothing to teach a compiled entry the group does not have.
+        repeat.taught = self.express is None
         if key not in self._repeats:
             if len(self._repeats) >= _REPEATS:
                 self._repeats.clear()
@@ -250,9 +252,12 @@ class GroupCore:
         if repeat is None:
             return False
         form = repeat.form
+        if repeat.taught:  # (always, where the group has no compiled entry: see _remember)
+            return self._here(repeat.what, repeat.fingerprint, self.timeout, repeat.kernel,
+                              arrays if form is None else form(arrays))
         ran = self._here(repeat.what, repeat.fingerprint, self.timeout, repeat.kernel,
                          arrays if form is None else form(arrays))
-        if ran and self.express is not None and not repeat.taught:
+        if ran:
             repeat.taught = True
             teach(self.express, self._fast, key, repeat)
         return ran

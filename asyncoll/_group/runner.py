@@ -53,6 +53,7 @@ class Runner:
         self._group_id = group_id
         self._ranks = ranks
         self._fast = fast
+        self._early = session.mesh.early_count
         #: How its errors name the group.
         self._named = f"group {group_id} (ranks {list(ranks)})"
         self._seq = 0
@@ -160,11 +161,11 @@ class Runner:
                                   fast.algorithm, limit)
             elif not seq % SAMPLE_EVERY:
                 recorder.sample(group_id, seq)
-        mesh = session.mesh
-        if mesh.has_early:
+        early = self._early  # mesh.has_early, read without a call
+        if early.frames:
             session.call_soon(faults.scan, group_id)
         try:
-            self.on_fast_path(what, seq, limit, kernel, arrays, fingerprint, held=started)
+            self.on_fast_path(what, seq, limit, kernel, arrays, fingerprint, None, started)
         except BaseException as exc:
             if recorder is not None:
                 recorder.failed_here(self, group_id, seq, what, fingerprint,
@@ -172,7 +173,7 @@ class Runner:
             self._failed(exc, what, seq, from_loop=False)
             raise
         faults.complete(group_id, seq, False)
-        if mesh.has_early:
+        if early.frames:
             session.call_soon(faults.scan, group_id)
         return True
 

@@ -101,6 +101,16 @@ class Listener(Protocol):
         waiting fail with."""
 
 
+class EarlyCount:
+    """How many early frames the matchers sharing it keep: a carrier's answer, per
+    operation, to whether any frame waits for its receive, without asking every peer's."""
+
+    __slots__ = ("frames",)
+
+    def __init__(self) -> None:
+        self.frames = 0
+
+
 class MeshControl(Mesh, Protocol):
     """What the group layer needs of a transport beyond the seam: failures and ABORTs.
 
@@ -113,6 +123,10 @@ class MeshControl(Mesh, Protocol):
     @property
     def has_early(self) -> bool:
         """Whether any frame is kept early, waiting for its receive."""
+
+    @property
+    def early_count(self) -> EarlyCount:
+        """The count behind :attr:`has_early`, for the fast path's every call to read."""
 
     def early(self, channel: int) -> list[tuple[int, Tag, Fingerprint]]:
         """(peer, tag, fingerprint) of every frame of channel ``channel`` kept early."""

@@ -45,7 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from asyncoll._transport.base import Consumer, Listener, Tag, consume_into
-from asyncoll._transport.matcher import EarlyCount, Matcher
+from asyncoll._transport.base import EarlyCount
+from asyncoll._transport.matcher import Matcher
 from asyncoll._transport.settings import EARLY_LIMIT_BYTES
 from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import AsyncollError, MismatchError

@@ -24,7 +24,8 @@ from asyncoll._transport.link_opening import (
     open_secure,
     start_dial,
 )
-from asyncoll._transport.matcher import EarlyCount, Matcher
+from asyncoll._transport.base import EarlyCount
+from asyncoll._transport.matcher import Matcher
 
 #: Each connection's read buffer: small records arrive whole in one recv.
 READ_BYTES = 64 << 10

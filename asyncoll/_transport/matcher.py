@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 from typing import Generic, TypeVar
 
-from asyncoll._transport.base import Tag
+from asyncoll._transport.base import EarlyCount, Tag
 from asyncoll.errors import ProtocolError
 
 #: What a posted receive is to the carrier.
@@ -35,16 +35,6 @@ F = TypeVar("F", bound=tuple[int, ...])
 
 #: Arrival stamps of early frames, in arrival order across this process's matchers.
 _arrivals = itertools.count()
-
-
-class EarlyCount:
-    """How many early frames the matchers sharing it keep: a carrier's answer, per
-    operation, to whether any frame waits for its receive, without asking every peer's."""
-
-    __slots__ = ("frames",)
-
-    def __init__(self) -> None:
-        self.frames = 0
 
 
 class Matcher(Generic[R, F]):

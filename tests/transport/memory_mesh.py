@@ -85,6 +85,11 @@ class MemoryMesh:
         """Whether any frame is kept early."""
         return self._early_count.frames > 0
 
+    @property
+    def early_count(self) -> EarlyCount:
+        """The count behind has_early."""
+        return self._early_count
+
     def early(self, channel: int) -> list[tuple[int, Tag, Fingerprint]]:
         """(peer, tag, fingerprint) of every early frame of channel ``channel``."""
         return [(peer, tag, fp) for peer, inbox in self._inboxes.items()
