@@ -222,14 +222,16 @@ static PyObject *run_locked(Express *self, const Entry *entry, PyObject *data,
     }
     if (status == DONE)
         return noted(self, entry, operation, seq) < 0 ? NULL : Py_NewRef(Py_True);
-    /* Late or different: Runner.here numbers it, takes note and waits, with its checks. */
+    /* Late or different: Runner.here numbers it, takes note and waits, with its checks.
+     * Its arguments are held for the call: the entry may be forgotten meanwhile. */
     PyObject *started = Py_BuildValue("(Oi)", data, status);
     if (started == NULL)
         return NULL;
-    PyObject *args[6] = {entry->what, entry->fingerprint, self->limit, entry->resume, started,
-                         Py_True};
+    PyObject *args[6] = {Py_NewRef(entry->what), Py_NewRef(entry->fingerprint),
+                         Py_NewRef(self->limit), Py_NewRef(entry->resume), started, Py_True};
     PyObject *ran = PyObject_Vectorcall(self->here, args, 6, NULL);
-    Py_DECREF(started);
+    for (int i = 0; i < 5; i++)
+        Py_DECREF(args[i]);
     if (ran == NULL)
         return NULL;
     Py_DECREF(ran);

@@ -25,7 +25,8 @@ typedef struct {
 
 static PyObject *s_current, *s_express;
 
-/* The world group's Express, borrowed; NULL (no error) where there is none. */
+/* The world group's Express (a new reference: another thread may end the world
+ * while a call waits); NULL (no error) where there is none. */
 static PyObject *world_express(Front *self) {
     PyObject *world = PyObject_GetAttr(self->world, s_current);
     if (world == NULL) {
@@ -38,10 +39,12 @@ static PyObject *world_express(Front *self) {
         PyErr_Clear();
         return NULL;
     }
-    /* The world keeps it; anything else there (None, a test's stand-in) the function
-     * calls itself. */
-    Py_DECREF(express);
-    return Py_IS_TYPE(express, &ExpressType) ? express : NULL;
+    if (!Py_IS_TYPE(express, &ExpressType)) {
+        /* None, or a test's stand-in: the function calls it itself */
+        Py_DECREF(express);
+        return NULL;
+    }
+    return express;
 }
 
 static PyObject *front_call(Front *self, PyObject *const *args, size_t nargsf,
@@ -58,6 +61,7 @@ static PyObject *front_call(Front *self, PyObject *const *args, size_t nargsf,
         } else {
             ran = express_barrier(express, NULL);
         }
+        Py_DECREF(express);
         if (ran != Py_False) {
             Py_XDECREF(ran);
             return ran == NULL ? NULL : Py_NewRef(Py_None); /* an error, or done */

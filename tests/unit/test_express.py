@@ -383,3 +383,25 @@ def test_the_package_offers_the_fronts_where_the_extension_is_built():
 
     assert asyncoll.all_reduce.__wrapped__ is blocking.all_reduce
     assert asyncoll.barrier.__wrapped__ is blocking.barrier
+
+
+def test_a_front_keeps_the_entry_while_the_world_ends_during_its_call(job):
+    _, parts, theirs = job
+    world = SimpleNamespace()
+
+    class Ending(Runner):
+        def here(self, *args):
+            del world.current  # the world ends (another thread) while the call waits
+            gc.collect()
+            return super().here(*args)
+
+    parts.runner = Ending()
+    parts.runner.lock = parts.lock
+    express = make(parts)
+    express.arm(parts.mine, parts.step, 50)
+    teach_sum(express)
+    world.current = SimpleNamespace(express=express)
+    del express  # the world holds the only reference
+    front = _native.arena.Front(recording_function([]), 0, world, SUM)
+    assert front(np.ones(4, np.float32)) is None  # a late member: handed to here
+    assert len(parts.runner.handed_over) == 1 and not parts.lock.locked()
