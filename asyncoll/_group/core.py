@@ -252,12 +252,10 @@ class GroupCore:
         if repeat is None:
             return False
         form = repeat.form
-        if repeat.taught:  # (always, where the group has no compiled entry: see _remember)
-            return self._here(repeat.what, repeat.fingerprint, self.timeout, repeat.kernel,
-                              arrays if form is None else form(arrays))
         ran = self._here(repeat.what, repeat.fingerprint, self.timeout, repeat.kernel,
                          arrays if form is None else form(arrays))
-        if ran:
+        # (taught from the start where the group has no compiled entry: see _remember)
+        if not repeat.taught and ran:
             repeat.taught = True
             teach(self.express, self._fast, key, repeat)
         return ran
