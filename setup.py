@@ -1,10 +1,11 @@
-"""The optional C extension (asyncoll._native._arena); everything else is in pyproject.toml.
+"""The optional C extension (asyncoll._native._arena, from asyncoll/_native/*.c); everything
+else is in pyproject.toml.
 
 It is built where a C compiler and Python's headers are found, on Linux
 x86-64 (the only platform the shared-memory arena runs on). Where the build
 fails, the install goes on without it and asyncoll runs its pure-Python path
-(asyncoll._native warns once at import). ASYNCOLL_PURE_PYTHON_BUILD=1 skips
-the build, as an install without a compiler would.
+(asyncoll._native says so once: see its warn_once). ASYNCOLL_PURE_PYTHON_BUILD=1
+skips the build, as an install without a compiler would.
 """
 
 from __future__ import annotations
