@@ -46,7 +46,8 @@ def express_for(session: Membership, group_id: int, fast: FastPath, runner: Runn
             or early is None:
         return None
     return _native.arena.Express(
-        runner=runner, session=session, faults=session.faults, early=early, lock=fast.lock,
+        runner=runner, session=session, faults=session.faults,
+        progress=session.faults.progress_of(group_id), early=early, lock=fast.lock,
         group_id=group_id, limit=limit, ndarray=np.ndarray, sample_every=SAMPLE_EVERY,
         scan_soon=functools.partial(session.call_soon, session.faults.scan, group_id),
         path=fast.algorithm)

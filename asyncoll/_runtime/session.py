@@ -100,6 +100,10 @@ class Rendezvous:
 class Session:
     """This process's link to its coordinator and peers, from join to leave."""
 
+    # What every call reads and writes, in slots: the compiled entry reads and writes
+    # them there itself (asyncoll/_native/field.c).
+    __slots__ = ("closed", "ops", "__dict__", "__weakref__")
+
     def __init__(self, client: CoordinatorClient, mesh: TcpMesh, welcome: Welcome,
                  job: str, timeout: float, embedded: Coordinator | None,
                  settings: Settings, bounds: tuple[bool, int, int] = (False, 0, 0),
