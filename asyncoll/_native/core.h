@@ -17,6 +17,7 @@
 #define LINE_BYTES 256
 #define W_PUBLISHED 0
 #define W_SLEEPING 5
+#define W_PROCESSOR 6
 #define FINGERPRINT_WORDS 6
 static const int FINGERPRINT_AT[2] = {8, 16};
 #define ALIGN 128
