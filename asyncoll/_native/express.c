@@ -49,21 +49,22 @@ typedef struct {
     PyObject *runner, *session, *broken, *progress, *early, *recorder, *here;
     PyObject *lock, *scan_soon, *group_id, *limit, *ndarray, *path;
     PyObject *samples, *sampled; /* the recorder's sample_ring (NULL: no recorder) */
-    /* runner._seq, .handed, .finished and .run_fingerprint, session.ops and .closed,
+    /* The session's compiled_ops: the operations its groups' entries started. */
+    Py_buffer counter;
+    /* runner._seq, .handed, .finished and .run_fingerprint, session.closed,
      * early.frames, step.operation, and the group's progress.running, .completed and
      * .last (asyncoll._group.faults.Progress) */
-    Field seq, handed, finished, run, ops, closed, frames, operation, running, completed, last;
+    Field seq, handed, finished, run, closed, frames, operation, running, completed, last;
     long long sample_every;
     int count;
     Entry entries[ENTRIES];
 } Express;
 
 #define FIELDS(self) {&(self)->seq, &(self)->handed, &(self)->finished, &(self)->run, \
-        &(self)->ops, &(self)->closed, &(self)->frames, &(self)->operation, &(self)->running, \
+        &(self)->closed, &(self)->frames, &(self)->operation, &(self)->running, \
         &(self)->completed, &(self)->last}
 
-static PyObject *s_running, *s_completed, *s_last, *s_handed, *s_finished, *s_seq, *s_ops,
-    *s_closed, *s_frames, *s_operation, *s_run_fingerprint, *s_dtype, *s_open_run;
+static PyObject *s_running, *s_completed, *s_last, *s_handed, *s_finished, *s_seq, *s_closed, *s_frames, *s_operation, *s_run_fingerprint, *s_dtype, *s_open_run;
 
 /* -- reading the Python side's numbers ------------------------------------------------ */
 
@@ -148,14 +149,14 @@ static int recorded(Express *self, const Entry *entry, long long seq) {
  * members' parts take to arrive, so the wait hides them. `running` is (seq,
  * fingerprint), a new reference this takes. */
 static int begun(Express *self, long long operation, PyObject *running, int sample) {
-    long long ops;
-    if (running == NULL || field_number(&self->ops, self->session, &ops) < 0) {
-        Py_XDECREF(running);
+    if (running == NULL)
         return -1;
-    }
+    int64_t ops;
+    memcpy(&ops, self->counter.buf, sizeof ops);
+    ops += 1;
+    memcpy(self->counter.buf, &ops, sizeof ops);
     PyObject *number = PyTuple_GET_ITEM(running, 0);
     int failed = field_set(&self->seq, self->runner, number) < 0
-        || field_set_number(&self->ops, self->session, ops + 1) < 0
         || field_set(&self->running, self->progress, running) < 0
         || field_set_number(&self->operation, self->step, operation) < 0
         || (sample && sampled(self, number) < 0);
@@ -392,16 +393,27 @@ static PyObject *express_forget(Express *self, PyObject *Py_UNUSED(unused)) {
 /* -- the type -------------------------------------------------------------------------- */
 
 static int express_init(Express *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"runner", "session", "faults", "progress", "early", "lock",
-                            "group_id", "limit", "ndarray", "sample_every", "scan_soon", "path",
-                            NULL};
-    PyObject *runner, *session, *faults, *progress, *early, *lock, *group_id, *limit, *ndarray,
-        *scan_soon, *path;
+    static char *names[] = {"runner", "session", "counter", "faults", "progress", "early",
+                            "lock", "group_id", "limit", "ndarray", "sample_every", "scan_soon",
+                            "path", NULL};
+    PyObject *runner, *session, *counter, *faults, *progress, *early, *lock, *group_id, *limit,
+        *ndarray, *scan_soon, *path;
     long long sample_every;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOOLOU", names, &runner, &session,
-                                     &faults, &progress, &early, &lock, &group_id, &limit,
-                                     &ndarray, &sample_every, &scan_soon, &path))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOOOLOU", names, &runner, &session,
+                                     &counter, &faults, &progress, &early, &lock, &group_id,
+                                     &limit, &ndarray, &sample_every, &scan_soon, &path))
         return -1;
+    Py_buffer count;
+    if (PyObject_GetBuffer(counter, &count, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (count.len < (Py_ssize_t)sizeof(int64_t)) {
+        PyBuffer_Release(&count);
+        PyErr_SetString(PyExc_ValueError, "the counter holds an int64");
+        return -1;
+    }
+    if (self->counter.obj != NULL)
+        PyBuffer_Release(&self->counter);
+    self->counter = count;
     if (sample_every < 1 || !PyType_Check(ndarray) || !PyLong_Check(group_id)
         || !PyObject_TypeCheck(lock, &PathLockType)) {
         PyErr_SetString(PyExc_ValueError, "sample_every is 1 or more, ndarray a type, "
@@ -455,7 +467,6 @@ static int express_init(Express *self, PyObject *args, PyObject *kwargs) {
     field_find(&self->handed, runner, s_handed);
     field_find(&self->finished, runner, s_finished);
     field_find(&self->run, runner, s_run_fingerprint);
-    field_find(&self->ops, session, s_ops);
     field_find(&self->closed, session, s_closed);
     field_find(&self->frames, early, s_frames);
     field_find(&self->running, progress, s_running);
@@ -471,6 +482,7 @@ static int express_traverse(Express *self, visitproc visit, void *arg) {
     Py_VISIT(self->session);
     Py_VISIT(self->broken);
     Py_VISIT(self->progress);
+    Py_VISIT(self->counter.obj);
     Py_VISIT(self->early);
     Py_VISIT(self->recorder);
     Py_VISIT(self->here);
@@ -502,6 +514,8 @@ static int express_clear(Express *self) {
     Py_CLEAR(self->session);
     Py_CLEAR(self->broken);
     Py_CLEAR(self->progress);
+    if (self->counter.obj != NULL)
+        PyBuffer_Release(&self->counter);
     Py_CLEAR(self->early);
     Py_CLEAR(self->recorder);
     Py_CLEAR(self->here);
@@ -569,8 +583,9 @@ PyTypeObject ExpressType = {
     .tp_name = "asyncoll._native._arena.Express",
     .tp_basicsize = sizeof(Express),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Express(runner, session, faults, progress, early, lock, group_id, limit, ndarray, "
-              "sample_every, scan_soon, path): a group's repeated blocking calls, in C.",
+    .tp_doc = "Express(runner, session, counter, faults, progress, early, lock, group_id, "
+              "limit, ndarray, sample_every, scan_soon, path): a group's repeated blocking "
+              "calls, in C.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)express_init,
     .tp_dealloc = (destructor)express_dealloc,
@@ -583,7 +598,7 @@ PyTypeObject ExpressType = {
 int express_ready(void) {
     struct { PyObject **name; const char *text; } names[] = {
         {&s_running, "running"}, {&s_completed, "completed"}, {&s_last, "last"},
-        {&s_handed, "handed"}, {&s_finished, "finished"}, {&s_seq, "_seq"}, {&s_ops, "ops"},
+        {&s_handed, "handed"}, {&s_finished, "finished"}, {&s_seq, "_seq"},
         {&s_closed, "closed"}, {&s_frames, "frames"}, {&s_operation, "operation"},
         {&s_run_fingerprint, "run_fingerprint"}, {&s_dtype, "dtype"}, {&s_open_run, "open_run"},
     };

@@ -88,7 +88,7 @@ def test_the_compiled_entry_hands_a_late_member_on_and_leaves_the_numbers_it_sho
         assert "completed_is_numbered=True ops_at_least_seq=True" in text, (rank, text)
         # Every field it reads and writes, it reads and writes in its owner's slot.
         fields = ["_seq", "closed", "completed", "finished", "frames", "handed", "last",
-                  "operation", "ops", "run_fingerprint", "running"]
+                  "operation", "run_fingerprint", "running"]
         assert f"in_slots={fields}" in text, (rank, text)
 
 

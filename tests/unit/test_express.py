@@ -85,7 +85,7 @@ def job():
     early = EarlyCount()
     lock = _native.arena.PathLock()
     parts = SimpleNamespace(
-        runner=Runner(), session=SimpleNamespace(closed=False, ops=100),
+        runner=Runner(), session=SimpleNamespace(closed=False), counter=counter(100),
         faults=SimpleNamespace(broken={}), progress=Progress(), early=early, lock=lock,
         step=SimpleNamespace(operation=0, waiter=SimpleNamespace(spins=50)), scans=[])
     parts.runner.lock = lock
@@ -97,9 +97,16 @@ def job():
     theirs.release()
 
 
+def counter(operations: int) -> memoryview:
+    """A session's compiled_ops, counted to ``operations``."""
+    count = memoryview(bytearray(8)).cast("q")
+    count[0] = operations
+    return count
+
+
 def make(parts: SimpleNamespace) -> Any:
     return _native.arena.Express(
-        runner=parts.runner, session=parts.session, faults=parts.faults,
+        runner=parts.runner, session=parts.session, counter=parts.counter, faults=parts.faults,
         progress=parts.progress, early=parts.early,
         lock=parts.lock, group_id=GROUP, limit=30.0, ndarray=np.ndarray, sample_every=4,
         scan_soon=lambda: parts.scans.append(GROUP), path="arena")
@@ -127,7 +134,7 @@ def test_a_taught_all_reduce_runs_whole_and_leaves_what_runner_here_would(job):
         assert express.all_reduce(x, SUM) is True
         assert (x == np.arange(4) + 10 * operation).all()
     seq = 13
-    assert (parts.runner._seq, parts.session.ops, parts.step.operation) == (seq, 103, 3)
+    assert (parts.runner._seq, parts.counter[0], parts.step.operation) == (seq, 103, 3)
     progress = parts.progress
     assert (progress.completed, progress.last, progress.running) == (seq, (seq, FP), None)
     assert parts.runner.handed_over == [] and not parts.lock.locked() and parts.scans == []
@@ -164,7 +171,7 @@ def test_fields_in_slots_are_read_and_written_there_and_any_other_way_is_the_pro
     their_part(theirs, 1, np.full(4, 2.0, np.float32))
     x = np.ones(4, np.float32)
     assert express.all_reduce(x, SUM) is True and (x == 3).all()
-    assert (parts.runner._seq, parts.session.ops, parts.step.operation) == (11, 101, 1)
+    assert (parts.runner._seq, parts.counter[0], parts.step.operation) == (11, 101, 1)
     del parts.runner._seq  # an empty slot reads as the attribute protocol says
     with pytest.raises(AttributeError, match="_seq"):
         express.all_reduce(x, SUM)
@@ -187,7 +194,7 @@ def test_a_late_member_hands_the_started_operation_to_runner_here_with_the_lock_
     assert parts.runner.lock_held_then == [True] and not parts.lock.locked()
     # Express numbered it and noted it running, as Runner.here does before a step; the
     # step's operation is the one before, as Runner.here's step numbers it again.
-    assert (parts.runner._seq, parts.session.ops, parts.step.operation) == (11, 101, 0)
+    assert (parts.runner._seq, parts.counter[0], parts.step.operation) == (11, 101, 0)
     assert (parts.progress.running, parts.progress.completed) == ((11, FP), 0)
 
 
@@ -247,9 +254,9 @@ def test_a_call_it_must_not_take_is_refused_having_done_nothing(job, why):
         express.forget()
     elif why == "not_an_array":
         x = [1.0, 1.0, 1.0, 1.0]
-    before = theirs.same(1, FP), parts.runner._seq, parts.session.ops, parts.step.operation
+    before = theirs.same(1, FP), parts.runner._seq, parts.counter[0], parts.step.operation
     assert express.all_reduce(x, op) is False
-    assert (theirs.same(1, FP), parts.runner._seq, parts.session.ops,
+    assert (theirs.same(1, FP), parts.runner._seq, parts.counter[0],
             parts.step.operation) == before
     assert parts.runner.handed_over == []
     assert (parts.progress.running, parts.progress.completed) == (None, 0)
@@ -342,7 +349,7 @@ def test_teaching_checks_what_it_is_taught_and_stops_at_its_room(job):
 
 def test_an_unarmed_entry_takes_nothing_and_cycles_through_it_are_collected():
     parts = SimpleNamespace(
-        runner=Runner(), session=SimpleNamespace(closed=False, ops=0),
+        runner=Runner(), session=SimpleNamespace(closed=False), counter=counter(0),
         faults=SimpleNamespace(broken={}), progress=Progress(), early=EarlyCount(),
         lock=_native.arena.PathLock(), scans=[])
     express = make(parts)

@@ -246,7 +246,7 @@ elif mode == "express":
     numbered = runner.progress()[0]
     print(f"RESULT {rank} late={late} behind={behind} running={running} "
           f"completed_is_numbered={completed == numbered == runner._seq} "
-          f"ops_at_least_seq={session.ops >= runner._seq} "
+          f"ops_at_least_seq={session.operations() >= runner._seq} "
           f"in_slots={sorted(world.current.express.in_slots)}", flush=True)
 elif mode == "threads":
     import threading
