@@ -9,6 +9,7 @@ import logging
 import os
 import secrets
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -139,8 +140,10 @@ class Session:
         #: Operations started on this rank's Python path, in every group.
         self.ops = 0
         #: Operations the groups' compiled entries started (asyncoll._group.express):
-        #: one int64 they all count in, so that none writes a Python int a call.
-        self.compiled_ops = memoryview(bytearray(8)).cast("q")
+        #: one int64 they all count in, so that none writes a Python int a call. A
+        #: bytearray, not a memoryview of one: the garbage collector may clear a
+        #: memoryview in a cycle while an entry still holds its buffer.
+        self.compiled_ops = bytearray(8)
         self._heartbeat_interval = min(HEARTBEAT_INTERVAL_S,
                                        settings.heartbeat_timeout / 4)
         self._heartbeat = asyncio.ensure_future(self._beat())
@@ -335,7 +338,7 @@ class Session:
     def operations(self) -> int:
         """Operations started on this rank, in every group, on either path (the
         heartbeats report it)."""
-        return self.ops + self.compiled_ops[0]
+        return self.ops + int.from_bytes(self.compiled_ops, sys.byteorder, signed=True)
 
     async def _beat(self) -> None:
         """Tell the coordinator, every few seconds, that this rank is alive, how busy, and

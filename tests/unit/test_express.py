@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import itertools
 import mmap
+import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -97,11 +98,13 @@ def job():
     theirs.release()
 
 
-def counter(operations: int) -> memoryview:
+def counter(operations: int) -> bytearray:
     """A session's compiled_ops, counted to ``operations``."""
-    count = memoryview(bytearray(8)).cast("q")
-    count[0] = operations
-    return count
+    return bytearray(operations.to_bytes(8, sys.byteorder, signed=True))
+
+
+def counted(parts: SimpleNamespace) -> int:
+    return int.from_bytes(parts.counter, sys.byteorder, signed=True)
 
 
 def make(parts: SimpleNamespace) -> Any:
@@ -134,7 +137,7 @@ def test_a_taught_all_reduce_runs_whole_and_leaves_what_runner_here_would(job):
         assert express.all_reduce(x, SUM) is True
         assert (x == np.arange(4) + 10 * operation).all()
     seq = 13
-    assert (parts.runner._seq, parts.counter[0], parts.step.operation) == (seq, 103, 3)
+    assert (parts.runner._seq, counted(parts), parts.step.operation) == (seq, 103, 3)
     progress = parts.progress
     assert (progress.completed, progress.last, progress.running) == (seq, (seq, FP), None)
     assert parts.runner.handed_over == [] and not parts.lock.locked() and parts.scans == []
@@ -171,7 +174,7 @@ def test_fields_in_slots_are_read_and_written_there_and_any_other_way_is_the_pro
     their_part(theirs, 1, np.full(4, 2.0, np.float32))
     x = np.ones(4, np.float32)
     assert express.all_reduce(x, SUM) is True and (x == 3).all()
-    assert (parts.runner._seq, parts.counter[0], parts.step.operation) == (11, 101, 1)
+    assert (parts.runner._seq, counted(parts), parts.step.operation) == (11, 101, 1)
     del parts.runner._seq  # an empty slot reads as the attribute protocol says
     with pytest.raises(AttributeError, match="_seq"):
         express.all_reduce(x, SUM)
@@ -194,7 +197,7 @@ def test_a_late_member_hands_the_started_operation_to_runner_here_with_the_lock_
     assert parts.runner.lock_held_then == [True] and not parts.lock.locked()
     # Express numbered it and noted it running, as Runner.here does before a step; the
     # step's operation is the one before, as Runner.here's step numbers it again.
-    assert (parts.runner._seq, parts.counter[0], parts.step.operation) == (11, 101, 0)
+    assert (parts.runner._seq, counted(parts), parts.step.operation) == (11, 101, 0)
     assert (parts.progress.running, parts.progress.completed) == ((11, FP), 0)
 
 
@@ -254,9 +257,9 @@ def test_a_call_it_must_not_take_is_refused_having_done_nothing(job, why):
         express.forget()
     elif why == "not_an_array":
         x = [1.0, 1.0, 1.0, 1.0]
-    before = theirs.same(1, FP), parts.runner._seq, parts.counter[0], parts.step.operation
+    before = theirs.same(1, FP), parts.runner._seq, counted(parts), parts.step.operation
     assert express.all_reduce(x, op) is False
-    assert (theirs.same(1, FP), parts.runner._seq, parts.counter[0],
+    assert (theirs.same(1, FP), parts.runner._seq, counted(parts),
             parts.step.operation) == before
     assert parts.runner.handed_over == []
     assert (parts.progress.running, parts.progress.completed) == (None, 0)
