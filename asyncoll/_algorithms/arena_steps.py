@@ -27,11 +27,6 @@ from asyncoll.types import ReduceOp
 
 #: What a compiled step returns (asyncoll/_native/arena.c).
 DONE, WAITING, MISMATCH, WAITING_RESULTS = 0, 1, 2, 3
-#: A reduce-scatter step's brief wait spins this many times as long as the others':
-#: between its meetings each member copies and reduces up to a slot's worth, so they
-#: arrive further apart, and a wait the brief one misses costs a return to Python
-#: and a call back, twice a piece. (No spins where members outnumber processors.)
-SPLIT_SPINS = 16
 
 
 def finish(arena: Arena, operation: int, fingerprint: Fingerprint, waiter: Waiter,
@@ -55,7 +50,7 @@ def split(arena: Arena, operation: int, data: NDArray[Any], kind: int,
           fingerprint: Fingerprint, waiter: Waiter) -> bool:
     """All-reduce ``data`` (it fits a slot) reduce-scatter style in C, as
     AllReduce._split_run does; False, having done nothing, where C does not take it."""
-    core, spins = arena.core, waiter.spins * SPLIT_SPINS
+    core, spins = arena.core, waiter.spins
     try:
         status = core.split(data, operation, fingerprint, kind, spins, 0)
     except ValueError:
@@ -63,11 +58,10 @@ def split(arena: Arena, operation: int, data: NDArray[Any], kind: int,
     while status:
         if status == MISMATCH:
             mismatched(arena, fingerprint, operation)
-        # Waiting for the inputs (phase 2k - 1) or for the results (2k), then on: the
-        # waiter yields and sleeps as after any brief wait.
+        # Waiting for the inputs (phase 2k - 1) or for the results (2k), then on.
         waited = status == WAITING
         waiter.until(arena.all_at_least(PUBLISHED, 2 * operation - waited),
-                     waiter.spins + BRIEF_YIELDS)
+                     spins + BRIEF_YIELDS)
         status = core.split(data, operation, fingerprint, kind, spins, 1 if waited else 2)
     return True
 
