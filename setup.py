@@ -49,7 +49,8 @@ def _extensions() -> list[Extension]:
     if not (sys.platform.startswith("linux")
             and platform.machine().lower() in ("x86_64", "amd64")):
         return []
-    sources = [f"asyncoll/_native/{name}.c" for name in ("arena", "express", "front", "lock")]
+    names = ("arena", "express", "field", "front", "lock")
+    sources = [f"asyncoll/_native/{name}.c" for name in names]
     return [Extension("asyncoll._native._arena", sources, depends=["asyncoll/_native/core.h"],
                       extra_compile_args=FLAGS, optional=True)]
 

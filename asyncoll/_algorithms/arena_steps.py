@@ -27,6 +27,11 @@ from asyncoll.types import ReduceOp
 
 #: What a compiled step returns (asyncoll/_native/arena.c).
 DONE, WAITING, MISMATCH, WAITING_RESULTS = 0, 1, 2, 3
+#: A reduce-scatter step's brief wait spins this many times as long as the others':
+#: between its meetings each member copies and reduces up to a slot's worth, so they
+#: arrive further apart, and a wait the brief one misses costs a return to Python
+#: and a call back, twice a piece. (No spins where members outnumber processors.)
+SPLIT_SPINS = 16
 
 
 def finish(arena: Arena, operation: int, fingerprint: Fingerprint, waiter: Waiter,
@@ -50,7 +55,7 @@ def split(arena: Arena, operation: int, data: NDArray[Any], kind: int,
           fingerprint: Fingerprint, waiter: Waiter) -> bool:
     """All-reduce ``data`` (it fits a slot) reduce-scatter style in C, as
     AllReduce._split_run does; False, having done nothing, where C does not take it."""
-    core, spins = arena.core, waiter.spins
+    core, spins = arena.core, waiter.spins * SPLIT_SPINS
     try:
         status = core.split(data, operation, fingerprint, kind, spins, 0)
     except ValueError:
@@ -58,10 +63,11 @@ def split(arena: Arena, operation: int, data: NDArray[Any], kind: int,
     while status:
         if status == MISMATCH:
             mismatched(arena, fingerprint, operation)
-        # Waiting for the inputs (phase 2k - 1) or for the results (2k), then on.
+        # Waiting for the inputs (phase 2k - 1) or for the results (2k), then on: the
+        # waiter yields and sleeps as after any brief wait.
         waited = status == WAITING
         waiter.until(arena.all_at_least(PUBLISHED, 2 * operation - waited),
-                     spins + BRIEF_YIELDS)
+                     waiter.spins + BRIEF_YIELDS)
         status = core.split(data, operation, fingerprint, kind, spins, 1 if waited else 2)
     return True
 

@@ -105,12 +105,14 @@ def slot_for(members: int, largest: int, room: int | None) -> int:
     return max(slot, floor)
 
 
-@dataclass
+@dataclass(slots=True)
 class ArenaStep:
     """One operation on the arena: what its algorithm is given.
 
     A group reuses one, operation after operation (they run one at a time,
-    under the arena's lock): making objects costs microseconds here.
+    under the arena's lock): making objects costs microseconds here. Its
+    fields are slots, which the compiled entry reads and writes itself
+    (asyncoll/_native/field.c).
     """
 
     arena: Arena

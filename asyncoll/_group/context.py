@@ -31,7 +31,8 @@ class Loop(Protocol):
 class Membership(Protocol):
     """This process in its job: its rank, its data plane, and its coordinator link."""
 
-    #: Operations started on this rank, in every group (reported in heartbeats).
+    #: Operations started on this rank's Python path, in every group (the compiled
+    #: entries count theirs in the session's ``compiled_ops``, where it has one).
     ops: int
     #: Whether this rank destroyed its process group or had it replaced (check_open
     #: raises, saying which).

@@ -42,11 +42,13 @@ def express_for(session: Membership, group_id: int, fast: FastPath, runner: Runn
     """A group's compiled entry, not yet taught anything; None where it can have none
     (the extension is off, or the group's fast path is not an arena)."""
     early = getattr(session.mesh, "early_count", None)
+    counter = getattr(session, "compiled_ops", None)
     if _native.arena is None or not isinstance(fast, GroupArena) or not fast.slot_bytes \
-            or early is None:
+            or early is None or counter is None:
         return None
     return _native.arena.Express(
-        runner=runner, session=session, faults=session.faults, early=early, lock=fast.lock,
+        runner=runner, session=session, counter=counter, faults=session.faults,
+        progress=session.faults.progress_of(group_id), early=early, lock=fast.lock,
         group_id=group_id, limit=limit, ndarray=np.ndarray, sample_every=SAMPLE_EVERY,
         scan_soon=functools.partial(session.call_soon, session.faults.scan, group_id),
         path=fast.algorithm)

@@ -39,6 +39,28 @@ from asyncoll.errors import (
 )
 
 
+class Progress:
+    """Where one group's operations are on this rank: the one running now ((seq,
+    fingerprint), or None), the last seq completed (0: none), and that operation's
+    (seq, fingerprint), so that a frame sent late for it can name the argument that
+    differs.
+
+    Its fields are slots, which the compiled entry writes itself
+    (asyncoll/_native/field.c).
+    """
+
+    __slots__ = ("running", "completed", "last")
+
+    def __init__(self) -> None:
+        self.running: tuple[int, Fingerprint] | None = None
+        self.completed = 0
+        self.last: tuple[int, Fingerprint] | None = None
+
+
+#: What a group that never ran an operation here reads as (never written).
+_NOTHING_YET = Progress()
+
+
 class GroupFaults:
     """The broken state of this rank's groups; the mesh's listener."""
 
@@ -51,11 +73,7 @@ class GroupFaults:
         #: The operation each broken group broke in, where known.
         self._broken_in: dict[int, int] = {}
         #: The operation each group runs now, and the last one each completed.
-        self._running: dict[int, tuple[int, Fingerprint]] = {}
-        self._completed: dict[int, int] = {}
-        #: The fingerprint of the last operation each group completed, so that a
-        #: frame sent late for it can name the argument that differs.
-        self._last: dict[int, tuple[int, Fingerprint]] = {}
+        self._progress: dict[int, Progress] = {}
         #: Members that left the job, with the error of waiting for them.
         self._left: dict[int, AsyncollError] = {}
         #: Members lost: found by the data plane or told by the coordinator.
@@ -82,7 +100,7 @@ class GroupFaults:
         first = self.broken.get(group_id)
         if first is None:
             return None
-        running = self._running.get(group_id)
+        running = self._progress.get(group_id, _NOTHING_YET).running
         broke_in = self._broken_in.get(group_id, 0)
         if running is None or not broke_in or running[0] <= broke_in:
             return copy.copy(first)
@@ -115,14 +133,25 @@ class GroupFaults:
         With ``scan`` False it only takes note, which any thread may do; the
         frames already kept are then checked by :meth:`scan`, on the loop.
         """
-        self._running[group_id] = (seq, fingerprint)
+        progress = self._progress.get(group_id)
+        if progress is None:
+            progress = self.progress_of(group_id)
+        progress.running = (seq, fingerprint)
         if scan:
             self.scan(group_id)
 
     def progress(self, group_id: int) -> tuple[int, int]:
         """(the seq ``group_id`` runs now, or 0; the last seq it completed, or 0)."""
-        running = self._running.get(group_id)
-        return (running[0] if running is not None else 0), self._completed.get(group_id, 0)
+        progress = self._progress.get(group_id, _NOTHING_YET)
+        running = progress.running
+        return (running[0] if running is not None else 0), progress.completed
+
+    def progress_of(self, group_id: int) -> Progress:
+        """Group ``group_id``'s record of its operations here (made at its first)."""
+        progress = self._progress.get(group_id)
+        if progress is None:
+            progress = self._progress[group_id] = Progress()
+        return progress
 
     def complete(self, group_id: int, seq: int, scan: bool = True) -> None:
         """Operation ``seq`` of ``group_id`` finished here (``scan``: as for begin).
@@ -130,10 +159,13 @@ class GroupFaults:
         A frame kept for it (or for an earlier one) was sent by a rank that ran
         a different operation: the group is out of step and is broken.
         """
-        self._completed[group_id] = seq
-        running = self._running.pop(group_id, None)
+        progress = self._progress.get(group_id)
+        if progress is None:
+            progress = self.progress_of(group_id)
+        progress.completed = seq
+        running, progress.running = progress.running, None
         if running is not None and running[0] == seq:
-            self._last[group_id] = running
+            progress.last = running
         if scan:
             self.scan(group_id)
 
@@ -141,8 +173,8 @@ class GroupFaults:
         """Check the frames kept early for ``group_id`` against what it runs and ran."""
         if not self._mesh.has_early:
             return
-        running = self._running.get(group_id)
-        completed = self._completed.get(group_id, 0)
+        progress = self._progress.get(group_id, _NOTHING_YET)
+        running, completed = progress.running, progress.completed
         for peer, tag, theirs in self._mesh.early(group_id):
             if running is not None and tag[1] == running[0] and theirs != running[1]:
                 self.abort(group_id, tag[1], desync(self._mesh.rank, peer, tag, running[1],
@@ -189,8 +221,8 @@ class GroupFaults:
         self._mesh.fail_peer(peer, error)
         for group_id, members in list(self._groups.items()):
             if peer in members and self._break(group_id, error):
-                self._send_aborts(group_id, self._completed.get(group_id, 0) + 1, error,
-                                  members)
+                completed = self._progress.get(group_id, _NOTHING_YET).completed
+                self._send_aborts(group_id, completed + 1, error, members)
 
     def exclude(self, error: AsyncollError) -> None:
         """The job went on without this rank (an elastic job): break every group.
@@ -204,11 +236,12 @@ class GroupFaults:
 
     def early_frame(self, peer: int, tag: Tag, fingerprint: Fingerprint) -> None:
         """A frame was kept early: it must fit what its group runs, or ran."""
-        running = self._running.get(tag[0])
+        progress = self._progress.get(tag[0], _NOTHING_YET)
+        running = progress.running
         if running is not None and running[0] == tag[1] and running[1] != fingerprint:
             self.abort(tag[0], tag[1], desync(self._mesh.rank, peer, tag, running[1],
                                               fingerprint))
-        elif tag[1] <= self._completed.get(tag[0], 0):
+        elif tag[1] <= progress.completed:
             self._stale(peer, tag, fingerprint)
 
     def frame_mismatched(self, peer: int, tag: Tag, mine: Fingerprint,
@@ -278,6 +311,6 @@ class GroupFaults:
 
     def _stale(self, peer: int, tag: Tag, theirs: Fingerprint) -> None:
         """Rank ``peer`` sent data for an operation this rank finished without it."""
-        last = self._last.get(tag[0])
+        last = self._progress.get(tag[0], _NOTHING_YET).last
         mine = last[1] if last is not None and last[0] == tag[1] else None
         self.abort(tag[0], tag[1], stale(self._mesh.rank, peer, tag, mine, theirs))

@@ -64,6 +64,10 @@ class AsyncProcessGroup:
     (asyncoll._group.point_to_point).
     """
 
+    # Its compiled entry in a slot: the compiled fronts read it there themselves
+    # (asyncoll/_native/front.c).
+    __slots__ = ("express", "__dict__", "__weakref__")
+
     def __init__(self, session: Membership, group_id: int, ranks: Sequence[int],
                  timeout: float) -> None:
         core = self._core = GroupCore(session, group_id, ranks, timeout)

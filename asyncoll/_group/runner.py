@@ -47,6 +47,10 @@ class Runner:
         fast: the group's way of running operations in the calling thread.
     """
 
+    # What every call reads and writes, in slots: the compiled entry reads and writes
+    # them there itself (asyncoll/_native/field.c).
+    __slots__ = ("_seq", "handed", "finished", "run_fingerprint", "__dict__", "__weakref__")
+
     def __init__(self, session: Membership, group_id: int, ranks: tuple[int, ...],
                  fast: FastPath) -> None:
         self._session = session
@@ -136,31 +140,35 @@ class Runner:
         still there (it comes first).
 
         ``started``: the compiled entry (asyncoll._group.express) started the
-        operation, checked what this checks first and holds the path's lock;
-        ``kernel`` finishes it.
+        operation, checked what this checks first, numbered it, took the notes
+        this takes before the step and holds the path's lock; ``kernel``
+        finishes it.
         """
         fast = self._fast
-        if not started and (not fast.ready or self.handed != self.finished):
-            return False
         session, group_id = self._session, self._group_id
         faults = session.faults
-        # _number, and _admit only where something may refuse: written out, as
-        # every call in this thread passes here.
-        seq = self._seq = self._seq + 1
-        session.ops += 1
-        if (session.closed or faults.broken) and not started:
-            self._admit(what, seq)
-        # Taking note is safe from this thread; checking frames kept early is the loop's.
-        faults.begin(group_id, seq, fingerprint, False)
         recorder = self.recorder
-        if recorder is not None:
-            # A repeated call is one more of the recorder's run: nothing to write but a
-            # sample (asyncoll._group.recorder).
-            if fingerprint is not self.run_fingerprint:
-                recorder.open_run(self, group_id, seq, what, fingerprint,
-                                  fast.algorithm, limit)
-            elif not seq % SAMPLE_EVERY:
-                recorder.sample(group_id, seq)
+        if started:
+            seq = self._seq
+        else:
+            if not fast.ready or self.handed != self.finished:
+                return False
+            # _number, and _admit only where something may refuse: written out, as
+            # every call in this thread passes here.
+            seq = self._seq = self._seq + 1
+            session.ops += 1
+            if session.closed or faults.broken:
+                self._admit(what, seq)
+            # Taking note is safe from this thread; checking frames kept early is the loop's.
+            faults.begin(group_id, seq, fingerprint, False)
+            if recorder is not None:
+                # A repeated call is one more of the recorder's run: nothing to write but a
+                # sample (asyncoll._group.recorder).
+                if fingerprint is not self.run_fingerprint:
+                    recorder.open_run(self, group_id, seq, what, fingerprint,
+                                      fast.algorithm, limit)
+                elif not seq % SAMPLE_EVERY:
+                    recorder.sample(group_id, seq)
         early = self._early  # mesh.has_early, read without a call
         if early.frames:
             session.call_soon(faults.scan, group_id)

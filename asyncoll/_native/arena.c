@@ -381,12 +381,48 @@ static inline int all_published(Core *self, int64_t phase) {
     return 1;
 }
 
+/* A member that must wait for one on its own processor (the scheduler put both
+ * there, as it often does for processes just forked from one parent) sleeps until
+ * that member publishes, or for SHARED_REST_NS at most: spinning only keeps the
+ * processor from it, and yielding hands it over but keeps the two together, every
+ * operation then costing two switches. Woken, the sleeper is placed on an idle
+ * processor if there is one. Each member says where it waited last in its line
+ * (W_PROCESSOR: the processor + 1; 0: not known, as on the Python path). */
+#define SHARED_REST_NS 50000
+
+static void rest_if_shared(Core *self, int64_t phase) {
+    int here = sched_getcpu();
+    if (here < 0)
+        return;
+    int64_t *mine = line(self, self->me);
+    __atomic_store_n(&mine[W_PROCESSOR], (int64_t)here + 1, __ATOMIC_RELAXED);
+    Py_ssize_t late = 0;
+    while (late < self->size && load(&line(self, late)[W_PUBLISHED]) >= phase)
+        late++;
+    if (late == self->size
+        || __atomic_load_n(&line(self, late)[W_PROCESSOR], __ATOMIC_RELAXED) != here + 1)
+        return;
+    int64_t *word = &line(self, late)[W_PUBLISHED];
+    /* The flag before the word is read again (publish stores the word, then reads
+     * the flags): a publish after that read sees the flag and wakes this member. */
+    __atomic_store_n(&mine[W_SLEEPING], 1, __ATOMIC_SEQ_CST);
+    int64_t seen = __atomic_load_n(word, __ATOMIC_SEQ_CST);
+    if (seen < phase) {
+        struct timespec rest = {0, SHARED_REST_NS};
+        /* The word's low half, where this little-endian machine keeps it. */
+        syscall(SYS_futex, word, FUTEX_WAIT, (uint32_t)seen, &rest, NULL, 0);
+    }
+    __atomic_store_n(&mine[W_SLEEPING], 0, __ATOMIC_RELAXED);
+}
+
 /* Whether every member published `phase`, after `spins` polls and YIELDS
- * yields at most: the first HELD_SPINS polls with the GIL, the rest released. */
+ * yields at most: the first HELD_SPINS polls with the GIL, the rest released.
+ * No spins (more members than processors, where sharing one is the rule and a
+ * yield hands it over for less than a sleep costs): no rest either. */
 int wait_briefly(Core *self, int64_t phase, long spins) {
     if (all_published(self, phase))
         return 1;
-    int ready = 0;
+    int ready = 0, rests = spins > 0;
     long held = spins < HELD_SPINS ? spins : HELD_SPINS;
     for (long i = 0; i < held && !ready; i++) {
         PAUSE();
@@ -398,6 +434,10 @@ int wait_briefly(Core *self, int64_t phase, long spins) {
     Py_BEGIN_ALLOW_THREADS
     for (long i = 0; i < spins && !ready; i++) {
         PAUSE();
+        ready = all_published(self, phase);
+    }
+    if (!ready && rests) {
+        rest_if_shared(self, phase);
         ready = all_published(self, phase);
     }
     for (int i = 0; i < YIELDS && !ready; i++) {

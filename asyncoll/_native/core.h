@@ -17,6 +17,7 @@
 #define LINE_BYTES 256
 #define W_PUBLISHED 0
 #define W_SLEEPING 5
+#define W_PROCESSOR 6
 #define FINGERPRINT_WORDS 6
 static const int FINGERPRINT_AT[2] = {8, 16};
 #define ALIGN 128
@@ -76,6 +77,22 @@ PyObject *express_barrier(PyObject *express, PyObject *unused);
 /* A PathLock (lock.c) taken without waiting (1) or not (0), and given back. */
 int path_lock_try(PyObject *lock);
 void path_lock_release(PyObject *lock);
+
+/* An attribute of an object the compiled entry reads and writes on every call
+ * (field.c): its name, and where the owner's type keeps it in a slot (0: it has
+ * none, and the attribute protocol is used). The type is held. */
+typedef struct {
+    PyObject *name;
+    PyTypeObject *type;
+    Py_ssize_t offset;
+} Field;
+
+void field_find(Field *field, PyObject *owner, PyObject *name);
+void field_clear(Field *field);
+PyObject *field_get(const Field *field, PyObject *owner);
+int field_set(const Field *field, PyObject *owner, PyObject *value);
+int field_number(const Field *field, PyObject *owner, long long *value);
+int field_set_number(const Field *field, PyObject *owner, long long value);
 
 /* Ready the Express and Front types and the names they read (module init). */
 int express_ready(void);

@@ -46,60 +46,42 @@ typedef struct {
     PyObject *step; /* the arena's ArenaStep: its operation number */
     long spins;
     /* What a call reads and writes (see Runner.here). */
-    PyObject *runner, *session, *broken, *completed, *last, *early, *recorder, *here;
+    PyObject *runner, *session, *broken, *progress, *early, *recorder, *here;
     PyObject *lock, *scan_soon, *group_id, *limit, *ndarray, *path;
     PyObject *samples, *sampled; /* the recorder's sample_ring (NULL: no recorder) */
+    /* The session's compiled_ops: the operations its groups' entries started. */
+    Py_buffer counter;
+    /* runner._seq, .handed, .finished and .run_fingerprint, session.closed,
+     * early.frames, step.operation, and the group's progress.running, .completed and
+     * .last (asyncoll._group.faults.Progress) */
+    Field seq, handed, finished, run, closed, frames, operation, running, completed, last;
     long long sample_every;
     int count;
     Entry entries[ENTRIES];
 } Express;
 
-static PyObject *s_handed, *s_finished, *s_seq, *s_ops, *s_closed, *s_frames, *s_operation,
-    *s_run_fingerprint, *s_dtype, *s_open_run;
+#define FIELDS(self) {&(self)->seq, &(self)->handed, &(self)->finished, &(self)->run, \
+        &(self)->closed, &(self)->frames, &(self)->operation, &(self)->running, \
+        &(self)->completed, &(self)->last}
 
-/* -- reading and writing the Python side's numbers ------------------------------------ */
+static PyObject *s_running, *s_completed, *s_last, *s_handed, *s_finished, *s_seq, *s_closed, *s_frames, *s_operation, *s_run_fingerprint, *s_dtype, *s_open_run;
 
-/* The runner's, the session's and the step's attributes go through the
- * attribute protocol, not their __dict__s: asking for an instance's __dict__
- * makes one, and CPython then reads every attribute of that instance more
- * slowly, in the Python path's code too. */
-
-static int read_number(PyObject *owner, PyObject *name, long long *value) {
-    PyObject *got = PyObject_GetAttr(owner, name);
-    if (got == NULL)
-        return -1;
-    *value = PyLong_AsLongLong(got);
-    Py_DECREF(got);
-    return *value == -1 && PyErr_Occurred() ? -1 : 0;
-}
-
-/* owner.name = value, a new reference this takes (NULL: its error stands). */
-static int write_number(PyObject *owner, PyObject *name, PyObject *value) {
-    if (value == NULL)
-        return -1;
-    int failed = PyObject_SetAttr(owner, name, value);
-    Py_DECREF(value);
-    return failed;
-}
+/* -- reading the Python side's numbers ------------------------------------------------ */
 
 static long long frames_kept(Express *self) {
-    PyObject *got = PyObject_GetAttr(self->early, s_frames);
-    if (got == NULL)
-        return -1;
-    long long frames = PyLong_AsLongLong(got);
-    Py_DECREF(got);
-    return frames;
+    long long frames;
+    return field_number(&self->frames, self->early, &frames) < 0 ? -1 : frames;
 }
 
 /* 1: a call may run here now; 0: it goes the Python way; -1: an error. */
 static int open_for(Express *self) {
     long long handed, finished, frames = frames_kept(self);
-    if (frames < 0 || read_number(self->runner, s_handed, &handed) < 0
-        || read_number(self->runner, s_finished, &finished) < 0)
+    if (frames < 0 || field_number(&self->handed, self->runner, &handed) < 0
+        || field_number(&self->finished, self->runner, &finished) < 0)
         return -1;
     if (handed != finished || frames > 0 || PyDict_GET_SIZE(self->broken) > 0)
         return 0;
-    PyObject *closed = PyObject_GetAttr(self->session, s_closed);
+    PyObject *closed = field_get(&self->closed, self->session);
     if (closed == NULL)
         return -1;
     int refused = PyObject_IsTrue(closed);
@@ -136,57 +118,72 @@ static int sampled(Express *self, PyObject *seq) {
     return PyList_SetItem(self->samples, (Py_ssize_t)(at % ring), sample); /* takes it */
 }
 
-/* The flight recorder's note of operation `seq`, as Runner.here takes it: one more
- * of the recorder's run (a sample, now and then), or the first of a new run. */
-static int recorded(Express *self, const Entry *entry, PyObject *seq, long long number) {
+/* The flight recorder's note of operation `seq`, as Runner.here takes it, before the
+ * step publishes anything (opening a run calls Python, which may fail): the first of a
+ * new run is noted now; 1: one more of the recorder's run, to be sampled; 0: nothing
+ * more to note; -1: an error. */
+static int recorded(Express *self, const Entry *entry, long long seq) {
     if (self->recorder == Py_None)
         return 0;
-    PyObject *run = PyObject_GetAttr(self->runner, s_run_fingerprint);
+    PyObject *run = field_get(&self->run, self->runner);
     if (run == NULL)
         return -1;
     Py_DECREF(run); /* compared by identity only: the runner keeps it */
-    PyObject *noted;
-    if (run != entry->fingerprint)
-        noted = PyObject_CallMethodObjArgs(self->recorder, s_open_run, self->runner,
-                                           self->group_id, seq, entry->what,
-                                           entry->fingerprint, self->path, self->limit, NULL);
-    else if (number % self->sample_every == 0)
-        return sampled(self, seq);
-    else
-        return 0;
+    if (run == entry->fingerprint)
+        return seq % self->sample_every == 0;
+    PyObject *number = PyLong_FromLongLong(seq);
+    PyObject *noted = number == NULL ? NULL
+        : PyObject_CallMethodObjArgs(self->recorder, s_open_run, self->runner, self->group_id,
+                                     number, entry->what, entry->fingerprint, self->path,
+                                     self->limit, NULL);
+    Py_XDECREF(number);
     Py_XDECREF(noted);
     return noted == NULL ? -1 : 0;
 }
 
 /* -- one call ---------------------------------------------------------------------------- */
 
-/* The end of an operation the step finished: what Runner.here notes after it. */
-static int noted(Express *self, const Entry *entry, long long operation, long long seq) {
-    long long ops;
-    if (read_number(self->session, s_ops, &ops) < 0)
+/* What Runner.here notes as an operation starts (its seq, the session's count, the
+ * fault table's running operation, the step's operation number, a sample), made
+ * once this member's part is published: they take about as long as the other
+ * members' parts take to arrive, so the wait hides them. `running` is (seq,
+ * fingerprint), a new reference this takes. */
+static int begun(Express *self, long long operation, PyObject *running, int sample) {
+    if (running == NULL)
         return -1;
-    PyObject *number = PyLong_FromLongLong(seq);
-    if (number == NULL)
-        return -1;
-    PyObject *last = PyTuple_Pack(2, number, entry->fingerprint);
-    int failed = last == NULL
-        || write_number(self->step, s_operation, PyLong_FromLongLong(operation)) < 0
-        || PyObject_SetAttr(self->runner, s_seq, number) < 0
-        || write_number(self->session, s_ops, PyLong_FromLongLong(ops + 1)) < 0
-        || PyDict_SetItem(self->completed, self->group_id, number) < 0
-        || PyDict_SetItem(self->last, self->group_id, last) < 0;
-    Py_XDECREF(last);
-    failed = failed || recorded(self, entry, number, seq) < 0;
-    Py_DECREF(number);
-    long long frames = failed ? 0 : frames_kept(self);
-    failed = failed || frames < 0;
-    if (frames > 0) {
-        /* Frames kept early are checked against the group's operations on the loop. */
-        PyObject *soon = PyObject_CallNoArgs(self->scan_soon);
-        failed = soon == NULL;
-        Py_XDECREF(soon);
-    }
+    int64_t ops;
+    memcpy(&ops, self->counter.buf, sizeof ops);
+    ops += 1;
+    memcpy(self->counter.buf, &ops, sizeof ops);
+    PyObject *number = PyTuple_GET_ITEM(running, 0);
+    int failed = field_set(&self->seq, self->runner, number) < 0
+        || field_set(&self->running, self->progress, running) < 0
+        || field_set_number(&self->operation, self->step, operation) < 0
+        || (sample && sampled(self, number) < 0);
+    Py_DECREF(running);
     return failed ? -1 : 0;
+}
+
+/* The end of operation `number` the step finished: faults.complete's note, and a scan
+ * on the loop where frames were kept meanwhile. */
+static int ended(Express *self, PyObject *number) {
+    PyObject *running = field_get(&self->running, self->progress);
+    if (running == NULL)
+        return -1;
+    /* The loop may have aborted the group meanwhile; what runs is then another's. */
+    int ours = PyTuple_Check(running) && PyTuple_GET_SIZE(running) == 2
+        && PyTuple_GET_ITEM(running, 0) == number;
+    int failed = field_set(&self->completed, self->progress, number) < 0
+        || field_set(&self->running, self->progress, Py_None) < 0
+        || (ours && field_set(&self->last, self->progress, running) < 0);
+    Py_DECREF(running);
+    long long frames = failed ? -1 : frames_kept(self);
+    if (frames <= 0)
+        return frames < 0 ? -1 : 0;
+    /* Frames kept early are checked against the group's operations on the loop. */
+    PyObject *soon = PyObject_CallNoArgs(self->scan_soon);
+    Py_XDECREF(soon);
+    return soon == NULL ? -1 : 0;
 }
 
 /* The step, with the path's lock held: the operation after the arena's last. */
@@ -194,18 +191,29 @@ static PyObject *run_locked(Express *self, const Entry *entry, PyObject *data,
                             const Py_buffer *view) {
     Core *core = self->core;
     long long operation, seq;
-    if (read_number(self->step, s_operation, &operation) < 0
-        || read_number(self->runner, s_seq, &seq) < 0)
+    if (field_number(&self->operation, self->step, &operation) < 0
+        || field_number(&self->seq, self->runner, &seq) < 0)
         return NULL;
     operation += 1;
     seq += 1;
-    if (!operation_ok(operation) || parse_fingerprint(core, entry->fingerprint) < 0)
+    int sample = -1;
+    if (!operation_ok(operation) || parse_fingerprint(core, entry->fingerprint) < 0
+        || (sample = recorded(self, entry, seq)) < 0)
         return NULL;
     int64_t phase = 2 * operation - 1;
+    if (entry->collective == E_ALL_REDUCE)
+        memcpy(slot(core, operation, core->me), view->buf, (size_t)view->len);
+    publish(core, phase);
+    PyObject *number = PyLong_FromLongLong(seq);
+    if (begun(self, operation, number == NULL ? NULL
+              : PyTuple_Pack(2, number, entry->fingerprint), sample) < 0) {
+        /* Out of memory, with this member's part published: the group's next operation
+         * finds it out of step. */
+        Py_XDECREF(number);
+        return NULL;
+    }
     int status;
     if (entry->collective == E_ALL_REDUCE) {
-        memcpy(slot(core, operation, core->me), view->buf, (size_t)view->len);
-        publish(core, phase);
         status = wait_briefly(core, phase, self->spins)
             ? all_reduce_out(core, &entry->kind, view->buf, view->len, operation, -1)
             : WAITING;
@@ -216,14 +224,20 @@ static PyObject *run_locked(Express *self, const Entry *entry, PyObject *data,
             status = WAITING;
         }
     } else {
-        publish(core, phase);
         status = !wait_briefly(core, phase, self->spins) ? WAITING
             : same_fingerprints(core, operation) ? DONE : MISMATCH;
     }
-    if (status == DONE)
-        return noted(self, entry, operation, seq) < 0 ? NULL : Py_NewRef(Py_True);
-    /* Late or different: Runner.here numbers it, takes note and waits, with its checks.
-     * Its arguments are held for the call: the entry may be forgotten meanwhile. */
+    if (status == DONE) {
+        int failed = ended(self, number) < 0;
+        Py_DECREF(number);
+        return failed ? NULL : Py_NewRef(Py_True);
+    }
+    Py_DECREF(number);
+    /* Late or different: Runner.here waits, with its checks, and ends it. Its step
+     * numbers the operation again, from the one before. Its arguments are held for
+     * the call: the entry may be forgotten meanwhile. */
+    if (field_set_number(&self->operation, self->step, operation - 1) < 0)
+        return NULL;
     PyObject *started = Py_BuildValue("(Oi)", data, status);
     if (started == NULL)
         return NULL;
@@ -363,6 +377,7 @@ static PyObject *express_arm(Express *self, PyObject *const *args, Py_ssize_t na
         return NULL;
     Py_XSETREF(self->core, (Core *)Py_NewRef(args[0]));
     Py_XSETREF(self->step, Py_NewRef(args[1]));
+    field_find(&self->operation, self->step, s_operation);
     self->spins = spins < 0 ? 0 : spins;
     Py_RETURN_NONE;
 }
@@ -378,59 +393,64 @@ static PyObject *express_forget(Express *self, PyObject *Py_UNUSED(unused)) {
 /* -- the type -------------------------------------------------------------------------- */
 
 static int express_init(Express *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"runner", "session", "faults", "early", "lock", "group_id", "limit",
-                            "ndarray", "sample_every", "scan_soon", "path", NULL};
-    PyObject *runner, *session, *faults, *early, *lock, *group_id, *limit, *ndarray, *scan_soon,
-        *path;
+    static char *names[] = {"runner", "session", "counter", "faults", "progress", "early",
+                            "lock", "group_id", "limit", "ndarray", "sample_every", "scan_soon",
+                            "path", NULL};
+    PyObject *runner, *session, *counter, *faults, *progress, *early, *lock, *group_id, *limit,
+        *ndarray, *scan_soon, *path;
     long long sample_every;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOLOU", names, &runner, &session,
-                                     &faults, &early, &lock, &group_id, &limit, &ndarray,
-                                     &sample_every, &scan_soon, &path))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOOOLOU", names, &runner, &session,
+                                     &counter, &faults, &progress, &early, &lock, &group_id,
+                                     &limit, &ndarray, &sample_every, &scan_soon, &path))
         return -1;
+    Py_buffer count;
+    if (PyObject_GetBuffer(counter, &count, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (count.len < (Py_ssize_t)sizeof(int64_t)) {
+        PyBuffer_Release(&count);
+        PyErr_SetString(PyExc_ValueError, "the counter holds an int64");
+        return -1;
+    }
+    if (self->counter.obj != NULL)
+        PyBuffer_Release(&self->counter);
+    self->counter = count;
     if (sample_every < 1 || !PyType_Check(ndarray) || !PyLong_Check(group_id)
         || !PyObject_TypeCheck(lock, &PathLockType)) {
         PyErr_SetString(PyExc_ValueError, "sample_every is 1 or more, ndarray a type, "
                         "group_id an int and lock a PathLock");
         return -1;
     }
+    /* Each read stops at the first that fails, with its error. */
     PyObject *broken = PyObject_GetAttrString(faults, "broken");
-    PyObject *completed = PyObject_GetAttrString(faults, "_completed");
-    PyObject *last = PyObject_GetAttrString(faults, "_last");
-    PyObject *recorder = PyObject_GetAttrString(runner, "recorder");
-    PyObject *here = PyObject_GetAttrString(runner, "here");
-    PyObject *got[] = {broken, completed, last, recorder, here};
-    int ok = 1;
-    for (size_t i = 0; i < sizeof got / sizeof got[0]; i++)
-        ok = ok && got[i] != NULL;
-    if (ok && !(PyDict_Check(broken) && PyDict_Check(completed) && PyDict_Check(last))) {
-        PyErr_SetString(PyExc_TypeError, "the fault table's broken, _completed and _last "
-                        "are dicts");
+    PyObject *recorder = broken ? PyObject_GetAttrString(runner, "recorder") : NULL;
+    PyObject *here = recorder ? PyObject_GetAttrString(runner, "here") : NULL;
+    PyObject *ring = here && recorder != Py_None
+        ? PyObject_GetAttrString(recorder, "sample_ring") : NULL;
+    PyObject *samples = NULL, *sampled = NULL;
+    int ok = here != NULL && (recorder == Py_None || ring != NULL);
+    if (ok && !PyDict_Check(broken)) {
+        PyErr_SetString(PyExc_TypeError, "the fault table's broken is a dict");
         ok = 0;
     }
-    if (!ok) {
-        for (size_t i = 0; i < sizeof got / sizeof got[0]; i++)
-            Py_XDECREF(got[i]);
-        return -1;
+    if (ok && ring != NULL && (!PyArg_ParseTuple(ring, "O!O", &PyList_Type, &samples, &sampled)
+                               || !PyIter_Check(sampled))) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "a recorder's sample_ring is (list, count)");
+        ok = 0;
     }
-    if (recorder != Py_None) {
-        PyObject *ring = PyObject_GetAttrString(recorder, "sample_ring");
-        if (ring == NULL)
-            return -1;
-        PyObject *samples, *sampled;
-        if (!PyArg_ParseTuple(ring, "O!O", &PyList_Type, &samples, &sampled)
-            || !PyIter_Check(sampled)) {
-            Py_DECREF(ring);
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "a recorder's sample_ring is (list, count)");
-            return -1;
-        }
+    if (ok && ring != NULL) {
         Py_XSETREF(self->samples, Py_NewRef(samples));
         Py_XSETREF(self->sampled, Py_NewRef(sampled));
-        Py_DECREF(ring);
+    }
+    Py_XDECREF(ring);
+    if (!ok) {
+        Py_XDECREF(broken);
+        Py_XDECREF(recorder);
+        Py_XDECREF(here);
+        return -1;
     }
     Py_XSETREF(self->broken, broken);
-    Py_XSETREF(self->completed, completed);
-    Py_XSETREF(self->last, last);
+    Py_XSETREF(self->progress, Py_NewRef(progress));
     Py_XSETREF(self->recorder, recorder);
     Py_XSETREF(self->here, here);
     Py_XSETREF(self->lock, Py_NewRef(lock));
@@ -443,6 +463,15 @@ static int express_init(Express *self, PyObject *args, PyObject *kwargs) {
     Py_XSETREF(self->scan_soon, Py_NewRef(scan_soon));
     Py_XSETREF(self->path, Py_NewRef(path));
     self->sample_every = sample_every;
+    field_find(&self->seq, runner, s_seq);
+    field_find(&self->handed, runner, s_handed);
+    field_find(&self->finished, runner, s_finished);
+    field_find(&self->run, runner, s_run_fingerprint);
+    field_find(&self->closed, session, s_closed);
+    field_find(&self->frames, early, s_frames);
+    field_find(&self->running, progress, s_running);
+    field_find(&self->completed, progress, s_completed);
+    field_find(&self->last, progress, s_last);
     return 0;
 }
 
@@ -452,8 +481,8 @@ static int express_traverse(Express *self, visitproc visit, void *arg) {
     Py_VISIT(self->runner);
     Py_VISIT(self->session);
     Py_VISIT(self->broken);
-    Py_VISIT(self->completed);
-    Py_VISIT(self->last);
+    Py_VISIT(self->progress);
+    Py_VISIT(self->counter.obj);
     Py_VISIT(self->early);
     Py_VISIT(self->recorder);
     Py_VISIT(self->here);
@@ -465,6 +494,9 @@ static int express_traverse(Express *self, visitproc visit, void *arg) {
     Py_VISIT(self->path);
     Py_VISIT(self->samples);
     Py_VISIT(self->sampled);
+    Field *fields[] = FIELDS(self);
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        Py_VISIT(fields[i]->type);
     for (int i = 0; i < self->count; i++) {
         Py_VISIT(self->entries[i].dtype);
         Py_VISIT(self->entries[i].op);
@@ -481,8 +513,9 @@ static int express_clear(Express *self) {
     Py_CLEAR(self->runner);
     Py_CLEAR(self->session);
     Py_CLEAR(self->broken);
-    Py_CLEAR(self->completed);
-    Py_CLEAR(self->last);
+    Py_CLEAR(self->progress);
+    if (self->counter.obj != NULL)
+        PyBuffer_Release(&self->counter);
     Py_CLEAR(self->early);
     Py_CLEAR(self->recorder);
     Py_CLEAR(self->here);
@@ -494,6 +527,9 @@ static int express_clear(Express *self) {
     Py_CLEAR(self->path);
     Py_CLEAR(self->samples);
     Py_CLEAR(self->sampled);
+    Field *fields[] = FIELDS(self);
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        field_clear(fields[i]);
     for (int i = 0; i < self->count; i++)
         entry_clear(&self->entries[i]);
     self->count = 0;
@@ -524,8 +560,21 @@ static PyObject *express_count(Express *self, void *Py_UNUSED(closure)) {
     return PyLong_FromLong(self->count);
 }
 
+/* The names of the fields it reads and writes in their owners' slots (the others go
+ * through the attribute protocol). */
+static PyObject *express_in_slots(Express *self, void *Py_UNUSED(closure)) {
+    Field *fields[] = FIELDS(self);
+    PyObject *names = PyList_New(0);
+    for (size_t i = 0; names != NULL && i < sizeof fields / sizeof fields[0]; i++)
+        if (fields[i]->offset != 0 && PyList_Append(names, fields[i]->name) < 0)
+            Py_CLEAR(names);
+    return names;
+}
+
 static PyGetSetDef express_getset[] = {
     {"count", (getter)express_count, NULL, "the calls taught", NULL},
+    {"in_slots", (getter)express_in_slots, NULL,
+     "the names of the fields it reads and writes in their owners' slots", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -534,8 +583,9 @@ PyTypeObject ExpressType = {
     .tp_name = "asyncoll._native._arena.Express",
     .tp_basicsize = sizeof(Express),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Express(runner, session, faults, early, lock, group_id, limit, ndarray, "
-              "sample_every, scan_soon, path): a group's repeated blocking calls, in C.",
+    .tp_doc = "Express(runner, session, counter, faults, progress, early, lock, group_id, "
+              "limit, ndarray, sample_every, scan_soon, path): a group's repeated blocking "
+              "calls, in C.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)express_init,
     .tp_dealloc = (destructor)express_dealloc,
@@ -547,7 +597,8 @@ PyTypeObject ExpressType = {
 
 int express_ready(void) {
     struct { PyObject **name; const char *text; } names[] = {
-        {&s_handed, "handed"}, {&s_finished, "finished"}, {&s_seq, "_seq"}, {&s_ops, "ops"},
+        {&s_running, "running"}, {&s_completed, "completed"}, {&s_last, "last"},
+        {&s_handed, "handed"}, {&s_finished, "finished"}, {&s_seq, "_seq"},
         {&s_closed, "closed"}, {&s_frames, "frames"}, {&s_operation, "operation"},
         {&s_run_fingerprint, "run_fingerprint"}, {&s_dtype, "dtype"}, {&s_open_run, "open_run"},
     };

@@ -19,6 +19,8 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *function;  /* the Python function */
     PyObject *world;     /* the module whose `current` is the world group, or None */
+    PyObject *names;     /* that module's __dict__ (NULL: `world` is no module) */
+    Field express;       /* the world group's `express` */
     PyObject *op;        /* all_reduce's default op */
     int collective;
 } Front;
@@ -28,12 +30,19 @@ static PyObject *s_current, *s_express;
 /* The world group's Express (a new reference: another thread may end the world
  * while a call waits); NULL (no error) where there is none. */
 static PyObject *world_express(Front *self) {
-    PyObject *world = PyObject_GetAttr(self->world, s_current);
+    PyObject *world = self->names != NULL
+        ? Py_XNewRef(PyDict_GetItemWithError(self->names, s_current))
+        : PyObject_GetAttr(self->world, s_current);
     if (world == NULL) {
         PyErr_Clear();
         return NULL;
     }
-    PyObject *express = world == Py_None ? NULL : PyObject_GetAttr(world, s_express);
+    PyObject *express = NULL;
+    if (world != Py_None) {
+        if (Py_TYPE(world) != self->express.type)
+            field_find(&self->express, world, s_express);
+        express = field_get(&self->express, world);
+    }
     Py_DECREF(world);
     if (express == NULL) {
         PyErr_Clear();
@@ -92,6 +101,7 @@ static PyObject *front_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->vectorcall = (vectorcallfunc)front_call;
     self->function = Py_NewRef(function);
     self->world = Py_NewRef(world);
+    self->names = PyModule_Check(world) ? Py_NewRef(PyModule_GetDict(world)) : NULL;
     self->op = Py_NewRef(op);
     self->collective = collective;
     return (PyObject *)self;
@@ -122,6 +132,8 @@ static PyObject *front_repr(Front *self) {
 static int front_traverse(Front *self, visitproc visit, void *arg) {
     Py_VISIT(self->function);
     Py_VISIT(self->world);
+    Py_VISIT(self->names);
+    Py_VISIT(self->express.type);
     Py_VISIT(self->op);
     return 0;
 }
@@ -129,6 +141,8 @@ static int front_traverse(Front *self, visitproc visit, void *arg) {
 static int front_clear(Front *self) {
     Py_CLEAR(self->function);
     Py_CLEAR(self->world);
+    Py_CLEAR(self->names);
+    field_clear(&self->express);
     Py_CLEAR(self->op);
     return 0;
 }

@@ -9,6 +9,7 @@ import logging
 import os
 import secrets
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -100,6 +101,10 @@ class Rendezvous:
 class Session:
     """This process's link to its coordinator and peers, from join to leave."""
 
+    # What every call reads, in a slot: the compiled entry reads it there itself
+    # (asyncoll/_native/field.c).
+    __slots__ = ("closed", "__dict__", "__weakref__")
+
     def __init__(self, client: CoordinatorClient, mesh: TcpMesh, welcome: Welcome,
                  job: str, timeout: float, embedded: Coordinator | None,
                  settings: Settings, bounds: tuple[bool, int, int] = (False, 0, 0),
@@ -132,8 +137,13 @@ class Session:
             bounds, token))
         #: Set once this rank destroyed its process group or a new one replaced it.
         self.closed = False
-        #: Operations started on this rank, in every group (reported in heartbeats).
+        #: Operations started on this rank's Python path, in every group.
         self.ops = 0
+        #: Operations the groups' compiled entries started (asyncoll._group.express):
+        #: one int64 they all count in, so that none writes a Python int a call. A
+        #: bytearray, not a memoryview of one: the garbage collector may clear a
+        #: memoryview in a cycle while an entry still holds its buffer.
+        self.compiled_ops = bytearray(8)
         self._heartbeat_interval = min(HEARTBEAT_INTERVAL_S,
                                        settings.heartbeat_timeout / 4)
         self._heartbeat = asyncio.ensure_future(self._beat())
@@ -325,17 +335,22 @@ class Session:
         for executor in self._lanes.values():
             executor.shutdown(wait=False)
 
+    def operations(self) -> int:
+        """Operations started on this rank, in every group, on either path (the
+        heartbeats report it)."""
+        return self.ops + int.from_bytes(self.compiled_ops, sys.byteorder, signed=True)
+
     async def _beat(self) -> None:
         """Tell the coordinator, every few seconds, that this rank is alive, how busy, and
         (from the flight recorder) what it is doing."""
         sampled = -1
         while True:
             if self.recorder is None:
-                self.client.notify(Heartbeat(ops=self.ops))
+                self.client.notify(Heartbeat(ops=self.operations()))
             else:
                 doing, sampled, samples = self.recorder.report(
                     sampled, SAMPLES_PER_HEARTBEAT, self.registration.groups)
-                self.client.notify(heartbeat(self.ops, doing, samples))
+                self.client.notify(heartbeat(self.operations(), doing, samples))
             await asyncio.sleep(self._heartbeat_interval)
 
     def _rejoin(self) -> Rejoin:

@@ -86,6 +86,10 @@ def test_the_compiled_entry_hands_a_late_member_on_and_leaves_the_numbers_it_sho
         # the repeat behind the all_to_all went to the loop instead.
         assert "late=2 behind=0 running=0" in text, (rank, text)
         assert "completed_is_numbered=True ops_at_least_seq=True" in text, (rank, text)
+        # Every field it reads and writes, it reads and writes in its owner's slot.
+        fields = ["_seq", "closed", "completed", "finished", "frames", "handed", "last",
+                  "operation", "run_fingerprint", "running"]
+        assert f"in_slots={fields}" in text, (rank, text)
 
 
 def test_two_threads_repeating_calls_on_groups_of_their_own_get_their_own_results():

@@ -8,6 +8,8 @@ failure check, against a numpy oracle reduced in member order.
 from __future__ import annotations
 
 import mmap
+import os
+import resource
 import sys
 import threading
 import time
@@ -18,9 +20,11 @@ import pytest
 from asyncoll import _native
 from asyncoll._algorithms import arena as collectives
 from asyncoll._algorithms.arena import all_reduce as arena_all_reduce
+from asyncoll._algorithms.arena_steps import WAITING
 from asyncoll._transport.shm import futex
 from asyncoll._transport.shm.arena import (
     PUBLISHED,
+    SPINS,
     Arena,
     ArenaExpired,
     Waiter,
@@ -434,3 +438,36 @@ def test_members_racing_through_pieces_never_disturb_one_still_reading(sleeping)
         return wrong
 
     assert run(size, body, SMALL_SLOT) == [[]] * size
+
+
+@pytest.mark.skipif(_native.arena is None or not hasattr(os, "sched_setaffinity"),
+                    reason="the compiled wait, on Linux")
+def test_members_on_one_processor_sleep_for_each_other_rather_than_spin_and_yield():
+    # Two processes forked from one parent often start on its processor. There, a
+    # member that waits for the other sleeps (until the other publishes: it is woken,
+    # and the scheduler may place it on an idle processor), where spinning only kept
+    # the processor from the other and yielding kept the two together, every
+    # operation costing two switches. Pinned to one processor, every wait sleeps.
+    memory = mmap.mmap(-1, arena_bytes(2, 4096))
+    operations = 300
+    processor = min(os.sched_getaffinity(0))
+    fingerprint = Fingerprint(9, 0, 0, 1, -1, 0)
+
+    def meet(me: int) -> int:
+        os.sched_setaffinity(0, {processor})
+        core = _native.arena.Core(memory, 2, me, 4096)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+        for operation in range(1, operations + 1):
+            while core.barrier(None, operation, fingerprint, SPINS) == WAITING:
+                pass
+        return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before
+
+    child = os.fork()
+    if child == 0:
+        try:
+            os._exit(0 if meet(1) > operations // 4 else 3)
+        finally:
+            os._exit(4)
+    slept = meet(0)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and slept > operations // 4, slept

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import itertools
 import mmap
+import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -24,6 +25,7 @@ import pytest
 from asyncoll import _native
 from asyncoll._algorithms.arena_steps import MISMATCH, WAITING
 from asyncoll._group.express import ALL_REDUCE, BARRIER
+from asyncoll._group.faults import Progress
 from asyncoll._transport.inbox import EarlyCount
 from asyncoll._transport.shm.arena import arena_bytes
 from asyncoll._wire.frames import Fingerprint
@@ -84,8 +86,8 @@ def job():
     early = EarlyCount()
     lock = _native.arena.PathLock()
     parts = SimpleNamespace(
-        runner=Runner(), session=SimpleNamespace(closed=False, ops=100),
-        faults=SimpleNamespace(broken={}, _completed={}, _last={}), early=early, lock=lock,
+        runner=Runner(), session=SimpleNamespace(closed=False), counter=counter(100),
+        faults=SimpleNamespace(broken={}), progress=Progress(), early=early, lock=lock,
         step=SimpleNamespace(operation=0, waiter=SimpleNamespace(spins=50)), scans=[])
     parts.runner.lock = lock
     parts.mine = mine
@@ -96,9 +98,19 @@ def job():
     theirs.release()
 
 
+def counter(operations: int) -> bytearray:
+    """A session's compiled_ops, counted to ``operations``."""
+    return bytearray(operations.to_bytes(8, sys.byteorder, signed=True))
+
+
+def counted(parts: SimpleNamespace) -> int:
+    return int.from_bytes(parts.counter, sys.byteorder, signed=True)
+
+
 def make(parts: SimpleNamespace) -> Any:
     return _native.arena.Express(
-        runner=parts.runner, session=parts.session, faults=parts.faults, early=parts.early,
+        runner=parts.runner, session=parts.session, counter=parts.counter, faults=parts.faults,
+        progress=parts.progress, early=parts.early,
         lock=parts.lock, group_id=GROUP, limit=30.0, ndarray=np.ndarray, sample_every=4,
         scan_soon=lambda: parts.scans.append(GROUP), path="arena")
 
@@ -125,10 +137,53 @@ def test_a_taught_all_reduce_runs_whole_and_leaves_what_runner_here_would(job):
         assert express.all_reduce(x, SUM) is True
         assert (x == np.arange(4) + 10 * operation).all()
     seq = 13
-    assert (parts.runner._seq, parts.session.ops, parts.step.operation) == (seq, 103, 3)
-    assert parts.faults._completed == {GROUP: seq}
-    assert parts.faults._last == {GROUP: (seq, FP)}
+    assert (parts.runner._seq, counted(parts), parts.step.operation) == (seq, 103, 3)
+    progress = parts.progress
+    assert (progress.completed, progress.last, progress.running) == (seq, (seq, FP), None)
     assert parts.runner.handed_over == [] and not parts.lock.locked() and parts.scans == []
+
+
+class SlottedRunner(Runner):
+    """Runner's fields in slots, as asyncoll._group.runner.Runner keeps them."""
+
+    __slots__ = ("_seq", "handed", "finished", "run_fingerprint")
+
+
+class WatchedRunner(SlottedRunner):
+    """Slots behind a __setattr__ of its own, which every write must pass."""
+
+    def __setattr__(self, name, value):
+        self.__dict__.setdefault("written", []).append(name)
+        object.__setattr__(self, name, value)
+
+
+def armed(parts: SimpleNamespace, runner: Runner) -> Any:
+    parts.runner = runner
+    runner.lock = parts.lock
+    express = make(parts)
+    express.arm(parts.mine, parts.step, 50)
+    teach_sum(express)
+    return express
+
+
+def test_fields_in_slots_are_read_and_written_there_and_any_other_way_is_the_protocols(job):
+    _, parts, theirs = job
+    express = armed(parts, SlottedRunner())
+    assert sorted(express.in_slots) == ["_seq", "completed", "finished", "frames", "handed",
+                                        "last", "run_fingerprint", "running"]
+    their_part(theirs, 1, np.full(4, 2.0, np.float32))
+    x = np.ones(4, np.float32)
+    assert express.all_reduce(x, SUM) is True and (x == 3).all()
+    assert (parts.runner._seq, counted(parts), parts.step.operation) == (11, 101, 1)
+    del parts.runner._seq  # an empty slot reads as the attribute protocol says
+    with pytest.raises(AttributeError, match="_seq"):
+        express.all_reduce(x, SUM)
+    watched = WatchedRunner()
+    express = armed(parts, watched)
+    assert sorted(express.in_slots) == ["completed", "frames", "last", "running"]
+    their_part(theirs, 2, np.full(4, 2.0, np.float32))
+    watched.__dict__["written"] = []
+    assert express.all_reduce(x, SUM) is True and watched.__dict__["written"] == ["_seq"]
 
 
 def test_a_late_member_hands_the_started_operation_to_runner_here_with_the_lock_held(job):
@@ -140,8 +195,10 @@ def test_a_late_member_hands_the_started_operation_to_runner_here_with_the_lock_
     assert (what, fingerprint, limit, kernel, started) == ("all_reduce", FP, 30.0, resume, True)
     assert arrays[0] is x and arrays[1] == WAITING
     assert parts.runner.lock_held_then == [True] and not parts.lock.locked()
-    # Runner.here numbers and notes it: Express left the numbers as they were.
-    assert (parts.runner._seq, parts.session.ops, parts.step.operation) == (10, 100, 0)
+    # Express numbered it and noted it running, as Runner.here does before a step; the
+    # step's operation is the one before, as Runner.here's step numbers it again.
+    assert (parts.runner._seq, counted(parts), parts.step.operation) == (11, 101, 0)
+    assert (parts.progress.running, parts.progress.completed) == ((11, FP), 0)
 
 
 def test_a_member_of_another_operation_is_handed_over_as_a_mismatch(job):
@@ -200,11 +257,12 @@ def test_a_call_it_must_not_take_is_refused_having_done_nothing(job, why):
         express.forget()
     elif why == "not_an_array":
         x = [1.0, 1.0, 1.0, 1.0]
-    before = theirs.same(1, FP), parts.runner._seq, parts.session.ops, parts.step.operation
+    before = theirs.same(1, FP), parts.runner._seq, counted(parts), parts.step.operation
     assert express.all_reduce(x, op) is False
-    assert (theirs.same(1, FP), parts.runner._seq, parts.session.ops,
+    assert (theirs.same(1, FP), parts.runner._seq, counted(parts),
             parts.step.operation) == before
-    assert parts.runner.handed_over == [] and parts.faults._completed == {}
+    assert parts.runner.handed_over == []
+    assert (parts.progress.running, parts.progress.completed) == (None, 0)
     if why == "lock_taken":
         parts.lock.release()
     assert not parts.lock.locked()
@@ -294,8 +352,8 @@ def test_teaching_checks_what_it_is_taught_and_stops_at_its_room(job):
 
 def test_an_unarmed_entry_takes_nothing_and_cycles_through_it_are_collected():
     parts = SimpleNamespace(
-        runner=Runner(), session=SimpleNamespace(closed=False, ops=0),
-        faults=SimpleNamespace(broken={}, _completed={}, _last={}), early=EarlyCount(),
+        runner=Runner(), session=SimpleNamespace(closed=False), counter=counter(0),
+        faults=SimpleNamespace(broken={}), progress=Progress(), early=EarlyCount(),
         lock=_native.arena.PathLock(), scans=[])
     express = make(parts)
     teach_sum(express)

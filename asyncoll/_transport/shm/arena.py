@@ -63,6 +63,9 @@ _LINE = LINE_BYTES // 8
 PUBLISHED, PID = 0, 1
 ABANDONED, ABANDONED_CODE, ABANDONED_RANK = 2, 3, 4
 SLEEPING = 5
+#: Where the member last waited (the processor + 1; 0: not known): the compiled wait
+#: sleeps rather than spin for a member on its own processor (asyncoll/_native/arena.c).
+PROCESSOR = 6
 #: Where each set's fingerprint starts (set = operation number mod 2), 6 fields.
 FINGERPRINTS = (8, 16)
 #: A fingerprint's fields as a control line holds them (int64, this machine's order).

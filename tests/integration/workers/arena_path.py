@@ -71,6 +71,10 @@ class SpyExpress:
         self._express = express
         self.ran = 0
 
+    @property
+    def in_slots(self):
+        return self._express.in_slots
+
     def all_reduce(self, tensor, op):
         ran = self._express.all_reduce(tensor, op)
         self.ran += ran
@@ -242,7 +246,8 @@ elif mode == "express":
     numbered = runner.progress()[0]
     print(f"RESULT {rank} late={late} behind={behind} running={running} "
           f"completed_is_numbered={completed == numbered == runner._seq} "
-          f"ops_at_least_seq={session.ops >= runner._seq}", flush=True)
+          f"ops_at_least_seq={session.operations() >= runner._seq} "
+          f"in_slots={sorted(world.current.express.in_slots)}", flush=True)
 elif mode == "threads":
     import threading
 
