@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import faulthandler
+import gc
 import json
 import os
 
@@ -62,6 +63,15 @@ def main() -> None:
                       "ranks_agree": all(torch.equal(flat, other) for other in everyone),
                       "parameters": flat.numel()}), flush=True)
     dist.destroy_process_group()
+    # asyncoll's DDP, and with it the backend, is freed as a program's would be.
+    del tested
+    gc.collect()
+    # gloo's is not: torch's gloo group, freed from Python, joins its worker threads
+    # holding the GIL, while a worker that has not yet let go of the last all_gather's
+    # tensors waits for the GIL to drop their Python objects. Under CPU load that
+    # deadlock was seen at exit (ProcessGroupGloo's destructor in thread::join, its
+    # worker in gil_scoped_acquire under ~AsyncAllgatherWork; no asyncoll frame).
+    os._exit(0)
 
 
 if __name__ == "__main__":
