@@ -63,7 +63,7 @@ def main() -> None:
                       "ranks_agree": all(torch.equal(flat, other) for other in everyone),
                       "parameters": flat.numel()}), flush=True)
     dist.destroy_process_group()
-    # asyncoll's DDP, and with it the backend, is freed as a program's would be.
+    # asyncoll's DDP (its reducer holds the asyncoll group) is freed as a program's would be.
     del tested
     gc.collect()
     # gloo's is not: torch's gloo group, freed from Python, joins its worker threads
