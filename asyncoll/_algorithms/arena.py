@@ -23,8 +23,8 @@ still reads piece p, and what one piece touches stays in the processor's
 caches. Every function returns the last operation number it used; the
 caller's next operation takes the one after.
 
-Copies are slice assignments between arrays of one dtype (``a[...] = b``):
-for a small array they cost a quarter of ``np.copyto``, for a large one the same.
+Copies are slice assignments between arrays of one dtype (``a[...] = b``: for a
+small array a quarter of ``np.copyto``'s cost), in steps for a large one (:func:`copy`).
 
 Reductions add the members' contributions in member order 0, 1, ..., n - 1
 and each element is reduced by one member (or by every member in the same
@@ -69,6 +69,8 @@ WHOLE_UP_TO_BYTES = 1 << 20
 PIECE_BYTES = 512 << 10
 #: ... and broadcast's, which only copies, in pieces of this many.
 BROADCAST_PIECE_BYTES = 1 << 20
+#: Copies to and from the slots go in steps of this many bytes (_native/arena.c says why).
+COPY_BLOCK_BYTES = 256 << 10
 
 
 def piece_elements(arena: Arena, itemsize: int, count: int, piece: int = PIECE_BYTES) -> int:
@@ -78,6 +80,16 @@ def piece_elements(arena: Arena, itemsize: int, count: int, piece: int = PIECE_B
     if count * itemsize <= min(WHOLE_UP_TO_BYTES, arena.slot_bytes):
         return max(count, 1)
     return max(1, min(piece, arena.slot_bytes) // itemsize)
+
+
+def copy(to: NDArray[Any], source: NDArray[Any]) -> None:
+    """``to[...] = source``, in steps of :data:`COPY_BLOCK_BYTES` where both are 1-D."""
+    if to.nbytes <= COPY_BLOCK_BYTES or to.ndim != 1 or source.ndim != 1:
+        to[...] = source
+        return
+    step = COPY_BLOCK_BYTES // to.itemsize
+    for lo in range(0, to.size, step):
+        to[lo:lo + step] = source[lo:lo + step]
 
 
 def pieces(count: int, elements: int) -> list[tuple[int, int]]:
@@ -280,23 +292,31 @@ class AllReduce:
                    fingerprint: Fingerprint, waiter: Waiter) -> None:
         """Reduce-scatter style. This member's own chunk is reduced from ``data``
         itself, so only the chunks the others reduce go into its slot first (a
-        copy of 1/n of the array saved); the result of its chunk goes straight
-        into its slot, which no one reads before phase 2k."""
+        copy of 1/n of the array saved). The result goes into ``data``, then is
+        copied into the slot, which no one reads before phase 2k (a copy writes a
+        slot for less than a reduction: :data:`COPY_BLOCK_BYTES`); past the first
+        two members, whose chunk member order reads later, the other way round."""
         n, me = arena.size, arena.me
         mine = slots[me]
         for j, (lo, hi) in enumerate(bounds):
             if j != me:
-                mine[lo:hi] = data[lo:hi]
+                copy(mine[lo:hi], data[lo:hi])
         _publish_and_check(arena, operation, fingerprint, waiter)
         lo, hi = bounds[me]
-        _reduce_slots(mine[lo:hi], [data[lo:hi] if j == me else slot[lo:hi]
-                                    for j, slot in enumerate(slots)], self._op, n)
-        arena.publish(2 * operation, fingerprint)
-        data[lo:hi] = mine[lo:hi]
+        own = data[lo:hi]
+        parts = [own if j == me else slot[lo:hi] for j, slot in enumerate(slots)]
+        if me < 2:
+            _reduce_slots(own, parts, self._op, n)
+            copy(mine[lo:hi], own)
+            arena.publish(2 * operation, fingerprint)
+        else:
+            _reduce_slots(mine[lo:hi], parts, self._op, n)
+            arena.publish(2 * operation, fingerprint)
+            copy(own, mine[lo:hi])
         waiter.until(arena.all_at_least(PUBLISHED, 2 * operation))
         for j, (lo, hi) in enumerate(bounds):
             if j != me:
-                data[lo:hi] = slots[j][lo:hi]
+                copy(data[lo:hi], slots[j][lo:hi])
 
 
 def reduce(arena: Arena, operation: int, data: NDArray[Any], op: ReduceOp, root: int,
@@ -346,10 +366,10 @@ def _broadcast_once(arena: Arena, operation: int, data: NDArray[Any], root: int,
         return
     slot = arena.slots(operation, data.dtype, data.size)[root]
     if arena.me == root:
-        slot[...] = data
+        copy(slot, data)
     _publish_and_check(arena, operation, fingerprint, waiter)
     if arena.me != root:
-        data[...] = slot
+        copy(data, slot)
 
 
 def all_gather(arena: Arena, operation: int, mine: NDArray[Any], outputs: Sequence[NDArray[Any]],
@@ -369,7 +389,7 @@ def all_gather(arena: Arena, operation: int, mine: NDArray[Any], outputs: Sequen
         _exchange(arena, operation, mine, fingerprint, waiter)
         for j, out in enumerate(outputs):
             if j != me:
-                out[...] = arena.slots(operation, out.dtype, out.size)[j]
+                copy(out, arena.slots(operation, out.dtype, out.size)[j])
             elif not np.shares_memory(out, mine):
                 out[...] = mine
         return operation
@@ -379,7 +399,7 @@ def all_gather(arena: Arena, operation: int, mine: NDArray[Any], outputs: Sequen
         for j, out in enumerate(outputs):
             if j != me and out.size > lo:
                 part = out[lo:hi]
-                part[...] = arena.slots(number, out.dtype, part.size)[j]
+                copy(part, arena.slots(number, out.dtype, part.size)[j])
     if not np.shares_memory(outputs[me], mine):
         outputs[me][...] = mine
     return operation + len(cut) - 1
@@ -414,7 +434,7 @@ def _reduce_scatter_once(arena: Arena, operation: int, inputs: Sequence[NDArray[
     offsets = [0, *itertools.accumulate(block.size for block in inputs)]
     slots = arena.slots(operation, output.dtype, offsets[-1])
     for block, start in zip(inputs, offsets):
-        slots[me][start:start + block.size] = block
+        copy(slots[me][start:start + block.size], block)
     _publish_and_check(arena, operation, fingerprint, waiter)
     lo, hi = offsets[me], offsets[me + 1]
     _reduce_slots(output, [slot[lo:hi] for slot in slots], op, n)
@@ -459,7 +479,7 @@ def _exchange(arena: Arena, operation: int, data: NDArray[Any], fingerprint: Fin
               waiter: Waiter) -> list[NDArray[Any]]:
     """Put ``data`` in this member's slot, meet; return every member's slot."""
     slots = arena.slots(operation, data.dtype, data.size)
-    slots[arena.me][...] = data
+    copy(slots[arena.me], data)
     _publish_and_check(arena, operation, fingerprint, waiter)
     return slots
 

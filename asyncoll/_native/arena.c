@@ -233,25 +233,44 @@ int kind_of(long code, Kind *kind) {
  * the processor's first-level cache while the next part is added to it. */
 #define BLOCK_BYTES 8192
 
+/* Copies into and out of the slots go in steps of at most this many bytes. Where two
+ * members' processors share no cache, writing a slot that the other last read is several
+ * times slower through one large memcpy (past the second-level cache's size, glibc's
+ * switches from `rep movsb` to a loop of vector stores) than in smaller steps; so is
+ * the reduction's own loop (docs/design/native.md, "Processors that share no cache"). */
+#define COPY_BLOCK_BYTES (256 << 10)
+
+/* memcpy of `bytes`, in steps of COPY_BLOCK_BYTES. */
+static void copy(char *to, const char *from, Py_ssize_t bytes) {
+    for (Py_ssize_t lo = 0; lo < bytes; lo += COPY_BLOCK_BYTES)
+        memcpy(to + lo, from + lo,
+               (size_t)(bytes - lo < COPY_BLOCK_BYTES ? bytes - lo : COPY_BLOCK_BYTES));
+}
+
 /* out = parts[0] (op) parts[1] (op) ... in that order, each element; then AVG's
- * divide by `members`. Every part and out hold `bytes`. */
+ * divide by `members`. Every part and out hold `bytes`. With `also`, a second output:
+ * `out` is then a slot, so each block is reduced on the stack and copied to both (a
+ * copy writes a slot for less than the reduction's loop: COPY_BLOCK_BYTES). */
 static void reduce_parts(const Kind *kind, char *out, const char *const *parts, Py_ssize_t count,
                          Py_ssize_t bytes, Py_ssize_t members, char *also) {
+    _Alignas(64) char staged[BLOCK_BYTES];
     Py_ssize_t block = BLOCK_BYTES / kind->itemsize * kind->itemsize;
     for (Py_ssize_t lo = 0; lo < bytes; lo += block) {
         Py_ssize_t len = bytes - lo < block ? bytes - lo : block;
         Py_ssize_t n = len / kind->itemsize;
+        char *to = also != NULL ? staged : out + lo;
         if (count == 1)
-            memmove(out + lo, parts[0] + lo, (size_t)len);
+            memmove(to, parts[0] + lo, (size_t)len);
         else
-            kind->binary(out + lo, parts[0] + lo, parts[1] + lo, n);
+            kind->binary(to, parts[0] + lo, parts[1] + lo, n);
         for (Py_ssize_t p = 2; p < count; p++)
-            kind->binary(out + lo, out + lo, parts[p] + lo, n);
+            kind->binary(to, to, parts[p] + lo, n);
         if (kind->divide != NULL)
-            kind->divide(out + lo, n, members);
-        /* the second output copied while the block is in the cache */
-        if (also != NULL)
-            memcpy(also + lo, out + lo, (size_t)len);
+            kind->divide(to, n, members);
+        if (also != NULL) {
+            memcpy(out + lo, staged, (size_t)len);
+            memcpy(also + lo, staged, (size_t)len);
+        }
     }
 }
 
@@ -554,7 +573,7 @@ static PyObject *reduce_step(Core *self, PyObject *const *args, Py_ssize_t nargs
     if (fits(self, data.len)) {
         int ready = 1;
         if (start) {
-            memcpy(slot(self, operation, self->me), data.buf, (size_t)data.len);
+            copy(slot(self, operation, self->me), data.buf, data.len);
             publish(self, 2 * operation - 1);
             ready = wait_briefly(self, 2 * operation - 1, spins);
         }
@@ -598,7 +617,7 @@ static int gather_out(Core *self, Py_buffer *mine, PyObject *outputs, int64_t op
             return -1;
         int ok = fits(self, out.len);
         if (ok && j != self->me) {
-            memcpy(out.buf, slot(self, operation, j), (size_t)out.len);
+            copy(out.buf, slot(self, operation, j), out.len);
         } else if (ok) {
             const char *a = out.buf, *b = mine->buf;
             if (a + out.len <= b || b + mine->len <= a)
@@ -630,7 +649,7 @@ static PyObject *gathered(Core *self, PyObject *const *args, int64_t operation, 
     int status = -1;
     if (fits(self, mine.len)) {
         if (start) {
-            memcpy(slot(self, operation, self->me), mine.buf, (size_t)mine.len);
+            copy(slot(self, operation, self->me), mine.buf, mine.len);
             publish(self, 2 * operation - 1);
         }
         status = !start || wait_briefly(self, 2 * operation - 1, spins)
@@ -725,7 +744,7 @@ static PyObject *core_split(Core *self, PyObject *const *args, Py_ssize_t nargs)
         for (Py_ssize_t j = 0; j < n; j++) {
             chunk(count, n, j, &lo, &hi);
             if (j != me)
-                memcpy(mine + lo * size, buf + lo * size, (size_t)((hi - lo) * size));
+                copy(mine + lo * size, buf + lo * size, (hi - lo) * size);
         }
         publish(self, 2 * operation - 1);
         if (!wait_briefly(self, 2 * operation - 1, spins)) {
@@ -742,7 +761,16 @@ static PyObject *core_split(Core *self, PyObject *const *args, Py_ssize_t nargs)
         chunk(count, n, me, &lo, &hi);
         for (Py_ssize_t j = 0; j < n; j++)
             use[j] = (j == me ? buf : slot(self, operation, j)) + lo * size;
-        reduce_parts(&kind, mine + lo * size, use, n, (hi - lo) * size, n, buf + lo * size);
+        /* The result into data, then copied into the slot (COPY_BLOCK_BYTES says why);
+         * in place where member order reads data's chunk in the first step (me < 2),
+         * else through the stack. */
+        Py_ssize_t bytes = (hi - lo) * size;
+        if (me < 2) {
+            reduce_parts(&kind, buf + lo * size, use, n, bytes, n, NULL);
+            copy(mine + lo * size, buf + lo * size, bytes);
+        } else {
+            reduce_parts(&kind, mine + lo * size, use, n, bytes, n, buf + lo * size);
+        }
         publish(self, 2 * operation);
         if (!wait_briefly(self, 2 * operation, spins)) {
             status = WAITING_RESULTS;
@@ -752,8 +780,7 @@ static PyObject *core_split(Core *self, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t j = 0; j < n; j++) {
         chunk(count, n, j, &lo, &hi);
         if (j != me)
-            memcpy(buf + lo * size, slot(self, operation, j) + lo * size,
-                   (size_t)((hi - lo) * size));
+            copy(buf + lo * size, slot(self, operation, j) + lo * size, (hi - lo) * size);
     }
     status = DONE;
 done:
@@ -782,7 +809,7 @@ static PyObject *broadcast_step(Core *self, PyObject *const *args, Py_ssize_t na
         int ready = 1;
         if (start) {
             if (self->me == root)
-                memcpy(slot(self, operation, root), data.buf, (size_t)data.len);
+                copy(slot(self, operation, root), data.buf, data.len);
             publish(self, 2 * operation - 1);
             ready = wait_briefly(self, 2 * operation - 1, spins);
         }
@@ -792,7 +819,7 @@ static PyObject *broadcast_step(Core *self, PyObject *const *args, Py_ssize_t na
             status = MISMATCH;
         } else {
             if (self->me != root)
-                memcpy(data.buf, slot(self, operation, root), (size_t)data.len);
+                copy(data.buf, slot(self, operation, root), data.len);
             status = DONE;
         }
     }

@@ -34,7 +34,8 @@ def run(ranks: int, *args: str) -> dict[int, str]:
             for rank, text in re.findall(r"RESULT (\d+) (.*?)(?=RESULT \d|\n|$)", stdout)}
 
 
-@pytest.mark.parametrize("ranks", [2, 3])
+# 4 ranks: a compiled member past the first two (rank 3), whose result goes through the stack.
+@pytest.mark.parametrize("ranks", [2, 3, 4])
 def test_native_and_python_ranks_compute_the_same_results_in_one_arena(ranks):
     results = run(ranks)
 

@@ -295,6 +295,20 @@ def test_pieces_cut_a_range_into_runs_of_at_most_the_piece():
     assert collectives.pieces(10, 4) == [(0, 4), (4, 8), (8, 10)]
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32, np.complex128])
+def test_a_copy_larger_than_a_copy_block_copies_every_element(dtype):
+    block = collectives.COPY_BLOCK_BYTES // np.dtype(dtype).itemsize
+    for count in (0, 1, block, block + 1, 3 * block - 1):
+        source = np.arange(count).astype(dtype)
+        to = np.zeros(count, dtype=dtype)
+        collectives.copy(to, source)
+        assert to.tobytes() == source.tobytes(), count
+    # Not 1-D: one assignment, as numpy broadcasts it.
+    grid = np.zeros((2, block), dtype=dtype)
+    collectives.copy(grid, np.arange(block).astype(dtype))
+    assert (grid == np.arange(block).astype(dtype)).all()
+
+
 @pytest.mark.parametrize("op", [ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MAX])
 @pytest.mark.parametrize("size", [1, 2, 3, 4])
 def test_an_all_reduce_larger_than_the_slot_goes_in_pieces_bit_identical(size, op):
