@@ -235,9 +235,9 @@ int kind_of(long code, Kind *kind) {
 
 /* Copies into and out of the slots go in steps of at most this many bytes. Where two
  * members' processors share no cache, writing a slot that the other last read is several
- * times slower through one large memcpy (past the second-level cache's size, glibc's
- * switches from `rep movsb` to a loop of vector stores) than in smaller steps; so is
- * the reduction's own loop (docs/design/native.md, "Processors that share no cache"). */
+ * times slower through one large memcpy (on AMD processors, glibc's leaves `rep movsb`
+ * for a loop of vector stores past the L2's size) than in smaller steps; so is the
+ * reduction's own loop (docs/design/native.md, "Processors that share no cache"). */
 #define COPY_BLOCK_BYTES (256 << 10)
 
 /* memcpy of `bytes`, in steps of COPY_BLOCK_BYTES. */
