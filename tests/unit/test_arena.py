@@ -474,9 +474,11 @@ def test_members_on_one_processor_sleep_for_each_other_rather_than_spin_and_yiel
         os.sched_setaffinity(0, {processor})
         core = _native.arena.Core(memory, 2, me, 4096)
         before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+        # A deadline of the members' own: the forked child has no test timeout.
+        deadline = time.monotonic() + 30
         for operation in range(1, operations + 1):
             while core.barrier(None, operation, fingerprint, SPINS) == WAITING:
-                pass
+                assert time.monotonic() < deadline, f"member {me} waited 30 s at {operation}"
         return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before
 
     reader, writer = os.pipe()
@@ -488,8 +490,10 @@ def test_members_on_one_processor_sleep_for_each_other_rather_than_spin_and_yiel
         finally:
             os._exit(4)
     os.close(writer)
-    slept = meet(0)
-    _, status = os.waitpid(child, 0)
+    try:
+        slept = meet(0)
+    finally:
+        _, status = os.waitpid(child, 0)
     with os.fdopen(reader, "rb") as answer:
         theirs = int.from_bytes(answer.read(8), "little")
     assert os.waitstatus_to_exitcode(status) == 0
