@@ -28,7 +28,7 @@ from functools import lru_cache
 
 from asyncoll._rendezvous.records import Job, Member, Rejoining, Reply, error
 from asyncoll._rendezvous.registry import Registry
-from asyncoll._rendezvous.words import log, member_level, ranks_text
+from asyncoll._rendezvous.words import LOST, log, member_level, ranks_text
 from asyncoll._wire.compact import unpack_runs
 from asyncoll._wire.messages import Adopted, PeerInfo, Rejoin
 from asyncoll.errors import ProtocolError
@@ -190,7 +190,7 @@ class Adoption:
         log.info("adopted job %r: %d members, generation %d", job.name, adopted.members,
                  job.generation)
         job.departed.update(rank for rank in absent if rank in job.known_gone)
-        how = (f"was lost: it did not re-register with the restarted coordinator within "
+        how = (f"{LOST}it did not re-register with the restarted coordinator within "
                f"{job.heartbeat_timeout:g} s")
         return replies, [(rank, how) for rank in absent if rank not in job.known_gone]
 

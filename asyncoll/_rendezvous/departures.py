@@ -12,7 +12,7 @@ import logging
 from asyncoll._rendezvous.leaves import answer_leaves, held
 from asyncoll._rendezvous.records import Job, Member, Reply, error
 from asyncoll._rendezvous.registry import Registry
-from asyncoll._rendezvous.words import log, member_level
+from asyncoll._rendezvous.words import LOST, log, member_level
 from asyncoll._wire.messages import MemberGone, Ok
 
 
@@ -82,7 +82,8 @@ class Departures:
         ``conn`` if it left) is gone, and close ``job`` if nobody is left."""
         replies: list[Reply] = []
         gone = MemberGone(rank=rank, host=member.info.host, hostname=member.info.hostname,
-                          how="left" if how == "left" else "lost", reason=how,
+                          how="left" if how == "left" else "lost",
+                          reason=how.removeprefix(LOST),
                           epoch=job.epoch)
         if how == "left" and held(job, now):
             # A large job is told of leaves at most once an interval: the

@@ -39,7 +39,9 @@ coordinator taking jobs back). Each job's data is a plain
 tick and disconnect to the part that decides it, and carries what one part's
 decision means for the others: a departure settles the agreements of
 :class:`Agreements` and :class:`Elasticity`, and an adoption loses the ranks
-that did not come back. Departures and adoptions are counted here.
+that did not come back. Departures and adoptions are counted here. A tick
+that :class:`~asyncoll._rendezvous.stalls.Stalls` finds came after the daemon
+did not run decides nothing.
 """
 
 from __future__ import annotations
@@ -61,15 +63,16 @@ from asyncoll._rendezvous.leaves import (
 )
 from asyncoll._rendezvous.records import Job, Reply, error
 from asyncoll._rendezvous.registry import Registry, member_rank
+from asyncoll._rendezvous.stalls import STALL_AFTER_S, Stalls
 from asyncoll._rendezvous.tally import Tally
 from asyncoll._rendezvous.timeline import Timeline
-from asyncoll._rendezvous.words import log
+from asyncoll._rendezvous.words import LOST, log
 from asyncoll._wire import messages as wire
 
 # The constants are defined in the modules that read them (patch them there), and
 # named here too.
 __all__ = ["LEAVE_NOTICE_INTERVAL_S", "LEAVE_NOTICE_S_PER_MEMBER", "MISSING_LINE_EVERY_S",
-           "TOLD_AT_ONCE_UP_TO", "RendezvousState", "Reply"]
+           "STALL_AFTER_S", "TOLD_AT_ONCE_UP_TO", "RendezvousState", "Reply"]
 
 
 class RendezvousState:
@@ -78,9 +81,12 @@ class RendezvousState:
     Args:
         ports_in_welcome_up_to: the largest membership whose Welcome lists every rank's
             port.
+        stall_after_s: a tick this long after the one before decides nothing (see
+            asyncoll._rendezvous.stalls); math.inf for a fake clock that jumps.
     """
 
-    def __init__(self, ports_in_welcome_up_to: int = PORTS_IN_WELCOME_UP_TO) -> None:
+    def __init__(self, ports_in_welcome_up_to: int = PORTS_IN_WELCOME_UP_TO,
+                 stall_after_s: float = STALL_AFTER_S) -> None:
         #: The largest membership whose Welcome lists every rank's port.
         self.ports_in_welcome_up_to = ports_in_welcome_up_to
         #: What the daemon's metrics report.
@@ -92,6 +98,7 @@ class RendezvousState:
                                       ports_in_welcome_up_to)
         self._departures = Departures(self._registry)
         self._adoption = Adoption(self._registry)
+        self._stalls = Stalls(stall_after_s)
 
     # -- queries ---------------------------------------------------------------
 
@@ -193,11 +200,16 @@ class RendezvousState:
         rank = member_rank(job, conn)
         if rank is None:
             return []
-        return self._depart(job, rank, conn, "disconnected without leaving", now)
+        return self._depart(job, rank, conn, f"{LOST}disconnected without leaving", now)
 
     def tick(self, now: float) -> list[Reply]:
         """Fail every rendezvous and gathering whose deadline has passed, and declare
-        lost every member whose heartbeats stopped for longer than its job allows."""
+        lost every member whose heartbeats stopped for longer than its job allows; on
+        the first tick after the coordinator did not run for a while, nothing."""
+        if self._stalls.hold(now):
+            # What the members sent meanwhile is still queued: read it first.
+            self.tally.stalls += 1
+            return []
         replies: list[Reply] = []
         for job in self._registry.live():
             if job.adopting:
@@ -215,7 +227,7 @@ class RendezvousState:
                     for rank, reason in self._departures.silent(job, now):
                         replies.append(self._departures.declare_lost(job, rank, reason))
                         replies += self._depart(job, rank, job.members[rank].conn,
-                                                f"was lost: {reason}", now)
+                                                f"{LOST}{reason}", now)
                 replies += self._elasticity.expire_pending(job, now)
             for key, gathering in list(job.gatherings.items()):
                 if key[0] == "reconfigure" and now >= gathering.deadline:

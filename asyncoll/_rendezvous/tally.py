@@ -20,6 +20,8 @@ class Tally:
     #: Agreements that failed because ranks disagreed (new_group with other ranks).
     desyncs: int = 0
     jobs_adopted: int = 0
+    #: Ticks that decided nothing: the coordinator had not run for a while before them.
+    stalls: int = 0
     #: Whether latencies are kept (a metrics server reads and drains them).
     observing: bool = False
     rendezvous_s: list[float] = field(default_factory=list)

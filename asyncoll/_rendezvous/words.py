@@ -14,6 +14,11 @@ RANGES_SHOWN = 16
 
 log = logging.getLogger("asyncoll.coordinator")
 
+#: How the coordinator's lines say a member went that did not leave, before why:
+#: "rank 1 on node-b (pid 7) was lost: no heartbeat for 11.0 s ...". Its notice
+#: to the others carries only the why, since their errors say "was lost: " too.
+LOST = "was lost: "
+
 
 def member_level(job: Job) -> int:
     """The level of a line about one member: debug in a job too large to log each."""

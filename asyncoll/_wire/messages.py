@@ -241,7 +241,7 @@ class MemberGone:
     """Coordinator -> every other member (a notice, id 0): rank ``rank`` is gone.
 
     ``how`` is "lost" (its connection broke or its heartbeats stopped; the
-    reason says which) or "left" (it left the job).
+    reason says which, as the words after "was lost: ") or "left" (it left the job).
     """
 
     TYPE: ClassVar[str] = "member_gone"

@@ -61,7 +61,10 @@ class _Collector:
                                                      "a coordinator restart."),
                 ("desyncs", tally.desyncs, "Agreements that failed because ranks disagreed."),
                 ("jobs_adopted", tally.jobs_adopted, "Running jobs taken back after a "
-                                                     "restart.")):
+                                                     "restart."),
+                ("stalls", tally.stalls, "Times the coordinator had not run for a while "
+                                         "(stopped, swapped out, paused), then read before "
+                                         "it judged any deadline.")):
             counter = core.CounterMetricFamily(f"asyncoll_{name}", text)
             counter.add_metric([], value)
             yield counter

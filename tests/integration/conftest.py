@@ -86,6 +86,22 @@ def start_probe(*args: str, env: dict[str, str] | None = None) -> subprocess.Pop
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def wait_ready(procs: list[subprocess.Popen[str]]) -> None:
+    """Read each worker's first line, which must be READY (bounded: the test's timeout)."""
+    for proc in procs:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip() == "READY", (line, proc.stderr.read() if proc.poll() else "")
+
+
+def end_all(procs: list[subprocess.Popen[str]], daemon: Daemon) -> None:
+    """Kill every worker still running (or stopped), then stop ``daemon``."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+    daemon.stop()
+
+
 def finish(proc: subprocess.Popen[str], timeout: float = 60.0) -> tuple[int, str, str]:
     """Wait (bounded) for a process; return (exit code, stdout, stderr)."""
     try:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import WORKERS, Daemon, finish
+from .conftest import WORKERS, Daemon, end_all, finish, wait_ready
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -34,10 +34,7 @@ def start_job(daemon: Daemon, world_size: int, job: str, elements: int,
                               env={**os.environ, **(env or {})}, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for rank in range(world_size)]
-    for proc in procs:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # bounded: the test's own timeout
-        assert line.strip() == "READY", (line, proc.stderr.read() if proc.poll() else "")
+    wait_ready(procs)
     return procs
 
 
@@ -88,10 +85,7 @@ def run_kill(tmp_path: Path, world_size: int, victim: int, job: str,
         got = outcomes(procs, victim)
         procs[victim].wait(10)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-        daemon.stop()
+        end_all(procs, daemon)
     for rank, (kind, named, failed_at, message) in got.items():
         assert kind == "PeerLostError", f"rank {rank}: {kind} {message}"
         assert named == victim and f"rank {victim}" in message, f"rank {rank}: {message}"
@@ -147,10 +141,7 @@ def test_kill_9_between_two_operations_raises_peer_lost_naming_rank_and_host(tmp
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for rank in range(2)]
     try:
-        for proc in procs:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()  # bounded: the test's own timeout
-            assert line.strip() == "READY", (line, proc.stderr.read() if proc.poll() else "")
+        wait_ready(procs)
         procs[1].send_signal(signal.SIGKILL)
         daemon.wait_for_log("rank 1 on")
         assert procs[0].stdin is not None
@@ -158,10 +149,7 @@ def test_kill_9_between_two_operations_raises_peer_lost_naming_rank_and_host(tmp
         procs[0].stdin.flush()
         code, out, err = finish(procs[0], timeout=30)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-        daemon.stop()
+        end_all(procs, daemon)
     assert code == 0, f"rank 0 exited {code}:\n{out}\n{err}"
     assert f"peer_lost=True rank=1 host={socket.gethostname()}" in out, out
 
@@ -179,11 +167,7 @@ def test_stopped_rank_is_declared_lost_within_the_heartbeat_deadline(tmp_path, e
         procs[1].send_signal(signal.SIGSTOP)  # alive, sockets open, silent
         got = outcomes(procs, 1)
     finally:
-        procs[1].kill()
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-        daemon.stop()
+        end_all(procs, daemon)
     for rank, (kind, named, failed_at, message) in got.items():
         assert kind == "PeerLostError" and named == 1, f"rank {rank}: {kind} {message}"
         assert "no heartbeat" in message or "rank 1" in message, message

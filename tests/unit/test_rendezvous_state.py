@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 
 import pytest
@@ -73,10 +74,15 @@ def errors(replies: Sequence[Reply]) -> dict[int, Error]:
 
 
 class Harness:
-    """A RendezvousState, a fake clock, and a request id per request."""
+    """A RendezvousState, a fake clock, and a request id per request.
 
-    def __init__(self) -> None:
-        self.state = RendezvousState()
+    The clock jumps between ticks, as a daemon's does not: a jump is time that
+    passed while the daemon ran, not a pause of it, unless a test gives
+    ``stall_after_s`` (asyncoll._rendezvous.stalls).
+    """
+
+    def __init__(self, stall_after_s: float = math.inf) -> None:
+        self.state = RendezvousState(stall_after_s=stall_after_s)
         self.now = 0.0
         self._ids = itertools.count(100)
         self.last_id: dict[int, int] = {}
