@@ -26,11 +26,11 @@ def free_port() -> int:
 
 
 class Daemon:
-    """An asyncoll-coordinator subprocess on a free port of 127.0.0.1 (or of ``host``), with
-    at most ``open_files`` descriptors (its soft and hard limit) when that is given."""
+    """An asyncoll-coordinator subprocess on a free port of 127.0.0.1 (or of ``host``), started
+    with ``open_files`` (soft, hard) as its open-files limits when that is given."""
 
     def __init__(self, tmp_path: Path, *extra: str, host: str = "127.0.0.1",
-                 open_files: int | None = None) -> None:
+                 open_files: tuple[int, int] | None = None) -> None:
         port_file = tmp_path / "coordinator.port"
         self.log_path = tmp_path / "coordinator.log"
         self._log = open(self.log_path, "wb")
@@ -39,7 +39,7 @@ class Daemon:
              "0", "--port-file", str(port_file), *extra],
             stdout=self._log, stderr=subprocess.STDOUT,
             preexec_fn=None if open_files is None else lambda: resource.setrlimit(
-                resource.RLIMIT_NOFILE, (open_files, open_files)))
+                resource.RLIMIT_NOFILE, open_files))
         deadline = time.monotonic() + 20
         while not port_file.exists():
             if time.monotonic() > deadline or self.proc.poll() is not None:

@@ -1,6 +1,7 @@
 """The daemon's ports under idle unauthenticated sockets, with 1024 descriptors (issue 56).
 
-A daemon limited to 1024 open files (soft and hard), with a token and an
+The daemon raises its soft open-files limit to the hard one. A daemon
+limited to 1024 open files (soft and hard), with a token and an
 HTTP port, is held by 1,500 idle sockets on each port, kept open (those it
 closes are opened again): a new job still joins and reduces, and an
 authorised HTTP request is still answered. Before the daemon bounded what
@@ -96,7 +97,7 @@ def test_idle_sockets_on_both_ports_leave_a_new_job_and_an_authorised_request_se
         tmp_path: Path, room_for_sockets: None) -> None:
     (tmp_path / "token").write_text(TOKEN)
     daemon = Daemon(tmp_path, "--token-file", str(tmp_path / "token"), "--http-port", "0",
-                    "--http-port-file", str(tmp_path / "http.port"), open_files=DAEMON_FILES)
+                    "--http-port-file", str(tmp_path / "http.port"), open_files=(DAEMON_FILES, DAEMON_FILES))
     idle = None
     try:
         http_port = int((tmp_path / "http.port").read_text())
@@ -120,4 +121,15 @@ def test_idle_sockets_on_both_ports_leave_a_new_job_and_an_authorised_request_se
     finally:
         if idle is not None:
             idle.close()
+        daemon.stop()
+
+
+def test_the_daemon_raises_its_soft_open_files_limit_to_the_hard_one(tmp_path: Path) -> None:
+    daemon = Daemon(tmp_path, open_files=(256, DAEMON_FILES))
+    try:
+        daemon.wait_for_log(f"raised the open-files limit from 256 to {DAEMON_FILES}")
+        limits = Path(f"/proc/{daemon.proc.pid}/limits").read_text()
+        (line,) = [line for line in limits.splitlines() if line.startswith("Max open files")]
+        assert line.split()[3:5] == [str(DAEMON_FILES), str(DAEMON_FILES)], line
+    finally:
         daemon.stop()
