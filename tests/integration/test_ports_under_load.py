@@ -97,7 +97,8 @@ def test_idle_sockets_on_both_ports_leave_a_new_job_and_an_authorised_request_se
         tmp_path: Path, room_for_sockets: None) -> None:
     (tmp_path / "token").write_text(TOKEN)
     daemon = Daemon(tmp_path, "--token-file", str(tmp_path / "token"), "--http-port", "0",
-                    "--http-port-file", str(tmp_path / "http.port"), open_files=(DAEMON_FILES, DAEMON_FILES))
+                    "--http-port-file", str(tmp_path / "http.port"),
+                    open_files=(DAEMON_FILES, DAEMON_FILES))
     idle = None
     try:
         http_port = int((tmp_path / "http.port").read_text())
