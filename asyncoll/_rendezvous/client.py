@@ -116,7 +116,14 @@ async def _answer_challenge(reader: asyncio.StreamReader, writer: asyncio.Stream
                                                     f"this peer: {item[1].message}")
             if item is None and tls is not None:
                 raise tls_handshake.closed_after_handshake(f"the coordinator at {address}")
-            if item is None or not isinstance(item[1], Challenge):
+            if item is None:
+                # A daemon out of descriptors says so; one that could not even accept
+                # (its event loop closes what it cannot take) ends here.
+                raise RendezvousError(f"the coordinator at {address} closed the connection "
+                                      "before greeting this peer: it may be out of file "
+                                      "descriptors (see its log), or not an asyncoll "
+                                      "coordinator")
+            if not isinstance(item[1], Challenge):
                 raise ProtocolError(f"{address} did not greet like an asyncoll coordinator")
             challenge = item[1]
             if not challenge.required and token is None:
@@ -205,6 +212,8 @@ class CoordinatorClient:
             AuthenticationError: the coordinator needs a secret this peer lacks, or
                 refused the one it has.
             ProtocolError: the other side is not an asyncoll coordinator.
+            RendezvousError: the coordinator refused the connection (out of file
+                descriptors, say) or closed it before greeting this peer.
         """
         reader, writer, at = await open_with_retry(host, port, timeout, fallbacks, tls)
         addresses = ((host, port), *fallbacks)

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import socket
 import ssl
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._defaults import HANDSHAKE_TIMEOUT_S
@@ -40,6 +41,11 @@ T = TypeVar("T")
 #: Seconds a TLS listener waits for a client's hello before it takes the
 #: client for one without TLS (which waits for the listener to speak first).
 SILENCE_S = 2.0
+
+#: Seconds a listener out of descriptors waits before it accepts again, and between
+#: two log lines that say so.
+OUT_OF_DESCRIPTORS_PAUSE_S, OUT_OF_DESCRIPTORS_LOG_S = 0.1, 10.0
+_OUT_OF_DESCRIPTORS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 #: The first bytes of a TLS handshake record (type 22, version 3.x).
 _TLS_RECORD = b"\x16\x03"
@@ -124,6 +130,15 @@ def closed_after_handshake(other: str) -> AuthenticationError:
         f"{CA_VARIABLE}")
 
 
+class Admission(Protocol):
+    """What a listener asks before it starts a handshake: whether to take a connection
+    (``enter``: a ticket, or None to close it), and when it is done with it (``leave``)."""
+
+    def enter(self, close: Callable[[], None], now: float) -> int | None: ...
+
+    def leave(self, ticket: int) -> None: ...
+
+
 class TlsServer:
     """A listening socket whose connections speak TLS before ``make()``'s protocol gets them.
 
@@ -137,11 +152,13 @@ class TlsServer:
         refuse_plain: the bytes that tell a peer without TLS why it is refused,
             in the listener's own plain protocol.
         what: the listener, in words ("the coordinator", "this rank's data port").
+        admission: asked before each handshake (None: every connection is taken).
     """
 
     def __init__(self, tls: Tls, make: Callable[[], asyncio.BaseProtocol],
-                 refuse_plain: bytes, what: str) -> None:
+                 refuse_plain: bytes, what: str, admission: Admission | None = None) -> None:
         self._tls = tls
+        self._admission = admission
         self._make = make
         self._refuse_plain = refuse_plain
         self._what = what
@@ -188,14 +205,46 @@ class TlsServer:
 
     async def _accept_forever(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
+        logged = float("-inf")
         while True:
             try:
                 sock, address = await loop.sock_accept(listener)
             except (ConnectionAbortedError, InterruptedError):
                 continue  # gone before it was taken
-            task = loop.create_task(self._handshake(sock, address))
-            self._handshakes.add(task)
-            task.add_done_callback(self._handshakes.discard)
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_DESCRIPTORS:
+                    raise
+                # Those waiting stay in the backlog until descriptors are free again.
+                if loop.time() - logged >= OUT_OF_DESCRIPTORS_LOG_S:
+                    logged = loop.time()
+                    log.warning("%s cannot accept a connection: %s; raise the open-files "
+                                "limit (ulimit -n)", self._what, exc)
+                await asyncio.sleep(OUT_OF_DESCRIPTORS_PAUSE_S)
+                continue
+            self._start(loop, sock, address)
+
+    def _start(self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
+               address: object) -> None:
+        """Start the handshake of an accepted connection, if the admission takes it."""
+        started: list[asyncio.Task[None]] = []
+        ticket = None
+        if self._admission is not None:
+            # Evicted, the handshake is cancelled and the socket closed.
+            ticket = self._admission.enter(lambda: _abandon(started[0], sock), loop.time())
+            if ticket is None:
+                sock.close()
+                return
+        task = loop.create_task(self._handshake(sock, address))
+        started.append(task)
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+        if ticket is not None:
+            held = ticket
+            task.add_done_callback(lambda _: self._leave(held))
+
+    def _leave(self, ticket: int) -> None:
+        if self._admission is not None:
+            self._admission.leave(ticket)
 
     async def _handshake(self, sock: socket.socket, address: object) -> None:
         loop = asyncio.get_running_loop()
@@ -226,6 +275,12 @@ class TlsServer:
         except BaseException:
             sock.close()
             raise
+
+
+def _abandon(task: asyncio.Task[None], sock: socket.socket) -> None:
+    """Cancel a handshake, and close its socket even if it never started."""
+    if task.cancel():
+        task.add_done_callback(lambda _: sock.close())
 
 
 def _settle(future: asyncio.Future[None]) -> None:

@@ -19,6 +19,7 @@ from asyncoll._defaults import DEFAULT_PORT
 from asyncoll._rendezvous.directory import PORTS_IN_WELCOME_UP_TO
 from asyncoll._tls import context as tls_context
 from asyncoll._wire.endpoint import host_literal, join_host_port
+from asyncoll.coordinator.admission import raise_descriptor_limit
 from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import ConfigurationError
 from asyncoll._version import add_version_option
@@ -57,6 +58,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--http-host", default="127.0.0.1",
                         help="address the dashboard binds (default 127.0.0.1: this host only; "
                              "put it behind a reverse proxy, or give 0.0.0.0 with a token)")
+    parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                        help="answer only HTTP requests whose Host is NAME (repeat it for "
+                             "several names, without ports; others get 421), against DNS "
+                             "rebinding; default: any Host")
     parser.add_argument("--http-port-file",
                         help="write the bound dashboard port to this file once listening")
     parser.add_argument("--metrics-port", type=int, default=None,
@@ -125,7 +130,8 @@ async def _serve(args: argparse.Namespace) -> int:
         coordinator = Coordinator(host, args.port, token, tls, metrics_port=args.metrics_port,
                                   ports_in_welcome_up_to=args.ports_in_welcome_up_to,
                                   http_port=args.http_port,
-                                  http_host=host_literal(args.http_host, "--http-host"))
+                                  http_host=host_literal(args.http_host, "--http-host"),
+                                  allowed_hosts=args.allowed_host)
         await coordinator.start()
     except ConfigurationError as exc:
         log.error("%s", exc)
@@ -155,6 +161,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     gc.set_threshold(*GC_THRESHOLDS)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Each connection is a descriptor: 1024, a common soft limit, is few for a
+    # daemon of many jobs, while the hard limit is often far higher.
+    raised = raise_descriptor_limit()
+    if raised is not None:
+        log.info("raised the open-files limit from %d to %d", *raised)
     loop = loop_factory()()
     try:
         return loop.run_until_complete(_serve(args))

@@ -10,20 +10,27 @@ Security follows the coordinator's: with its TLS the server speaks HTTPS
 with the same certificate (and, with a CA, asks for a client certificate
 too); with its token, every request must carry it, as ``Authorization:
 Bearer <token>`` or as ``?token=<token>`` (the page's first load), or is
-refused with 401.
+refused with 401. With allowed hosts, a request for another Host is refused
+with 421 (DNS rebinding). A malformed request gets its 4xx
+(asyncoll.coordinator.request) and one log line, at most one per period.
+Every answer forbids framing and sniffing, and its Content-Security-Policy
+lets only the page's own script and style run (by their hashes).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
+import hashlib
 import hmac
 import importlib.resources
 import json
 import logging
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
 from asyncoll._compat import close_server, timeout as timeout_after
 from asyncoll._defaults import HANDSHAKE_TIMEOUT_S
@@ -31,15 +38,35 @@ from asyncoll._rendezvous.state import RendezvousState
 from asyncoll._tls.context import Tls
 from asyncoll._wire.endpoint import join_host_port
 from asyncoll.coordinator import api
+from asyncoll.coordinator.admission import (
+    HTTP_SHARE,
+    LEAST_PENDING,
+    LISTEN_BACKLOG,
+    Budget,
+    Door,
+    Throttle,
+    descriptor_budget,
+)
 from asyncoll.coordinator.metrics import Metrics
+from asyncoll.coordinator.request import (
+    MAX_HEAD_BYTES,
+    Refusal,
+    Request,
+    end_of_head,
+    parse,
+    too_large,
+)
 
 log = logging.getLogger("asyncoll.coordinator")
 
-#: The most bytes of a request's head read before answering.
-MAX_REQUEST_BYTES = 8192
 #: The content type of each kind of the dashboard's files.
 KINDS = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
          ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+#: Seconds a refused request's rest is read and dropped before closing, so that its
+#: sender reads the refusal instead of a reset.
+LINGER_S = 1.0
+#: A whole number of at most 18 digits (what offset, limit and since take).
+_WHOLE = re.compile(r"-?[0-9]{1,18}")
 
 Answer = tuple[str, str, bytes]
 
@@ -55,10 +82,13 @@ class HttpServer:
         metrics: serve ``/metrics`` (raises ConfigurationError without
             prometheus_client); else it is served only where prometheus_client is.
         address: the coordinator's own address, for the page.
+        budget: the coordinator's connections (None: this server's own).
+        allowed_hosts: the names a request's Host may give (empty: any).
     """
 
     def __init__(self, state: RendezvousState, host: str, port: int, token: bytes | None,
-                 tls: Tls | None, metrics: bool, address: Callable[[], str]) -> None:
+                 tls: Tls | None, metrics: bool, address: Callable[[], str],
+                 budget: Budget | None = None, allowed_hosts: Sequence[str] = ()) -> None:
         self.host, self.port = host, port
         self._state = state
         self._token = token
@@ -69,6 +99,13 @@ class HttpServer:
         self._server: asyncio.Server | None = None
         self._sampler: asyncio.Task[None] | None = None
         self._started = time.monotonic()
+        self._allowed = frozenset(name.strip("[]").lower() for name in allowed_hosts)
+        budget = budget if budget is not None else Budget(descriptor_budget())
+        self._door = Door(budget, max(LEAST_PENDING, budget.capacity // HTTP_SHARE),
+                          "the HTTP port")
+        self._refusals = Throttle()
+        self._files = _dashboard_files()
+        self._headers = security_headers(self._files.get("index.html", b""))
 
     @property
     def scheme(self) -> str:
@@ -82,8 +119,9 @@ class HttpServer:
             OSError: the address cannot be bound.
         """
         context = None if self._tls is None else self._tls.server
-        self._server = await asyncio.start_server(self._serve, self.host, self.port,
-                                                  ssl=context)
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.port, ssl=context, backlog=LISTEN_BACKLOG,
+            ssl_handshake_timeout=None if context is None else HANDSHAKE_TIMEOUT_S)
         self.port = self._server.sockets[0].getsockname()[1]
         self._sampler = asyncio.get_running_loop().create_task(self._sample_forever())
         log.info("dashboard on %s://%s/ (JSON on /api, metrics on /metrics)", self.scheme,
@@ -104,72 +142,155 @@ class HttpServer:
             await asyncio.sleep(api.SAMPLE_EVERY_S)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        ticket = self._door.enter(writer.close, loop.time())
+        if ticket is None:
+            writer.write(self._response(_error(
+                "503 Service Unavailable", "the coordinator is out of file descriptors; "
+                "try again later, or raise its open-files limit (ulimit -n)")))
+            writer.close()
+            return
+        peer = writer.get_extra_info("peername")
         try:
-            async with timeout_after(HANDSHAKE_TIMEOUT_S):
-                head = await reader.readuntil(b"\r\n\r\n")
-            status, kind, body = self.answer(head[:MAX_REQUEST_BYTES].decode("latin-1"))
-            writer.write(f"HTTP/1.0 {status}\r\nContent-Type: {kind}\r\nContent-Length: "
-                         f"{len(body)}\r\nCache-Control: no-store\r\nConnection: close"
-                         "\r\n\r\n".encode() + body)
+            status, kind, body = await self._answer_one(reader, ticket, peer)
+            writer.write(self._response((status, kind, body)))
             async with timeout_after(HANDSHAKE_TIMEOUT_S):
                 await writer.drain()
-        except (OSError, TimeoutError, asyncio.IncompleteReadError,
-                asyncio.LimitOverrunError, UnicodeDecodeError) as exc:
-            log.debug("HTTP request from %s failed: %s", writer.get_extra_info("peername"), exc)
+            if status[:3] in ("414", "431"):
+                await _linger(reader, writer)
+        except (OSError, TimeoutError) as exc:
+            log.debug("HTTP request from %s failed: %s", peer, exc)
         finally:
+            self._door.leave(ticket)
             writer.close()
 
-    def answer(self, head: str) -> Answer:
-        """The status, content type and body that answer the request whose head is ``head``."""
-        lines = head.split("\r\n")
-        words = lines[0].split()
-        if len(words) < 2 or words[0] != "GET":
-            return _error("405 Method Not Allowed", "only GET is served: the dashboard and "
-                          "its API read the coordinator's state, and change nothing")
-        url = urlsplit(words[1])
-        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        if not self._allowed(lines[1:], query.get("token")):
-            return _error("401 Unauthorized", "this coordinator needs its token: send "
-                          "'Authorization: Bearer <token>', or open the page with "
-                          "?token=<token>")
-        path = unquote(url.path)
-        if path == "/metrics" and self._metrics is not None:
-            return "200 OK", self._metrics.content_type, self._metrics.render()
-        if path.startswith("/api/"):
-            return self._api(path[len("/api/"):], query)
-        return _page(path)
+    async def _answer_one(self, reader: asyncio.StreamReader, ticket: int,
+                          peer: object) -> Answer:
+        """Read one request and answer it.
 
-    def _allowed(self, headers: list[str], given: str | None) -> bool:
-        if self._token is None:
-            return True
-        for line in headers:
-            name, _, value = line.partition(":")
-            if name.strip().lower() == "authorization" and value.strip().startswith("Bearer "):
-                given = value.strip()[len("Bearer "):].strip()
-        return given is not None and hmac.compare_digest(given.encode(), self._token)
+        Raises:
+            OSError, TimeoutError: there is none to answer (closed, or silent).
+        """
+        try:
+            request = parse(await _read_head(reader))
+            refusal = self._refusal(request)
+            if refusal is not None:
+                return refusal
+            self._door.admit(ticket)
+            return self.answer(request)
+        except Refusal as exc:
+            self._refusals.warn(asyncio.get_running_loop().time(),
+                                f"refused an HTTP request from {_peer(peer)} with "
+                                f"{exc.status}: {exc.words}")
+            return _error(exc.status, exc.words)
+        except (OSError, TimeoutError):
+            raise
+        except Exception:  # a bug here must not cost a traceback per request
+            if self._refusals.count(asyncio.get_running_loop().time()):
+                log.exception("an HTTP request from %s failed", _peer(peer))
+            return _error("500 Internal Server Error", "the coordinator failed to answer; "
+                          "its log says why")
+
+    def _refusal(self, request: Request) -> Answer | None:
+        """The answer that refuses ``request`` for its host or its credentials, or None."""
+        if self._allowed and request.host not in self._allowed:
+            raise Refusal("421 Misdirected Request", f"this coordinator answers requests for "
+                          f"{', '.join(sorted(self._allowed))}, and this one is for "
+                          f"{request.host or 'no host'}: use one of those names, or add it "
+                          "with --allowed-host")
+        if self._token is None or any(hmac.compare_digest(given, self._token)
+                                      for given in request.credentials):
+            return None
+        return _error("401 Unauthorized", "this coordinator needs its token: send "
+                      "'Authorization: Bearer <token>', or open the page with ?token=<token>")
+
+    def answer(self, request: Request) -> Answer:
+        """The status, content type and body that answer ``request`` (a permitted one)."""
+        if request.path == "/metrics" and self._metrics is not None:
+            return "200 OK", self._metrics.content_type, self._metrics.render()
+        if request.path.startswith("/api/"):
+            return self._api(request.path[len("/api/"):], request.query)
+        return self._page(request.path)
+
+    def _response(self, answer: Answer) -> bytes:
+        status, kind, body = answer
+        return (f"HTTP/1.0 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}"
+                f"\r\n{self._headers}Connection: close\r\n\r\n").encode() + body
 
     def _api(self, path: str, query: dict[str, str]) -> Answer:
         now = asyncio.get_running_loop().time()
-        try:
-            if path == "jobs":
-                return _json(api.jobs_view(self._state, now, self._address(),
-                                           time.monotonic() - self._started))
-            if path.startswith("jobs/"):
-                view = api.job_view(self._state, self._history, path[len("jobs/"):],
-                                    int(query.get("offset", 0)),
-                                    int(query.get("limit", api.DEFAULT_PAGE)), now)
-                if view is None:
-                    return _error("404 Not Found", f"no job {path[len('jobs/'):]!r} is "
-                                  "waiting, running or being taken back on this coordinator")
-                return _json(view)
-            if path == "events":
-                since = query.get("since")
-                return _json(api.events_view(self._state, None if since is None else int(since),
-                                             now))
-        except ValueError:
-            return _error("400 Bad Request", "offset, limit and since must be integers")
-        return _error("404 Not Found", f"no /api/{path}: try /api/jobs, /api/jobs/<job> "
-                      "or /api/events")
+        if path == "jobs":
+            return _json(api.jobs_view(self._state, now, self._address(),
+                                       time.monotonic() - self._started))
+        if path.startswith("jobs/"):
+            view = api.job_view(self._state, self._history, path[len("jobs/"):],
+                                _whole(query, "offset", 0),
+                                _whole(query, "limit", api.DEFAULT_PAGE), now)
+            if view is None:
+                return _error("404 Not Found", f"no job {path[len('jobs/'):]!r} is "
+                              "waiting, running or being taken back on this coordinator")
+            return _json(view)
+        if path == "events":
+            since = None if "since" not in query else _whole(query, "since", 0)
+            return _json(api.events_view(self._state, since, now))
+        return _error("404 Not Found", f"no /api/{path[:100]}: try /api/jobs, "
+                      "/api/jobs/<job> or /api/events")
+
+    def _page(self, path: str) -> Answer:
+        """A file of the dashboard (``/`` is its index)."""
+        name = "index.html" if path == "/" else path.rsplit("/", 1)[-1]
+        if name in self._files and path in ("/", f"/{name}", f"/dashboard/{name}"):
+            return "200 OK", KINDS[name[name.rfind("."):]], self._files[name]
+        return _error("404 Not Found", f"no {path[:100]!r}: the dashboard is at /")
+
+
+async def _read_head(reader: asyncio.StreamReader) -> bytes:
+    """A request's head, read within the handshake deadline.
+
+    Raises:
+        Refusal: it is over a limit, or unfinished at the deadline (408).
+        ConnectionResetError: the client closed before a whole head (nothing to answer).
+    """
+    buffer = bytearray()
+    try:
+        async with timeout_after(HANDSHAKE_TIMEOUT_S):
+            while True:
+                start = len(buffer)
+                chunk = await reader.read(MAX_HEAD_BYTES + 1 - len(buffer))
+                if not chunk:
+                    raise ConnectionResetError("closed before a whole request")
+                buffer += chunk
+                end = end_of_head(buffer, start)
+                if end >= 0:
+                    return bytes(buffer[:end])
+                refusal = too_large(buffer)
+                if refusal is not None:
+                    raise refusal
+    except TimeoutError:
+        if not buffer:
+            raise  # an idle connection: closed without a word
+        raise Refusal("408 Request Timeout", f"the request's head was not whole within "
+                      f"{HANDSHAKE_TIMEOUT_S} s") from None
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Read and drop what the client still sends, for a moment, before closing."""
+    with contextlib.suppress(OSError, TimeoutError):
+        if writer.can_write_eof():
+            writer.write_eof()
+        async with timeout_after(LINGER_S):
+            while await reader.read(MAX_HEAD_BYTES):
+                pass
+
+
+def _whole(query: dict[str, str], name: str, default: int) -> int:
+    value = query.get(name)
+    if value is None:
+        return default
+    if not _WHOLE.fullmatch(value):
+        raise Refusal("400 Bad Request", f"{name} must be a whole number of at most 18 "
+                      f"digits, and {value[:40]!r} is not one")
+    return int(value)
 
 
 def _json(value: Any) -> Answer:
@@ -180,14 +301,27 @@ def _error(status: str, text: str) -> Answer:
     return status, "application/json", json.dumps({"error": text}).encode()
 
 
-def _page(path: str) -> Answer:
-    """A file of the dashboard (``/`` is its index)."""
-    name = "index.html" if path == "/" else path.rsplit("/", 1)[-1]
-    kind = KINDS.get(name[name.rfind("."):]) if "." in name else None
+def _peer(peer: object) -> str:
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "?"
+
+
+def _dashboard_files() -> dict[str, bytes]:
+    """The dashboard's files by name: the only names its pages can be."""
     folder = importlib.resources.files("asyncoll.coordinator") / "dashboard"
-    if kind is None or path not in ("/", f"/{name}", f"/dashboard/{name}"):
-        return _error("404 Not Found", f"no {path}: the dashboard is at /")
-    try:
-        return "200 OK", kind, (folder / name).read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        return _error("404 Not Found", f"no {path}: the dashboard is at /")
+    return {entry.name: entry.read_bytes() for entry in folder.iterdir()
+            if entry.is_file() and entry.name[entry.name.rfind("."):] in KINDS}
+
+
+def security_headers(page: bytes) -> str:
+    """The header lines every answer carries, each ending in CRLF; the policy lets the inline
+    script and style of ``page`` (the dashboard) run, and nothing else."""
+    def hashes(tag: bytes) -> str:
+        return " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(m).digest()).decode()}'"
+                        for m in re.findall(rb"<" + tag + rb">(.*?)</" + tag + rb">", page,
+                                            re.DOTALL)) or "'none'"
+    policy = (f"default-src 'none'; script-src {hashes(b'script')}; style-src "
+              f"{hashes(b'style')}; connect-src 'self'; img-src 'self' data:; base-uri 'none'; "
+              "form-action 'none'; frame-ancestors 'none'")
+    return (f"Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+            f"X-Frame-Options: DENY\r\nReferrer-Policy: no-referrer\r\n"
+            f"Content-Security-Policy: {policy}\r\n")

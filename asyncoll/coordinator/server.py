@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Sequence
 
 from asyncoll import _auth
 from asyncoll._compat import close_server, timeout as timeout_after
@@ -16,15 +17,19 @@ from asyncoll._wire.endpoint import join_host_port
 from asyncoll._tls.context import Tls
 from asyncoll._tls.handshake import TlsServer, requires_tls_words
 from asyncoll._wire.messages import Challenge, Error, Proof, encode, encode_head, frame
+from asyncoll.coordinator.admission import (
+    LEAST_PENDING,
+    LISTEN_BACKLOG,
+    RENDEZVOUS_SHARE,
+    Budget,
+    Door,
+    descriptor_budget,
+)
 from asyncoll.coordinator.http import HttpServer
 from asyncoll.errors import AuthenticationError, ConfigurationError, ProtocolError
 
 log = logging.getLogger("asyncoll.coordinator")
 
-#: Connections the kernel queues before the daemon accepts them. A job's
-#: members connect at once; past the backlog, a handshake waits for the
-#: kernel's retransmission timers (seconds). Linux caps it at somaxconn.
-LISTEN_BACKLOG = 65535
 
 
 class Coordinator:
@@ -39,7 +44,8 @@ class Coordinator:
                  token: bytes | None = None, tls: Tls | None = None,
                  metrics_port: int | None = None,
                  ports_in_welcome_up_to: int = PORTS_IN_WELCOME_UP_TO,
-                 http_port: int | None = None, http_host: str = "127.0.0.1") -> None:
+                 http_port: int | None = None, http_host: str = "127.0.0.1",
+                 allowed_hosts: Sequence[str] = ()) -> None:
         """Serve on ``host:port``; with ``token``, every connection must prove it; with
         ``tls``, every connection speaks TLS (mutual with a CA).
 
@@ -48,9 +54,13 @@ class Coordinator:
 
         With ``http_port`` (0: a free one), the dashboard, its JSON and the
         Prometheus metrics are served on ``http_host:http_port`` (see
-        asyncoll.coordinator.http), under the coordinator's token and TLS.
+        asyncoll.coordinator.http), under the coordinator's token and TLS, to
+        requests whose Host header is one of ``allowed_hosts`` (empty: any).
         ``metrics_port`` is the same server on ``host``, as it was before the
         dashboard, and needs the metrics.
+
+        Connections that have not authenticated are bounded on each port, and
+        all of them by the open-files limit (asyncoll.coordinator.admission).
 
         Raises:
             ConfigurationError: metrics are asked for and prometheus_client is missing,
@@ -69,6 +79,9 @@ class Coordinator:
         # Set by stop(): the members it disconnects are not lost, they will be
         # back with the next coordinator (and 4096 of them would be 4096 warnings).
         self._stopping = False
+        budget = Budget(descriptor_budget())
+        self._door = Door(budget, max(LEAST_PENDING, budget.capacity // RENDEZVOUS_SHARE),
+                          "the rendezvous port")
         if http_port is not None and metrics_port is not None:
             raise ConfigurationError("give --http-port or --metrics-port, not both: "
                                      "--metrics-port is the old name of the same server")
@@ -76,7 +89,8 @@ class Coordinator:
         #: The dashboard, /api and /metrics (None: not served).
         self.http = None if served is None else HttpServer(
             self._state, host if metrics_port is not None else http_host, served, token, tls,
-            metrics=metrics_port is not None, address=lambda: join_host_port(host, self.port))
+            metrics=metrics_port is not None, address=lambda: join_host_port(host, self.port),
+            budget=budget, allowed_hosts=allowed_hosts)
 
     async def start(self) -> None:
         """Bind and start serving; ``self.port`` is then the bound port.
@@ -91,7 +105,7 @@ class Coordinator:
             refusal = Error(code="authentication",
                             message=requires_tls_words("the coordinator"))
             self._server = TlsServer(self._tls, self._stream_protocol, encode(refusal),
-                                     "the coordinator")
+                                     "the coordinator", admission=self._door)
             await self._server.start(self.host, self.port, LISTEN_BACKLOG)
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
@@ -147,13 +161,23 @@ class Coordinator:
                                 writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None  # always inside a task here
+        ticket = self._door.enter(writer.close, asyncio.get_running_loop().time())
+        if ticket is None:
+            # Out of descriptors: the greeting says so, where a closed connection
+            # would leave the peer to guess.
+            write_message(writer, Error(code="rendezvous", message=_out_of_descriptors(
+                self._door.budget.held)))
+            writer.close()
+            return
         self._handlers.add(task)
         conn = next(self._conn_ids)
         self._writers[conn] = writer
         peer = writer.get_extra_info("peername")
         try:
             if await self._authenticate(conn, reader, writer):
-                await self._read_requests(conn, reader, peer)
+                if self._token is not None:
+                    self._door.admit(ticket)
+                await self._read_requests(conn, reader, peer, ticket)
         except AuthenticationError as exc:
             log.warning("refused the connection from %s: %s", peer, exc)
             self._send([Reply(conn, 0, Error(code="authentication", message=str(exc)))])
@@ -167,6 +191,7 @@ class Coordinator:
             # stream machinery from logging the cancellation as an error.
             pass
         finally:
+            self._door.leave(ticket)
             self._handlers.discard(task)
             del self._writers[conn]
             if not self._stopping:
@@ -206,7 +231,7 @@ class Coordinator:
         return True
 
     async def _read_requests(self, conn: int, reader: asyncio.StreamReader,
-                             peer: object) -> None:
+                             peer: object, ticket: int) -> None:
         loop = asyncio.get_running_loop()
         first = True
         while True:
@@ -220,6 +245,7 @@ class Coordinator:
                     raise ProtocolError(f"no request within {HANDSHAKE_TIMEOUT_S} s of "
                                         "connecting") from None
                 first = False
+                self._door.admit(ticket)  # without a token, a request is all it shows
             else:
                 item = await read_message(reader)
             if item is None:
@@ -245,3 +271,9 @@ class Coordinator:
             if head is None:
                 head = heads[id(reply.message)] = encode_head(reply.message)
             writer.writelines(frame(head, reply.request_id))
+
+
+def _out_of_descriptors(held: int) -> str:
+    return (f"it is out of file descriptors ({held} connections are open, all that its "
+            "open-files limit allows); raise that limit where it runs (ulimit -n, or "
+            "LimitNOFILE= under systemd), or spread the jobs over more coordinators")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -25,16 +26,20 @@ def free_port() -> int:
 
 
 class Daemon:
-    """An asyncoll-coordinator subprocess on a free port of 127.0.0.1 (or of ``host``)."""
+    """An asyncoll-coordinator subprocess on a free port of 127.0.0.1 (or of ``host``), started
+    with ``open_files`` (soft, hard) as its open-files limits when that is given."""
 
-    def __init__(self, tmp_path: Path, *extra: str, host: str = "127.0.0.1") -> None:
+    def __init__(self, tmp_path: Path, *extra: str, host: str = "127.0.0.1",
+                 open_files: tuple[int, int] | None = None) -> None:
         port_file = tmp_path / "coordinator.port"
         self.log_path = tmp_path / "coordinator.log"
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "asyncoll.coordinator", "--host", host, "--port",
              "0", "--port-file", str(port_file), *extra],
-            stdout=self._log, stderr=subprocess.STDOUT)
+            stdout=self._log, stderr=subprocess.STDOUT,
+            preexec_fn=None if open_files is None else lambda: resource.setrlimit(
+                resource.RLIMIT_NOFILE, open_files))
         deadline = time.monotonic() + 20
         while not port_file.exists():
             if time.monotonic() > deadline or self.proc.poll() is not None:

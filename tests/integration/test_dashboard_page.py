@@ -30,6 +30,8 @@ from typing import Any
 
 import pytest
 
+from asyncoll.coordinator.http import security_headers
+
 pytestmark = pytest.mark.timeout(120)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -176,6 +178,9 @@ class FakeCoordinator:
 
             def send(self, status: int, kind: str, body: bytes) -> None:
                 self.send_response(status)
+                # The coordinator's own headers: the page must run under its policy.
+                for line in security_headers(PAGE.read_bytes()).splitlines():
+                    self.send_header(*line.split(": ", 1))
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

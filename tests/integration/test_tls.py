@@ -262,3 +262,32 @@ def test_members_over_tls_are_taken_back_by_a_restarted_tls_coordinator(tmp_path
     finally:
         stop_all(procs, first, second)
     assert_made_a_group(outcomes, second.address)
+
+
+async def test_idle_connections_to_a_tls_coordinator_past_its_bound_are_closed_at_once(certs):
+    """The handshakes a TLS coordinator waits for count as not authenticated (issue 56):
+    past the port's bound the oldest is closed, long before it would be taken for a peer
+    without TLS, and a real peer still connects."""
+    from asyncoll.coordinator.server import Coordinator
+    from asyncoll._tls.handshake import SILENCE_S
+
+    tls = load(TlsSettings(str(certs.cert), str(certs.key), str(certs.ca)))
+    coordinator = Coordinator("127.0.0.1", 0, tls=tls)
+    coordinator._door.bound = 4
+    await coordinator.start()
+    idle = [await asyncio.open_connection("127.0.0.1", coordinator.port) for _ in range(20)]
+    try:
+        async def closed(reader: asyncio.StreamReader) -> bool:
+            try:
+                async with timeout(SILENCE_S / 2):
+                    return await reader.read(1) == b""
+            except TimeoutError:
+                return False
+        # Young, twice the bound are held; the rest are closed at once.
+        assert sum(await asyncio.gather(*(closed(r) for r, _ in idle))) == 20 - 2 * 4
+        client = await CoordinatorClient.connect("127.0.0.1", coordinator.port, 10.0, tls=tls)
+        await client.close()
+    finally:
+        for _, writer in idle:
+            writer.close()
+        await coordinator.stop()
