@@ -363,8 +363,11 @@ class TcpMesh:
         if lingering:
             await asyncio.wait(lingering, timeout=LINGER_S)
         for connection in [*(c.connection for c in self._peers.values()), *self._accepted]:
-            if connection is not None and connection.transport is not None:
-                connection.transport.close()
+            if connection is not None:
+                if connection.transport is not None:
+                    connection.transport.close()
+                # Unmapped here, before close returns, not at connection_lost's turn.
+                connection.shm.close(error)
         if self._server is not None:
             await close_server(self._server, "this rank's data port", HANDSHAKE_TIMEOUT_S,
                                log)
