@@ -40,7 +40,7 @@ from asyncoll._group.plan import (
 )
 from asyncoll._group.runner import Runner
 from asyncoll._group.transports import Scratch, transport_of
-from asyncoll.errors import AsyncollError, ConfigurationError
+from asyncoll.errors import AsyncollError, ClosedError, ConfigurationError
 from asyncoll.types import ReduceOp
 
 #: Remembered calls per group (GroupCore.again), forgotten all at once past it.
@@ -179,12 +179,15 @@ class GroupCore:
 
     def close(self, reason: str) -> None:
         """Close the group here: refuse its later calls with ClosedError (``reason``),
-        unmap its arena, close its direct links and end its thread, once no
-        operation runs on them (asyncoll._group.closing). Idempotent; on the loop."""
+        fail its operations waiting on the loop, unmap its arena, close its direct
+        links and end its thread, once no operation runs on them
+        (asyncoll._group.closing). Idempotent; on the loop."""
         if self._runner.closed is not None:
             return
         self._runner.closed = reason
         self._repeats.clear()
+        # Its operations on the loop, waiting for peers' frames, end now too.
+        self._session.mesh.fail_channel(self.group_id, ClosedError(reason))
         self._fast.close()
         self._session.end_lane(self.group_id)
         self._session.forget(self)

@@ -152,20 +152,30 @@ def held() -> tuple[int, int]:
     For leak checks: a segment unlinked while mapped still shows, as
     ``/dev/shm/asyncoll-... (deleted)``. (0, 0) where /proc is not there.
     """
-    marker = f"{SHM_DIR}/{PREFIX}"
+    marker = f"{SHM_DIR}/{PREFIX}".encode()
     try:
-        with open("/proc/self/maps") as maps:
-            mappings = sum(1 for line in maps if marker in line)
+        mappings = _mapped(marker)
         descriptors = os.listdir("/proc/self/fd")
     except OSError:
         return 0, 0
     files = 0
     for fd in descriptors:
         try:
-            files += os.readlink(f"/proc/self/fd/{fd}").startswith(marker)
+            files += os.readlink(f"/proc/self/fd/{fd}").encode().startswith(marker)
         except OSError:
             pass  # the listing's own descriptor, closed since
     return mappings, files
+
+
+def _mapped(marker: bytes) -> int:
+    """The lines of /proc/self/maps naming ``marker``, counted until two reads agree: a
+    read comes a page at a time, and may skip lines that another thread's mmap or
+    munmap moved meanwhile."""
+    counts: list[int] = []
+    while len(counts) < 2 or (counts[-1] != counts[-2] and len(counts) < 10):
+        with open("/proc/self/maps", "rb") as maps:
+            counts.append(maps.read().count(marker))
+    return counts[-1]
 
 
 def unmap(view: memoryview) -> None:
