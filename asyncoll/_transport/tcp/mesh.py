@@ -377,8 +377,10 @@ class TcpMesh:
     def _accept(self) -> PeerConnection:
         connection = PeerConnection(self, None)
         self._accepted.add(connection)
-        # A connection that never completes its handshake is dropped.
-        self.loop.call_later(HANDSHAKE_TIMEOUT_S, self._drop_if_silent, connection)
+        # A connection that never completes its handshake is dropped. The timer goes
+        # with the handshake: held for its 10 s, it would keep the whole mesh alive.
+        timer = self.loop.call_later(HANDSHAKE_TIMEOUT_S, self._drop_if_silent, connection)
+        connection.ready.add_done_callback(lambda _: timer.cancel())
         return connection
 
     def _drop_if_silent(self, connection: PeerConnection) -> None:
