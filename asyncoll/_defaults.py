@@ -19,6 +19,10 @@ RECONNECT_BACKOFF_CAP_S = 1.0
 HANDSHAKE_TIMEOUT_S = 10.0
 #: How long destroy_process_group waits for the coordinator to acknowledge a leave.
 LEAVE_TIMEOUT_S = 5.0
+#: How long destroying a group waits for an operation still running on its fast path in
+#: another thread (told to stop at its next check) before leaving the unmapping to
+#: that operation's end.
+CLOSE_WAIT_S = 5.0
 #: How long a leaving rank keeps reading from a peer that has not closed its end yet.
 LINGER_S = 1.0
 #: Seconds a member that saw another give up (in an arena's control line, which

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import make_dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -112,12 +112,8 @@ class Step(Protocol):
     waiter: Waiter
 
 
-@dataclass
-class _Step:
-    arena: Arena
-    operation: int
-    fingerprint: Fingerprint
-    waiter: Waiter
+#: A Step of all_reduce's own.
+_Step = make_dataclass("_Step", ["arena", "operation", "fingerprint", "waiter"])
 
 
 def all_reduce(arena: Arena, operation: int, data: NDArray[Any], op: ReduceOp,
@@ -140,7 +136,7 @@ def all_reduce(arena: Arena, operation: int, data: NDArray[Any], op: ReduceOp,
         MismatchError: a member published another operation.
         ArenaExpired: the waiter's deadline passed.
     """
-    step = _Step(arena, operation, fingerprint, waiter)
+    step: Step = _Step(arena, operation, fingerprint, waiter)
     AllReduce(op, data.dtype, data.size, split).run(step, data)
     return step.operation
 
@@ -188,6 +184,11 @@ class AllReduce:
         #: The kind, where the compiled step runs the reduce-scatter style runs (and pieces).
         self._split_kind = self._kind if native and not whole else None
         self._arena = arena
+        arena.keep(self)
+
+    def forget(self) -> None:
+        """Drop the slots' views :meth:`_meet` took (they would keep a closed arena mapped)."""
+        self._arena, self._core, self._poll, self._sets = None, None, None, ([], [])
 
     def run(self, step: Step, data: NDArray[Any]) -> None:
         """All-reduce ``data`` in place from operation ``step.operation`` on; leave
@@ -444,8 +445,8 @@ def barrier(arena: Arena, operation: int, fingerprint: Fingerprint, waiter: Wait
     """Return once every member has reached this operation."""
     if arena.core is not None:
         arena_steps.barrier(arena, operation, fingerprint, waiter)
-        return operation
-    _publish_and_check(arena, operation, fingerprint, waiter)
+    else:
+        _publish_and_check(arena, operation, fingerprint, waiter)
     return operation
 
 
@@ -468,8 +469,7 @@ def _publish_and_check(arena: Arena, operation: int, fingerprint: Fingerprint,
 
 
 def _cut(arena: Arena, data: NDArray[Any], piece: int) -> list[tuple[int, int]] | None:
-    """The (start, stop) pieces of ``data``, or None where it goes whole (most calls:
-    nothing is made for them)."""
+    """The (start, stop) pieces of ``data``, or None where it goes whole (most calls)."""
     count = data.size
     elements = piece_elements(arena, data.dtype.itemsize, count, piece)
     return None if elements >= count else pieces(count, elements)
@@ -488,13 +488,11 @@ def _reduce_slots(out: NDArray[Any], parts: Sequence[NDArray[Any]], op: ReduceOp
     """``out`` = parts[0] op parts[1] op ... in member order, then the op's finish (AVG)."""
     if _NATIVE and arena_steps.reduce_parts(out, parts, op, n):
         return
-    count = len(parts)
-    if count == 1:
+    if len(parts) == 1:
         out[...] = parts[0]
     else:
         combine(op, parts[0], parts[1], out)
-        if count > 2:
-            for part in parts[2:]:
-                reduce_into(op, out, part)
+        for part in parts[2:]:
+            reduce_into(op, out, part)
     if op is _AVG:
         finish(op, out, n)

@@ -77,8 +77,12 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
 
 
 def destroy_process_group(group: Group = None) -> None:
-    """Leave the job (group None) and close its connections; a sub-group is just dropped."""
+    """Leave the job (group None) and close its connections; a sub-group is closed on this
+    rank: its shared memory, links and thread go at once, and later calls on it raise
+    ClosedError."""
     if group is not None and group is not WORLD and group is not world.current:
+        if isinstance(group, AsyncProcessGroup):
+            _run(group.destroy())
         return
     with _lock:
         ending, world.current = world.current, None

@@ -56,6 +56,7 @@ from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
 from asyncoll._algorithms.team import Team
 from asyncoll._algorithms.tree import tree_broadcast
 from asyncoll._defaults import ABANDON_WORDS_S
+from asyncoll._group.closing import close_under, destroyed
 from asyncoll._group.context import Membership
 from asyncoll._group.processors import processors
 from asyncoll._group.plan import Kernel, Signature, Transport
@@ -156,6 +157,9 @@ class GroupArena:
         #: compiled one where it is built: the compiled entry takes it from C).
         self.lock: threading.Lock = threading.Lock() if _native.arena is None \
             else _native.arena.PathLock()
+        #: Set once the group is closed here: operations give up, and the arena is
+        #: unmapped as soon as none runs (asyncoll._group.closing).
+        self.closing = False
 
     @property
     def capacity(self) -> int:
@@ -228,8 +232,9 @@ class GroupArena:
             assert memory is not None
             self.arena = Arena(memory, team.size, team.me, slot, self._ranks)
             self.ready = True
-            self._session.on_close(self.close)
-            if team.me == 0:
+            if self.closing:  # closed during the set-up: nothing may be left mapped
+                self.let_go()
+            elif team.me == 0:
                 _native.warn_once()  # where the compiled steps should run and cannot
         else:
             if memory is not None:
@@ -249,7 +254,8 @@ class GroupArena:
         step = self._step
         if step is None:
             arena = self.arena
-            assert arena is not None
+            if arena is None:
+                raise destroyed(self._group_id, 0)
             crowded = len(self._ranks) > processors()
             step = self._step = ArenaStep(arena, 0, fingerprint, Waiter(
                 0.0, self.check, 0 if crowded else SPINS, arena.rest,
@@ -273,6 +279,8 @@ class GroupArena:
         """Raise what stops the operation from waiting for ``poll`` any longer (see the module)."""
         step = self._step
         assert step is not None
+        if self.closing:
+            raise destroyed(self._group_id, step.operation)
         if step.cancelled:
             raise CollectiveError(f"operation #{step.operation} of group {self._group_id}'s "
                                   "arena was cancelled")
@@ -325,17 +333,21 @@ class GroupArena:
         step.arena.abandon(step.operation, number, named)
 
     def close(self) -> None:
-        """Unmap the arena (the session closes)."""
-        arena, self.arena = self.arena, None
+        """Unmap the arena (its group is destroyed, or the session closes), once no
+        operation runs on it (asyncoll._group.closing)."""
+        self.closing = True
         self.ready = False
         self.slot_bytes = 0
-        # An operation still running in some thread keeps the mapping, which
-        # then goes with the process.
-        if arena is not None and self.lock.acquire(blocking=False):
-            try:
-                arena.close()
-            finally:
-                self.lock.release()
+        if self.arena is not None:
+            close_under(self.lock, self.let_go, f"group {self._group_id}'s arena")
+
+    def let_go(self) -> None:
+        """Unmap the arena now (the caller holds :attr:`lock`, or no operation can run)."""
+        arena, self.arena = self.arena, None
+        self._step = None
+        self.ready = False
+        if arena is not None:
+            arena.close()
 
 
 # -- the kernels: each binds a signature to the arena's algorithm (asyncoll._algorithms.arena)

@@ -28,6 +28,13 @@ class Loop(Protocol):
         """Start ``coro`` on the loop thread; return a future of its result."""
 
 
+class Closable(Protocol):
+    """What a membership closes when it closes (a group's core)."""
+
+    def close(self, reason: str) -> None:
+        """Close it for good, saying ``reason`` to later calls."""
+
+
 class Membership(Protocol):
     """This process in its job: its rank, its data plane, and its coordinator link."""
 
@@ -67,8 +74,15 @@ class Membership(Protocol):
     def call_soon(self, action: Callable[..., Any], *args: Any) -> None:
         """Run ``action(*args)`` on the loop thread; callable from any thread."""
 
-    def on_close(self, action: Callable[[], None]) -> None:
-        """Call ``action`` when this membership closes (an arena to unmap)."""
+    def on_close(self, part: Closable) -> None:
+        """Close ``part`` (a group) when this membership closes, unless it was closed
+        before (:meth:`forget`); held weakly."""
+
+    def forget(self, part: Closable) -> None:
+        """``part`` is closed: the membership's close has nothing more to do for it."""
+
+    def end_lane(self, lane: int) -> None:
+        """End ``lane``'s thread (its group is closed) once the action it runs ends."""
 
     def check_open(self, what: str) -> None:
         """Raise ClosedError once this rank has destroyed its process group."""

@@ -40,7 +40,7 @@ from asyncoll._group.plan import (
 )
 from asyncoll._group.runner import Runner
 from asyncoll._group.transports import Scratch, transport_of
-from asyncoll.errors import AsyncollError, ConfigurationError
+from asyncoll.errors import AsyncollError, ClosedError, ConfigurationError
 from asyncoll.types import ReduceOp
 
 #: Remembered calls per group (GroupCore.again), forgotten all at once past it.
@@ -87,6 +87,8 @@ class GroupCore:
         # calls repeat the same few, and each microsecond shows.
         self._choices: dict[tuple[str, int, str | None, int], str] = {}
         session.faults.register(group_id, self.ranks)
+        # Closed with the session unless it is closed before (close).
+        session.on_close(self)
 
     # -- making plans ------------------------------------------------------------------
 
@@ -174,6 +176,21 @@ class GroupCore:
     def failure(self) -> AsyncollError | None:
         """What broke this group, or None while it is intact."""
         return self._session.faults.error(self.group_id)
+
+    def close(self, reason: str) -> None:
+        """Close the group here: refuse its later calls with ClosedError (``reason``),
+        fail its operations waiting on the loop, unmap its arena, close its direct
+        links and end its thread, once no operation runs on them
+        (asyncoll._group.closing). Idempotent; on the loop."""
+        if self._runner.closed is not None:
+            return
+        self._runner.closed = reason
+        self._repeats.clear()
+        # Its operations on the loop, waiting for peers' frames, end now too.
+        self._session.mesh.fail_channel(self.group_id, ClosedError(reason))
+        self._fast.close()
+        self._session.end_lane(self.group_id)
+        self._session.forget(self)
 
     # -- placing plans -----------------------------------------------------------------
 

@@ -39,6 +39,11 @@ class FastPath(Protocol):
     lock: threading.Lock
 
     @property
+    def closing(self) -> bool:
+        """Whether the group was closed here: operations give up, and the path's memory
+        and sockets go once none runs."""
+
+    @property
     def capacity(self) -> int:
         """The largest operation (bytes) operations choose the path for; 0: the group has
         none. It does not change once set up (members must choose alike)."""
@@ -79,6 +84,13 @@ class FastPath(Protocol):
 
     def abandon(self, step: Any, error: BaseException) -> None:
         """Tell the other members this one gave up on ``step``."""
+
+    def close(self) -> None:
+        """Unmap and close what the path holds, once no operation runs on it (waiting
+        for one a while: asyncoll._group.closing). Idempotent."""
+
+    def let_go(self) -> None:
+        """Unmap and close what the path holds now; the caller holds :attr:`lock`."""
 
 
 def fast_path_of(session: Membership, group_id: int, ranks: tuple[int, ...],

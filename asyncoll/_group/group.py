@@ -116,6 +116,13 @@ class AsyncProcessGroup:
         """What broke this group (its collectives first, then its messages), or None."""
         return self._core.failure() or self._p2p.failure()
 
+    async def destroy(self) -> None:
+        """Close this group on this rank (torch's destroy_process_group(group)): its
+        arena is unmapped, its links closed and its thread ended at once (an operation
+        of it running in another thread stops, with ClosedError, first). Later calls
+        raise ClosedError; other groups go on; nothing is sent. Never raises."""
+        self._core.close(f"{self!r} was destroyed on this rank")
+
     # -- its parts' methods, as its own ----------------------------------------------------
 
     plan = Delegate("_core", GroupCore.plan)

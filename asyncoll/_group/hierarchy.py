@@ -56,6 +56,7 @@ from asyncoll._algorithms.ring import all_reduce_scratch_elements, ring_all_redu
 from asyncoll._algorithms.team import Team, run_here
 from asyncoll._algorithms.tree import tree_broadcast, tree_reduce
 from asyncoll._group.arena_path import ArenaStep, GroupArena
+from asyncoll._group.closing import close_under
 from asyncoll._group.context import Membership
 from asyncoll._group.links_path import GroupLinks, LinksStep
 from asyncoll._group.plan import Kernel, Signature, Transport
@@ -108,6 +109,7 @@ class HostHierarchy:
         self.host = self.host_of[self.me]
         self.local = self.hosts[self.host]
         self._ranks = ranks
+        self._group_id = group_id
         local_ranks = tuple(ranks[index] for index in self.local)
         self.arena = GroupArena(session, group_id, local_ranks) if len(self.local) > 1 \
             else None
@@ -179,6 +181,29 @@ class HostHierarchy:
                                             np.empty(1, dtype=np.int64))
         self.room = int(agreed[0])
         if not self.room and self.arena is not None:
+            self.arena.close()
+
+    @property
+    def closing(self) -> bool:
+        """Whether the group is closed here (its links and arena go once no operation runs)."""
+        return self._links.closing
+
+    def close(self) -> None:
+        """Close the links and unmap this host's arena (its group is destroyed, or the
+        session closes), once no operation runs on the path: the links' lock covers
+        both (asyncoll._group.closing)."""
+        self._links.closing = True
+        if self.arena is not None:
+            # Its waits give up at their next check, as the links' do.
+            self.arena.closing = True
+        close_under(self.lock, self.let_go, f"group {self._group_id}'s hierarchy")
+
+    def let_go(self) -> None:
+        """Close the links and the arena now (the caller holds :attr:`lock`)."""
+        self._last = None
+        self._links.let_go()
+        self._links.close()  # the flags; nothing is left to wait for
+        if self.arena is not None:
             self.arena.close()
 
     def leaders(self, root: int = -1) -> tuple[int, ...]:

@@ -52,6 +52,7 @@ from asyncoll._algorithms.doubling import (
 from asyncoll._algorithms.ring import ring_all_gather
 from asyncoll._algorithms.team import Team, run_here
 from asyncoll._algorithms import selection
+from asyncoll._group.closing import close_under, destroyed
 from asyncoll._group.context import Membership
 from asyncoll._group.mismatch import desync, stale as stale_frame
 from asyncoll._group.processors import processors
@@ -128,6 +129,9 @@ class GroupLinks:
         self._step: LinksStep | None = None
         #: Held by the thread running an operation over the links, for its length.
         self.lock = threading.Lock()
+        #: Set once the group is closed here: operations give up, and the links are
+        #: closed as soon as none runs (asyncoll._group.closing).
+        self.closing = False
 
     @property
     def up_to(self) -> Mapping[str, int]:
@@ -215,7 +219,8 @@ class GroupLinks:
             for host, entry in zip(hosts, directory)], self._tls)
         self.links = DirectLinks(sockets,  # type: ignore[arg-type]
                                  EAGER_POLLS if local <= processors() else 0, dialling)
-        self._session.on_close(self.close)
+        if self.closing:  # closed during the set-up: nothing may be left open
+            self.let_go()
 
     async def _connect(self, me: int, n: int, server: object, cookie: int,
                        directory: Sequence[NDArray[Any]]) -> dict[int, object]:
@@ -270,7 +275,8 @@ class GroupLinks:
         """The next operation over the links, with its deadline ``limit`` seconds from now."""
         step = self._step
         if step is None:
-            assert self.links is not None
+            if self.links is None:
+                raise destroyed(self._group_id, 0)
             me = self._ranks.index(self._session.rank)
             step = self._step = LinksStep(self.links, 0, fingerprint, me)
         step.previous = step.fingerprint if step.operation else None
@@ -284,6 +290,8 @@ class GroupLinks:
         """Raise what stops the operation from waiting for members ``waiting_for`` any longer."""
         step = self._step
         assert step is not None
+        if self.closing:
+            raise destroyed(self._group_id, step.operation)
         if step.cancelled:
             raise CollectiveError(f"operation #{step.operation} over group "
                                   f"{self._group_id}'s direct links was cancelled")
@@ -354,14 +362,20 @@ class GroupLinks:
         step.links.abort(operation, code, named, str(error))
 
     def close(self) -> None:
-        """Close the links (the session closes)."""
-        links, self.links = self.links, None
+        """Close the links (its group is destroyed, or the session closes), once no
+        operation runs over them (asyncoll._group.closing)."""
+        self.closing = True
         self.capacity = 0
-        if links is not None and self.lock.acquire(blocking=False):
-            try:
-                links.close()
-            finally:
-                self.lock.release()
+        if self.links is not None:
+            close_under(self.lock, self.let_go, f"group {self._group_id}'s direct links")
+
+    def let_go(self) -> None:
+        """Close the links now (the caller holds :attr:`lock`, or no operation can run)."""
+        links, self.links = self.links, None
+        self._step = None
+        self._team = None
+        if links is not None:
+            links.close()
 
 
 def _let_go(sockets: dict[int, object], server: object | None) -> None:

@@ -70,6 +70,8 @@ class Runner:
         self.recorder = session.recorder
         #: The fingerprint of the recorder's run open for this group (RunSource).
         self.run_fingerprint: Fingerprint | None = None
+        #: Why the group refuses operations, once it is closed here (None: open).
+        self.closed: str | None = None
         if self.recorder is not None:
             self.recorder.add_group(group_id, ranks)
 
@@ -105,6 +107,8 @@ class Runner:
     def _admit(self, what: str, seq: int) -> None:
         """Refuse operation ``seq`` on a closed session or a broken group."""
         self._session.check_open(what)  # no formatting here: every call passes this way
+        if self.closed is not None:
+            raise ClosedError(f"{what}: {self.closed}")
         refused = self._session.faults.refusal(self._group_id, seq, self._named)
         if refused is not None:
             raise refused
@@ -212,6 +216,10 @@ class Runner:
         finally:
             if not held:
                 fast.lock.release()
+                if fast.closing:
+                    # Closed while this ran: the closer may have given up waiting for
+                    # its end (asyncoll._group.closing).
+                    fast.close()
 
     def _lock_timeout(self, what: str, seq: int, limit: float) -> CollectiveTimeoutError:
         return CollectiveTimeoutError(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import os
@@ -11,13 +10,16 @@ import secrets
 import socket
 import sys
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from asyncoll._runtime.addresses import listen_plan
+from asyncoll._runtime.lanes import Lanes
 from asyncoll._runtime.joining import learn_directory, listen, report_while_waiting
 from asyncoll._runtime.registration import Identity, Registration
+from asyncoll._group.context import Closable
 from asyncoll._group.faults import GroupFaults
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._rendezvous.stragglers import SAMPLES_PER_HEARTBEAT
@@ -148,12 +150,10 @@ class Session:
                                        settings.heartbeat_timeout / 4)
         self._heartbeat = asyncio.ensure_future(self._beat())
         self._loop = asyncio.get_running_loop()
-        # A thread per lane (a group), made on first use: arena operations
-        # queued behind their group's others wait there in order. Groups must
-        # not share one: their operations may run in a different order on
-        # another rank, and one waiting for a peer would stall the other.
-        self._lanes: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
-        self._on_close: list[Callable[[], None]] = []
+        self._lanes = Lanes(self._loop, self.rank)
+        # The groups to close with the session, weakly: one dropped unclosed goes with
+        # its last reference, one destroyed (AsyncProcessGroup.destroy) leaves at once.
+        self._parts: weakref.WeakSet[Closable] = weakref.WeakSet()
         client.on_notice = self._notice
         #: The job's epoch at the last "unchanged" answer; none yet in this generation.
         self._agreed_epoch = -1
@@ -325,15 +325,20 @@ class Session:
         self.closed = True
         self._replaced_by = reason
         self._heartbeat.cancel()
-        self._stop_groups()
+        self._stop_groups(reason)
         await self.mesh.close()
 
-    def _stop_groups(self) -> None:
-        """Close what the groups hold (arenas, links) and their lanes' threads."""
-        for action in self._on_close:
-            action()
-        for executor in self._lanes.values():
-            executor.shutdown(wait=False)
+    def _stop_groups(self, reason: str) -> None:
+        """Close the groups (their arenas, links and lanes' threads)."""
+        for part in list(self._parts):
+            try:
+                part.close(reason)
+            except BufferError:
+                # A view of an arena still held: a bug, said loudly; the others close.
+                log.exception("a group of rank %d could not unmap its shared memory",
+                              self.rank)
+        self._parts.clear()
+        self._lanes.end_all()
 
     def operations(self) -> int:
         """Operations started on this rank, in every group, on either path (the
@@ -389,24 +394,27 @@ class Session:
 
     def run_blocking(self, action: Callable[[], T], lane: int) -> Awaitable[T]:
         """Run ``action`` on ``lane``'s own thread, off the loop; await its result."""
-        executor = self._lanes.get(lane)
-        if executor is None:
-            executor = self._lanes[lane] = concurrent.futures.ThreadPoolExecutor(
-                1, thread_name_prefix=f"asyncoll-rank{self.rank}-group{lane}")
-        future = self._loop.run_in_executor(executor, action)
-        # An operation cancelled while its thread still ran (a peer failed first,
-        # say) ends in an error nobody awaits any more: it is reported elsewhere.
-        future.add_done_callback(_retrieve)
-        return future
+        return self._lanes.run(action, lane)
 
     def call_soon(self, action: Callable[..., Any], *args: Any) -> None:
         """Run ``action(*args)`` on the loop thread; callable from any thread."""
         if not self._loop.is_closed():
             self._loop.call_soon_threadsafe(action, *args)
 
-    def on_close(self, action: Callable[[], None]) -> None:
-        """Call ``action`` when the session closes."""
-        self._on_close.append(action)
+    def on_close(self, part: Closable) -> None:
+        """Close ``part`` (a group) when the session closes, unless it closed before."""
+        if self.closed:
+            part.close("this rank's process group is closed")
+        else:
+            self._parts.add(part)
+
+    def forget(self, part: Closable) -> None:
+        """``part`` closed on its own: nothing more to do for it at the session's close."""
+        self._parts.discard(part)
+
+    def end_lane(self, lane: int) -> None:
+        """End ``lane``'s thread once the actions queued on it, if any, have run."""
+        self._lanes.end(lane)
 
     def check_open(self, what: str) -> None:
         """Refuse ``what`` once this rank has destroyed its process group.
@@ -451,13 +459,8 @@ class Session:
         with contextlib.suppress(AsyncollError, OSError):
             await self.client.request(Leave(), LEAVE_TIMEOUT_S if self.client.up else
                                       RECONNECT_BACKOFF_CAP_S, "leave")
-        self._stop_groups()
+        self._stop_groups("this rank destroyed its process group (destroy_process_group)")
         await _close_quietly(self.client, self.mesh, self._embedded, self.job)
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
 
 
 async def _close_quietly(client: CoordinatorClient | None, mesh: TcpMesh | None,

@@ -75,10 +75,13 @@ class Recovery:
         self._aborted = False
 
     def shutdown(self) -> None:
-        """Leave the asyncoll job when this group owns it; join its threads."""
+        """Leave the asyncoll job when this group owns it; join its threads. A sub-group
+        (not the world's group 0) is closed here: its arena, links and thread go now."""
         owner = self._owner
         if owner._owns_world:
             owner._world.shutdown()
+        elif owner._group.group_id != 0 and not owner._world.closed:
+            owner._world.runtime.run(owner._group.destroy())
 
     def abort(self) -> None:
         """Fail this group's operations, running and to come, with AbortedError at once, here

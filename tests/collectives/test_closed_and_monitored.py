@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
+
+from asyncoll._transport.shm import segment
 
 from asyncoll.errors import (
     ClosedError,
@@ -103,3 +106,60 @@ async def test_monitored_barrier_by_first_with_no_time_fails_at_once_on_member_0
         return None
 
     await run_ranks(2, body)
+
+
+async def test_a_destroyed_group_refuses_calls_with_closed_and_gives_its_arena_back_at_once(
+        transport):
+    async def body(world):
+        x = np.ones(4, dtype=np.float32)
+        await world.all_reduce(x)  # the world's own arena, and the rings between the ranks
+        await world.barrier()
+        before = segment.held()
+        pair = await world.new_group([0, 1])
+        await pair.all_reduce(x)
+        await world.barrier()
+        during = segment.held()
+        await world.barrier()  # both counted before either destroys it
+        await pair.destroy()
+        await pair.destroy()  # twice is harmless
+        with pytest.raises(ClosedError, match="was destroyed on this rank"):
+            await pair.all_reduce(x)
+        await world.barrier()
+        after = segment.held()
+        y = np.full(4, world.rank + 1.0, dtype=np.float32)
+        await world.all_reduce(y)  # the world goes on
+        return before, during, after, y
+
+    results = await run_ranks(2, body)
+    # Both ranks share this process: rank 0 counts after the barriers, for both.
+    before, during, after, _ = results[0]
+    if transport == "arena":
+        assert during[0] >= before[0] + 2, (before, during)  # each rank maps the group's
+    assert after == before, (before, during, after)
+    assert all(np.all(y == 3) for *_, y in results)
+
+
+async def test_destroying_a_group_stops_its_operation_waiting_in_another_thread_with_closed():
+    async def body(world):
+        pair = await world.new_group([0, 1])
+        x = np.ones(4, dtype=np.float32)
+        await pair.all_reduce(x)  # sets its fast path up (an arena, or direct links)
+        await world.barrier()
+        if world.rank == 1:
+            await world.barrier()
+            return None
+        # Rank 1 never joins it: it waits (in the group's thread, on the fast path).
+        waiting = asyncio.ensure_future(pair.all_reduce(x, timeout=60))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        started = time.monotonic()
+        await pair.destroy()
+        with pytest.raises(ClosedError, match="was destroyed on this rank"):
+            await waiting
+        took = time.monotonic() - started
+        await world.barrier()
+        return took
+
+    took = (await run_ranks(2, body))[0]
+    # Ended by the close, at the wait's next check, not by its 60 s deadline.
+    assert took < 30, took

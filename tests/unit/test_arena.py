@@ -27,6 +27,7 @@ from asyncoll._transport.shm.arena import (
     SPINS,
     Arena,
     ArenaExpired,
+    ArenaStillMapped,
     Waiter,
     arena_bytes,
 )
@@ -499,3 +500,33 @@ def test_members_on_one_processor_sleep_for_each_other_rather_than_spin_and_yiel
     assert os.waitstatus_to_exitcode(status) == 0
     # Spinning and yielding switch with no sleep (a yield is counted as involuntary).
     assert slept + theirs > operations // 2, (slept, theirs)
+
+
+def _step(arena: Arena, data: np.ndarray) -> collectives._Step:
+    return collectives._Step(arena, 1, fingerprint(data, ReduceOp.SUM), waiter(5))
+
+
+def test_close_unmaps_the_segment_though_a_kept_all_reduce_took_views_of_its_slots():
+    arena = members(1, 1 << 12)[0]
+    kept = collectives.AllReduce(ReduceOp.SUM, np.dtype(np.float64), 8, False)
+    data = np.arange(8.0)
+    kept.run(_step(arena, data), data)  # looks its slots up once, and keeps them
+    assert np.array_equal(data, np.arange(8.0))
+
+    arena.close()
+
+    assert arena.closed
+    arena.close()  # twice is harmless
+
+
+def test_close_says_so_when_a_view_of_the_slots_is_still_held_and_unmaps_once_it_goes():
+    arena = members(1, 1 << 12)[0]
+    held = arena.slots(1, np.dtype(np.int32), 4)[0]
+
+    with pytest.raises(ArenaStillMapped, match="still held"):
+        arena.close()
+
+    assert not arena.closed
+    del held
+    arena.close()
+    assert arena.closed

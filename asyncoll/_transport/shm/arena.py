@@ -48,8 +48,9 @@ import os
 import platform
 import struct
 import time
+import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -218,6 +219,18 @@ class Waiter:
                 pause = min(pause * 2, LONGEST_SLEEP_S)
 
 
+class Holder(Protocol):
+    """What keeps views of an arena's slots between operations (a persistent
+    collective): it lets go of them when the arena closes."""
+
+    def forget(self) -> None:
+        """Drop every view of the arena's memory this holds."""
+
+
+class ArenaStillMapped(BufferError):
+    """An arena could not be unmapped: something still holds a view of its memory."""
+
+
 class Arena:
     """One member's view of a group's arena.
 
@@ -261,6 +274,13 @@ class Arena:
         #: The fingerprint last compared (by identity) and its bytes in a control line.
         self._packed_for: Sequence[int] | None = None
         self._packed = b""
+        # What keeps views of the slots between operations (AllReduce kernels), told
+        # to drop them at close; weakly, so that a forgotten kernel leaves at once.
+        self._holders: weakref.WeakSet[Holder] = weakref.WeakSet()
+
+    def keep(self, holder: Holder) -> None:
+        """Tell ``holder`` to drop its views of the slots when this arena closes."""
+        self._holders.add(holder)
 
     def slots(self, operation: int, dtype: np.dtype[Any], count: int) -> list[NDArray[Any]]:
         """Every member's slot for ``operation`` (its set alternates), the first
@@ -385,14 +405,35 @@ class Arena:
         """The process id ``member`` wrote when it mapped the arena."""
         return int(self._words[member * _LINE + PID])
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` unmapped the segment."""
+        return self._memory.closed
+
     def close(self) -> None:
-        """Drop this member's views and unmap the segment."""
+        """Drop this member's views (and its holders'), then unmap the segment.
+
+        Raises:
+            ArenaStillMapped: a view of the memory is still exported somewhere
+                (a bug: every holder registers with :meth:`keep`); the mapping
+                then stays until that view goes.
+        """
+        if self._memory.closed:
+            return
+        for holder in list(self._holders):
+            holder.forget()
+        self._holders.clear()
         self._views.clear()
         self._slots = []
+        self._polls.clear()
+        self._written = [None, None]
+        self._packed_for = None
         if self.core is not None:
             self.core.release()
         self._words.release()
         try:
             self._memory.close()
-        except BufferError:
-            pass  # a view is still exported somewhere: the mapping goes with the process
+        except BufferError as exc:
+            raise ArenaStillMapped(f"the arena of {len(self._memory)} bytes could not be "
+                                   f"unmapped: a view of its memory is still held ({exc})"
+                                   ) from exc

@@ -199,3 +199,16 @@ class ShmLink:
             shm.unlink(self._offered)
             self._opening.set_exception(error)
             self._opening.exception()  # retrieved: no sender may be waiting
+
+    def close(self, error: AsyncollError) -> None:
+        """Unmap both rings (the connection has ended); a send still waiting for ring
+        space fails with ``error``. Idempotent."""
+        self.fail(error)
+        self._partials.clear()
+        for outbox in {id(box): box for box in (self._outbox, self._pending)
+                       if box is not None}.values():
+            outbox.close(error)
+        self._outbox = self._pending = None
+        ring, self._inbox = self._inbox, None
+        if ring is not None:
+            shm.unmap(ring)

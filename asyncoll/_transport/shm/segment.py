@@ -146,6 +146,50 @@ def unlink(name: str) -> None:
         pass
 
 
+def held() -> tuple[int, int]:
+    """(mappings, open files) of asyncoll's segments in this process, from Linux's /proc.
+
+    For leak checks: a segment unlinked while mapped still shows, as
+    ``/dev/shm/asyncoll-... (deleted)``. (0, 0) where /proc is not there.
+    """
+    marker = f"{SHM_DIR}/{PREFIX}".encode()
+    try:
+        mappings = _mapped(marker)
+        descriptors = os.listdir("/proc/self/fd")
+    except OSError:
+        return 0, 0
+    files = 0
+    for fd in descriptors:
+        try:
+            files += os.readlink(f"/proc/self/fd/{fd}").encode().startswith(marker)
+        except OSError:
+            pass  # the listing's own descriptor, closed since
+    return mappings, files
+
+
+def _mapped(marker: bytes) -> int:
+    """The lines of /proc/self/maps naming ``marker``, counted until two reads agree: a
+    read comes a page at a time, and may skip lines that another thread's mmap or
+    munmap moved meanwhile."""
+    counts: list[int] = []
+    while len(counts) < 2 or (counts[-1] != counts[-2] and len(counts) < 10):
+        with open("/proc/self/maps", "rb") as maps:
+            counts.append(maps.read().count(marker))
+    return counts[-1]
+
+
+def unmap(view: memoryview) -> None:
+    """Release ``view`` of a mapping and unmap it (its only view: a ring's).
+
+    Raises:
+        BufferError: a slice of ``view`` or an array made from it is still held.
+    """
+    mapping = view.obj
+    view.release()
+    if isinstance(mapping, mmap.mmap):
+        mapping.close()
+
+
 def sweep(pids: list[int], directory: str = "/dev/shm") -> list[str]:
     """Unlink segments left by the processes ``pids``; return their names."""
     wanted = tuple(f"{PREFIX}{pid}-" for pid in pids)
@@ -209,6 +253,8 @@ class Outbox:
         self.space = RingSpace(len(segment))
         # Senders waiting for space, oldest first, with the channel of each.
         self._waiters: deque[tuple[asyncio.Future[None], int]] = deque()
+        #: Set once the ring is unmapped (close): what a sender then fails with.
+        self._closed_by: BaseException | None = None
 
     async def reserve(self, nbytes: int, channel: int) -> tuple[int, int]:
         """Reserve ``nbytes`` of the ring for a frame of ``channel``, waiting for space.
@@ -217,6 +263,8 @@ class Outbox:
         it, and losing the peer or failing the channel fails it (:meth:`fail`).
         """
         while True:
+            if self._closed_by is not None:
+                raise self._closed_by
             place = self.space.reserve(nbytes) if not self._waiters else None
             if place is not None:
                 return place
@@ -228,10 +276,19 @@ class Outbox:
             finally:
                 if entry in self._waiters:
                     self._waiters.remove(entry)
+            if self._closed_by is not None:
+                raise self._closed_by
             place = self.space.reserve(nbytes)
             if place is not None:
                 self._wake_next()
                 return place
+
+    def close(self, error: BaseException) -> None:
+        """Unmap the ring; senders waiting for space, and later ones, fail with ``error``."""
+        if self._closed_by is None:
+            self._closed_by = error
+            self.fail(error)
+            unmap(self.view)
 
     def freed(self, position: int) -> None:
         """The receiver freed the ring up to ``position``: let the next sender try."""

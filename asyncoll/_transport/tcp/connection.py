@@ -293,7 +293,11 @@ class PeerConnection(asyncio.BufferedProtocol):
         if not self.closed.done():
             self.closed.set_result(None)
         self._owner.connection_lost(self, exc)
-        self.fail_sends(self._owner.error_for(self.peer))
+        error = self._owner.error_for(self.peer)
+        self.fail_sends(error)
+        # Nothing comes or goes through the rings any more: unmap them now, not when
+        # the garbage collector finds the connection.
+        self.shm.close(error)
 
     def _start_frame(self, header: FrameHeader) -> None:
         self._frame = header

@@ -363,8 +363,11 @@ class TcpMesh:
         if lingering:
             await asyncio.wait(lingering, timeout=LINGER_S)
         for connection in [*(c.connection for c in self._peers.values()), *self._accepted]:
-            if connection is not None and connection.transport is not None:
-                connection.transport.close()
+            if connection is not None:
+                if connection.transport is not None:
+                    connection.transport.close()
+                # Unmapped here, before close returns, not at connection_lost's turn.
+                connection.shm.close(error)
         if self._server is not None:
             await close_server(self._server, "this rank's data port", HANDSHAKE_TIMEOUT_S,
                                log)
@@ -374,8 +377,10 @@ class TcpMesh:
     def _accept(self) -> PeerConnection:
         connection = PeerConnection(self, None)
         self._accepted.add(connection)
-        # A connection that never completes its handshake is dropped.
-        self.loop.call_later(HANDSHAKE_TIMEOUT_S, self._drop_if_silent, connection)
+        # A connection that never completes its handshake is dropped. The timer goes
+        # with the handshake: held for its 10 s, it would keep the whole mesh alive.
+        timer = self.loop.call_later(HANDSHAKE_TIMEOUT_S, self._drop_if_silent, connection)
+        connection.ready.add_done_callback(lambda _: timer.cancel())
         return connection
 
     def _drop_if_silent(self, connection: PeerConnection) -> None:

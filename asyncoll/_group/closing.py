@@ -1,0 +1,47 @@
+"""Closing a group's fast path while an operation may still run on it in another thread.
+
+A fast path (an arena, direct links) is closed when its group is destroyed,
+its job left or reconfigured. Its memory and sockets go at once, on every
+member: nothing waits for the garbage collector. An operation running on
+the path in another thread holds the path's lock; the closer marks the path
+closing, which makes that operation's waits give up at their next check
+(ClosedError), and waits for the lock up to CLOSE_WAIT_S. Where the
+operation does not end in time (a thread stopped in a debugger, say), the
+closer goes on and the operation's own end closes the path
+(Runner.on_fast_path), so nothing is unmapped under a running operation.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from asyncoll._defaults import CLOSE_WAIT_S
+from asyncoll.errors import ClosedError
+
+log = logging.getLogger("asyncoll")
+
+
+def close_under(lock: threading.Lock, let_go: Callable[[], None], what: str,
+                wait_s: float = CLOSE_WAIT_S) -> bool:
+    """Run ``let_go()`` holding ``lock``, once the operation holding it (if any) has ended.
+
+    Returns False, having run nothing, where that operation did not end within
+    ``wait_s`` seconds: its end must run it.
+    """
+    if not lock.acquire(timeout=wait_s):
+        log.warning("%s stays open until the operation running on it in another thread "
+                    "ends (it did not end within %g s of the close)", what, wait_s)
+        return False
+    try:
+        let_go()
+    finally:
+        lock.release()
+    return True
+
+
+def destroyed(group_id: int, operation: int) -> ClosedError:
+    """The error of an operation whose group this rank closed while it ran."""
+    return ClosedError(f"group {group_id} was destroyed on this rank while its operation "
+                       f"#{operation} ran")
