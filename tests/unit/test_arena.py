@@ -499,3 +499,10 @@ def test_members_on_one_processor_sleep_for_each_other_rather_than_spin_and_yiel
     assert os.waitstatus_to_exitcode(status) == 0
     # Spinning and yielding switch with no sleep (a yield is counted as involuntary).
     assert slept + theirs > operations // 2, (slept, theirs)
+
+
+def test_a_member_that_gave_up_tells_the_others_whom_it_waited_for_and_how_long():
+    arenas = members(3, 1024)
+    assert arenas[0].abandoned() is None
+    arenas[2].abandon(5, 7, 1, 3000)
+    assert arenas[0].abandoned() == (2, 5, 7, 1, 3000)
