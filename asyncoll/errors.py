@@ -99,7 +99,16 @@ class PeerLostError(CollectiveError):
 
 
 class CollectiveTimeoutError(CollectiveError, TimeoutError):
-    """An operation did not complete before its deadline."""
+    """An operation did not complete before its deadline.
+
+    Attributes:
+        waiting_for: the global ranks it still waited for when the deadline
+            passed (empty where unknown, or where the time went in this rank's work).
+        seconds: the deadline, in seconds (0.0 where unknown).
+    """
+
+    waiting_for: tuple[int, ...] = ()
+    seconds: float = 0.0
 
 
 class MonitoredBarrierError(CollectiveTimeoutError, RuntimeError):

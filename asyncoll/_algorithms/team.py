@@ -133,6 +133,8 @@ class Team:
         #: Receives posted on the event loop so far, by member index: who has not answered,
         #: on a timeout (those over direct links are told by LinksExpired).
         self.receives: list[tuple[int, Awaitable[None]]] = []
+        #: Sends started on the event loop so far, by member index (for a timeout too).
+        self.sent: list[tuple[int, Awaitable[None]]] = []
         #: (left neighbour's index, its rank, right one's index, its rank), found at the
         #: first unchecked() (-1: none); a team over the links serves many operations.
         self._neighbours: tuple[int, int, int, int] | None = None
@@ -141,7 +143,7 @@ class Team:
         """A team for the ``index``-th algorithm of a composite operation."""
         team = Team(self.mesh, self.ranks, self.group_id, self.seq,
                     self.first_step + index * STEPS_PER_PHASE, self.fingerprint, self.me)
-        team.receives, team._sent_to = self.receives, self._sent_to
+        team.receives, team.sent, team._sent_to = self.receives, self.sent, self._sent_to
         team._received_from = self._received_from
         return team
 
@@ -151,9 +153,10 @@ class Team:
         themselves)."""
         self._sent_to.clear()
         self._received_from.clear()
-        if self._sends or self.receives:  # (an operation that failed left them)
+        if self._sends or self.receives or self.sent:  # (an operation that failed left them)
             self._sends.clear()
             self.receives.clear()
+            self.sent.clear()
         return self
 
     def check_neighbours(self) -> Awaitable[None] | None:
@@ -170,7 +173,7 @@ class Team:
             return self.flush() if self._sends else None
         tag = (self.group_id, self.seq, check_step(self.first_step))
         if left >= 0:
-            self._start(self.mesh.send(self.ranks[left], tag, _EMPTY, self.fingerprint))
+            self._start(left, self.mesh.send(self.ranks[left], tag, _EMPTY, self.fingerprint))
         if right < 0:
             return self.flush()
         check = self.mesh.recv_into(self.ranks[right], tag, _EMPTY, self.fingerprint)
@@ -201,9 +204,9 @@ class Team:
         return self._neighbours
 
     def waiting_for(self) -> list[int]:
-        """Global ranks whose frames this operation posted for and did not get."""
-        return sorted({self.ranks[i] for i, r in self.receives
-                       if isinstance(r, asyncio.Future) and (r.cancelled() or not r.done())})
+        """Global ranks whose frames this operation posted for and did not get; where
+        none, those its sends wait for (the peer reads nothing: the data stays here)."""
+        return _pending(self.ranks, self.receives) or _pending(self.ranks, self.sent)
 
     def tag(self, step: int) -> Tag:
         """The frame tag of local step ``step``."""
@@ -218,11 +221,13 @@ class Team:
                               as_bytes(array), self.fingerprint)
         if isinstance(sent, asyncio.Future):
             sent.add_done_callback(_retrieve)
+            self.sent.append((index, sent))
         self._sends.append(sent)
 
-    def _start(self, sent: Awaitable[None]) -> None:
+    def _start(self, index: int, sent: Awaitable[None]) -> None:
         if isinstance(sent, asyncio.Future):
             sent.add_done_callback(_retrieve)
+            self.sent.append((index, sent))
         self._sends.append(sent)
 
     def recv(self, index: int, step: int, out: NDArray[Any],
@@ -251,6 +256,12 @@ class Team:
         self._sends = []
         # One send (a ring's step, a tree's edge) is its own awaitable: no coroutine.
         return sends[0] if len(sends) == 1 else _each(sends)
+
+
+def _pending(ranks: tuple[int, ...], started: list[tuple[int, Awaitable[None]]]) -> list[int]:
+    """The ranks of ``started``'s futures not done yet, sorted."""
+    return sorted({ranks[i] for i, f in started
+                   if isinstance(f, asyncio.Future) and (f.cancelled() or not f.done())})
 
 
 async def _each(awaitables: list[Awaitable[None]]) -> None:

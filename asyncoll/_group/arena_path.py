@@ -58,6 +58,7 @@ from asyncoll._algorithms.tree import tree_broadcast
 from asyncoll._defaults import ABANDON_WORDS_S
 from asyncoll._group.closing import close_under, destroyed
 from asyncoll._group.context import Membership
+from asyncoll._group.faults import named_by
 from asyncoll._group.processors import processors
 from asyncoll._group.plan import Kernel, Signature, Transport
 from asyncoll._transport.shm import segment
@@ -292,14 +293,16 @@ class GroupArena:
             raise first
         arena = step.arena
         me = os.getpid()
+        mesh = self._session.mesh
         for member in poll.behind():
             rank = self._ranks[member]
+            mesh.awaiting(rank)  # a frozen process exists: the keepalive finds it
             left = self._session.faults.left(rank)
             if left is not None:
                 raise copy.copy(left)
             pid = arena.pid(member)
             if pid and pid != me and not _alive(pid):
-                host = self._session.mesh.hostname(rank)
+                host = mesh.hostname(rank)
                 raise PeerLostError(f"rank {rank} on host {host} was lost: its process "
                                     f"(pid {pid}) is gone", rank=rank, host=host)
         gave_up = arena.abandoned()
@@ -312,10 +315,10 @@ class GroupArena:
                 if first is not None:
                     raise first
                 time.sleep(0.001)
-            member, operation, number, named = gave_up
+            member, operation, number, named, waited_ms = gave_up
             raise self._session.faults.gave_up(
                 self._group_id, operation, self._ranks[member], code_of_number(number), named,
-                where=" (its shared-memory arena)")
+                where=" (its shared-memory arena)", waited=waited_ms / 1000)
 
     def expired(self, exc: BaseException) -> list[int] | None:
         """The member indices a deadline's expiry (``exc``) waited for; None for other errors."""
@@ -329,8 +332,8 @@ class GroupArena:
         """Tell the other members, through the arena, that this member gave up on ``step``."""
         number = error_number(type(error)) if isinstance(error, AsyncollError) else \
             error_number(CollectiveError)
-        named = error.rank if isinstance(error, PeerLostError) else -1
-        step.arena.abandon(step.operation, number, named)
+        named, waited = named_by(error)
+        step.arena.abandon(step.operation, number, named, round(waited * 1000))
 
     def close(self) -> None:
         """Unmap the arena (its group is destroyed, or the session closes), once no

@@ -32,11 +32,24 @@ from asyncoll._transport.base import MeshControl, Tag
 from asyncoll._wire.frames import Fingerprint, decode_abort, encode_abort
 from asyncoll.errors import (
     AsyncollError,
+    CollectiveTimeoutError,
     PeerLostError,
     broken_by,
     error_code,
     error_from_code,
+    timed_out_words,
 )
+
+
+def named_by(error: BaseException) -> tuple[int, float]:
+    """(the rank ``error`` names, a timeout's deadline in seconds) for the records that
+    tell other members why this one gave up: the lost peer of a PeerLostError, the
+    first rank a CollectiveTimeoutError waited for; (-1, 0.0) for the rest."""
+    if isinstance(error, PeerLostError):
+        return error.rank, 0.0
+    if isinstance(error, CollectiveTimeoutError) and error.waiting_for:
+        return error.waiting_for[0], error.seconds
+    return -1, 0.0
 
 
 class Progress:
@@ -267,13 +280,14 @@ class GroupFaults:
             self._send_aborts(group_id, seq, error, None, skip=peer)
 
     def gave_up(self, group_id: int, operation: int, peer: int, code: str, lost: int,
-                said: str = "", where: str = "") -> AsyncollError:
+                said: str = "", where: str = "", waited: float = 0.0) -> AsyncollError:
         """The error rank ``peer`` gave up on ``operation`` of ``group_id`` with, here.
 
         ``code`` is its error's (asyncoll.errors.error_code), ``lost`` the rank
-        a PeerLostError names (-1: none), ``said`` its message, ``where`` the
-        path it gave up on, for the words (an arena or direct links number
-        operations their own way). Every path's "rank X gave up" is worded here.
+        its error names (:func:`named_by`; -1: none), ``said`` its message,
+        ``where`` the path it gave up on, for the words (an arena or direct
+        links number operations their own way), ``waited`` a timeout's
+        deadline (0.0: unknown). Every path's "rank X gave up" is worded here.
         """
         if said.startswith("rank ") and "abandoned operation" in said:
             text = said  # relayed: it names the member that gave up first
@@ -281,6 +295,12 @@ class GroupFaults:
             text = f"rank {peer} abandoned operation #{operation} of group {group_id}{where}" + (
                 f": {said}" if said else "")
         error = error_from_code(code, text)
+        if isinstance(error, CollectiveTimeoutError) and lost >= 0:
+            error.waiting_for, error.seconds = (lost,), waited
+            if not said and waited:
+                # Only numbers came (an arena's control line): say what torch's callers match.
+                error.args = (f"{text}: it waited {waited:g} s for data from rank {lost}. "
+                              f"{timed_out_words(waited)}",)
         if isinstance(error, PeerLostError):
             error.rank = lost if lost >= 0 else peer
             error.host = self._mesh.hostname(error.rank)
@@ -303,7 +323,7 @@ class GroupFaults:
 
     def _send_aborts(self, group_id: int, seq: int, error: AsyncollError,
                      members: Sequence[int] | None, skip: int = -1) -> None:
-        lost = error.rank if isinstance(error, PeerLostError) else -1
+        lost = named_by(error)[0]
         payload = memoryview(encode_abort(error_code(type(error)), str(error), lost))
         for peer in members if members is not None else self._groups.get(group_id, ()):
             if peer != skip:

@@ -54,6 +54,7 @@ from asyncoll._algorithms.team import Team, run_here
 from asyncoll._algorithms import selection
 from asyncoll._group.closing import close_under, destroyed
 from asyncoll._group.context import Membership
+from asyncoll._group.faults import named_by
 from asyncoll._group.mismatch import desync, stale as stale_frame
 from asyncoll._group.processors import processors
 from asyncoll._group.plan import Kernel, Signature, Transport
@@ -297,7 +298,9 @@ class GroupLinks:
                                   f"{self._group_id}'s direct links was cancelled")
         self._session.check_open(f"an operation of group {self._group_id}")
         for index in waiting_for:
-            left = self._session.faults.left(self._ranks[index])
+            rank = self._ranks[index]
+            self._session.mesh.awaiting(rank)  # the keepalive probes it
+            left = self._session.faults.left(rank)
             if left is not None:
                 raise copy.copy(left)
         first = self._session.faults.stopping(self._group_id)
@@ -358,8 +361,7 @@ class GroupLinks:
             # that the others meet it broken by the same kind of error as here.
             operation, error = operation - 1, cause
         code = error_code(type(error) if isinstance(error, AsyncollError) else CollectiveError)
-        named = error.rank if isinstance(error, PeerLostError) else -1
-        step.links.abort(operation, code, named, str(error))
+        step.links.abort(operation, code, named_by(error)[0], str(error))
 
     def close(self) -> None:
         """Close the links (its group is destroyed, or the session closes), once no

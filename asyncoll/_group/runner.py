@@ -333,9 +333,11 @@ class Runner:
 
     def _timed_out(self, what: str, seq: int, limit: float,
                    silent: list[int]) -> CollectiveTimeoutError:
-        return CollectiveTimeoutError(
+        error = CollectiveTimeoutError(
             f"{what} #{seq} on {self._named} did not complete within {limit:g} s; still "
             f"waiting for {_ranks_phrase(silent)}. {timed_out_words(limit)}")
+        error.waiting_for, error.seconds = tuple(silent), limit
+        return error
 
 
 _now = time.time_ns

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from asyncoll._runtime.addresses import listen_plan
 from asyncoll._runtime.lanes import Lanes
 from asyncoll._runtime.joining import learn_directory, listen, report_while_waiting
+from asyncoll._runtime.liveness import keep_alive
 from asyncoll._runtime.registration import Identity, Registration
 from asyncoll._group.context import Closable
 from asyncoll._group.faults import GroupFaults
@@ -149,6 +150,8 @@ class Session:
         self._heartbeat_interval = min(HEARTBEAT_INTERVAL_S,
                                        settings.heartbeat_timeout / 4)
         self._heartbeat = asyncio.ensure_future(self._beat())
+        self._keepalive = asyncio.ensure_future(keep_alive(
+            client, mesh, settings.heartbeat_timeout, self._heartbeat_interval / 2))
         self._loop = asyncio.get_running_loop()
         self._lanes = Lanes(self._loop, self.rank)
         # The groups to close with the session, weakly: one dropped unclosed goes with
@@ -325,6 +328,7 @@ class Session:
         self.closed = True
         self._replaced_by = reason
         self._heartbeat.cancel()
+        self._keepalive.cancel()
         self._stop_groups(reason)
         await self.mesh.close()
 
@@ -453,6 +457,7 @@ class Session:
             return
         self.closed = True
         self._heartbeat.cancel()
+        self._keepalive.cancel()
         # A coordinator being reached again gets a moment, not the whole leave
         # timeout: one that never comes back (it died with rank 0) must not hold
         # every member's exit; one that does counts this rank lost, which is harmless.

@@ -148,6 +148,10 @@ class MeshControl(Mesh, Protocol):
     def peer_left(self, peer: int, hostname: str) -> None:
         """``peer`` left the job: fail what waits for it once nothing more can come."""
 
+    def awaiting(self, peer: int) -> None:
+        """A wait in another thread (a fast path's) waits for ``peer`` now, so that a
+        keepalive may probe it; callable from any thread."""
+
     def hostname(self, peer: int) -> str:
         """The host name rank ``peer`` reported ("" when unknown)."""
 

@@ -273,9 +273,14 @@ class Inbox(Matcher[Receive, Fingerprint]):
         return MismatchError(f"rank {self.peer} sent {nbytes} bytes as frame {receive.tag}; "
                              f"this receive expected {receive.out.nbytes}")
 
+    @property
+    def waited(self) -> bool:
+        """Whether a receive or a watch of this peer's frames is pending."""
+        return bool(self.posted or self._filling or self._watches)
+
     def _update_flow(self) -> None:
         """Stop reading while early frames are over the bound and nothing is awaited."""
-        waited = self.posted or self._filling or self._watches
+        waited = self.waited
         full = self.kept_bytes > self.limit and not waited and self.error is None
         if full == self._full:
             return

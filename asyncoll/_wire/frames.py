@@ -65,6 +65,11 @@ class FrameKind(enum.IntEnum):
     SHM_DATA = 9
     #: Receiver -> sender: the ring is free up to the position in the payload.
     SHM_FREE = 10
+    #: Are you there? (a keepalive, asyncoll._transport.tcp.keepalive); no payload.
+    PING = 11
+    #: Here: the answer to a PING, or sent unasked by a rank that stopped reading
+    #: the peer's frames for a while (its inbox is full); no payload.
+    PONG = 12
 
 
 class Operation(enum.IntEnum):

@@ -117,6 +117,9 @@ class MemoryMesh:
         """``peer`` left: every frame it sent is here already, so fail what waits for it."""
         self.fail_peer(peer, self._inboxes[peer].departed(hostname))
 
+    def awaiting(self, peer: int) -> None:
+        """Nothing to probe: a rank here is lost only by :meth:`lose`."""
+
     def peer_address(self, peer: int) -> tuple[str, int] | None:
         """No rank has a network address here."""
         return None

@@ -19,7 +19,7 @@ from asyncoll._algorithms.tree import tree_broadcast
 from asyncoll._group.faults import GroupFaults
 from memory_mesh import memory_meshes  # tests/transport/memory_mesh.py
 from asyncoll._wire.frames import Fingerprint, Operation
-from asyncoll.errors import MismatchError, PeerLostError
+from asyncoll.errors import CollectiveTimeoutError, MismatchError, PeerLostError
 from asyncoll.types import ReduceOp
 
 pytestmark = pytest.mark.timeout(30)
@@ -147,3 +147,36 @@ async def test_without_a_listener_the_transport_words_a_plain_error_naming_no_gr
         "all_reduce here, broadcast on rank 0; root: -1 here, 0 on rank 0)",
         "rank 0 sent 8 bytes as frame (7, 2, 0); this receive expected 4",
         "rank 0 on h0 left the job while this rank still expected data from it"]
+
+
+async def test_a_timeout_told_only_by_numbers_names_the_rank_waited_for_in_torchs_words():
+    # An arena's control line says only: rank 2 gave up on operation 5 with a
+    # timeout of 3 s, waiting for rank 1.
+    faults = GroupFaults(memory_meshes(3)[0])
+    error = faults.gave_up(0, 5, 2, "timeout", 1, where=" (its shared-memory arena)",
+                           waited=3.0)
+    assert isinstance(error, CollectiveTimeoutError)
+    assert error.waiting_for == (1,) and error.seconds == 3.0
+    assert str(error) == ("rank 2 abandoned operation #5 of group 0 (its shared-memory "
+                          "arena): it waited 3 s for data from rank 1. Timed out waiting "
+                          "3000ms")
+
+
+async def test_a_timeout_whose_words_came_keeps_them_and_the_rank_waited_for():
+    faults = GroupFaults(memory_meshes(3)[0])
+    said = ("all_reduce #5 on group 0 (ranks [0, 1, 2]) did not complete within 3 s; still "
+            "waiting for data from rank 1. Timed out waiting 3000ms")
+    error = faults.gave_up(0, 5, 2, "timeout", 1, said)
+    assert isinstance(error, CollectiveTimeoutError) and error.waiting_for == (1,)
+    assert str(error) == f"rank 2 abandoned operation #5 of group 0: {said}"
+
+
+async def test_a_timeout_names_the_peer_its_sends_wait_for_where_no_receive_waits():
+    meshes = memory_meshes(2)
+    team = Team(meshes[0], (0, 1), 0, 1)
+    blocked = asyncio.get_running_loop().create_future()
+    meshes[0].send = lambda *args, **kwargs: blocked  # type: ignore[method-assign]
+    team.send(1, 0, np.ones(4, dtype=np.uint8))
+    assert team.waiting_for() == [1]
+    blocked.set_result(None)
+    assert team.waiting_for() == []

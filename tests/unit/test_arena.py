@@ -530,3 +530,10 @@ def test_close_says_so_when_a_view_of_the_slots_is_still_held_and_unmaps_once_it
     del held
     arena.close()
     assert arena.closed
+
+
+def test_a_member_that_gave_up_tells_the_others_whom_it_waited_for_and_how_long():
+    arenas = members(3, 1024)
+    assert arenas[0].abandoned() is None
+    arenas[2].abandon(5, 7, 1, 3000)
+    assert arenas[0].abandoned() == (2, 5, 7, 1, 3000)

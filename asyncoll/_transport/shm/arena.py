@@ -16,9 +16,11 @@ reads operation k's. A control line is read as int64 fields:
 - ``FINGERPRINTS`` (6 fields each, one per set): what the operation is,
   compared before anything is read, so members that called different
   collectives raise MismatchError instead of reading each other's data;
-- ``ABANDONED``, ``ABANDONED_CODE``, ``ABANDONED_RANK``: the operation this
-  member gave up on (0: none), its error's code and the rank that error
-  names (-1: none), so the others stop waiting for it at once;
+- ``ABANDONED``, ``ABANDONED_CODE``, ``ABANDONED_RANK``, ``ABANDONED_MS``:
+  the operation this member gave up on (0: none), its error's code, the
+  rank that error names (the peer lost, or the one a timeout waited for;
+  -1: none) and a timeout's deadline in milliseconds, so the others stop
+  waiting for it at once and can say why;
 - ``SLEEPING``: nonzero while the member sleeps on another's PUBLISHED
   word (a futex: asyncoll._transport.shm.futex), so a member that
   publishes knows to wake it.
@@ -67,6 +69,8 @@ SLEEPING = 5
 #: Where the member last waited (the processor + 1; 0: not known): the compiled wait
 #: sleeps rather than spin for a member on its own processor (asyncoll/_native/arena.c).
 PROCESSOR = 6
+#: The deadline (milliseconds) of the wait the member gave up on, where it timed out.
+ABANDONED_MS = 7
 #: Where each set's fingerprint starts (set = operation number mod 2), 6 fields.
 FINGERPRINTS = (8, 16)
 #: A fingerprint's fields as a control line holds them (int64, this machine's order).
@@ -362,21 +366,24 @@ class Arena:
         poll.phase = phase
         return poll
 
-    def abandon(self, operation: int, code: int, rank: int) -> None:
-        """Say this member gave up on ``operation`` with error ``code`` (naming ``rank``)."""
+    def abandon(self, operation: int, code: int, rank: int, waited_ms: int = 0) -> None:
+        """Say this member gave up on ``operation`` with error ``code`` (naming ``rank``;
+        a timeout's deadline ``waited_ms``)."""
         words, mine = self._words, self._mine
         words[mine + ABANDONED_CODE] = code
         words[mine + ABANDONED_RANK] = rank
+        words[mine + ABANDONED_MS] = waited_ms
         words[mine + ABANDONED] = operation
 
-    def abandoned(self) -> tuple[int, int, int, int] | None:
-        """(member, operation, error code, rank named) of a member that gave up, or None."""
+    def abandoned(self) -> tuple[int, int, int, int, int] | None:
+        """(member, operation, error code, rank named, deadline in ms) of a member that
+        gave up, or None."""
         words = self._words
         for member in range(self.size):
             line = member * _LINE
             if words[line + ABANDONED]:
                 return (member, words[line + ABANDONED], words[line + ABANDONED_CODE],
-                        words[line + ABANDONED_RANK])
+                        words[line + ABANDONED_RANK], words[line + ABANDONED_MS])
         return None
 
     def fingerprint(self, member: int, operation: int) -> tuple[int, ...]:

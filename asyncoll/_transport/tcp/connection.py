@@ -54,6 +54,13 @@ _GATHER_LIMIT = 1 << 16
 #: The largest payload of each shared-memory frame kind.
 _SHM_SIZES = {FrameKind.SHM_OPEN: 256, FrameKind.SHM_OPENED: 256,
               FrameKind.SHM_DATA: SHM_PIECE.size, FrameKind.SHM_FREE: SHM_FREED.size}
+#: The frame kinds that carry no payload.
+_EMPTY = (FrameKind.GOODBYE, FrameKind.PING, FrameKind.PONG)
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 class ConnectionOwner(Protocol):
@@ -120,6 +127,11 @@ class PeerConnection(asyncio.BufferedProtocol):
         self._drain_waiters: list[asyncio.Future[None]] = []
         #: This rank said goodbye and shut its writing side down.
         self.half_closed = False
+        #: Reads from the peer so far: the keepalive's sign of life (a count, not a
+        #: clock, as it grows on every read).
+        self.reads = 0
+        #: Whether this rank reads the peer's frames (False: its inbox is full).
+        self.reading = True
         #: Payloads through shared memory, when the peer is on this host.
         self.shm = ShmLink(self, owner.loop, owner.settings.shm_ring_bytes)
 
@@ -158,11 +170,23 @@ class PeerConnection(asyncio.BufferedProtocol):
         self._drain_waiters.append(waiter)
         return waiter
 
+    def send_empty(self, kind: FrameKind) -> None:
+        """Send a frame of ``kind`` without payload (a PING, a PONG) if writable; best effort."""
+        if self.writable:
+            sent = self.send_frame(kind, (0, 0, 0), _NOWHERE)
+            # Nobody waits for it, and its failure must not be logged as unretrieved.
+            cast(asyncio.Future[None], sent).add_done_callback(_retrieve)
+
     @property
     def writable(self) -> bool:
         """Whether frames can still be written (not closed, not half-closed by a goodbye)."""
         return (self.transport is not None and not self.transport.is_closing()
                 and not self.half_closed)
+
+    @property
+    def stalled(self) -> bool:
+        """Whether sends wait for the peer to take this rank's bytes."""
+        return self._paused and bool(self._drain_waiters)
 
     def pause_writing(self) -> None:
         self._paused = True
@@ -193,6 +217,7 @@ class PeerConnection(asyncio.BufferedProtocol):
         """Resume (True) or pause (False) reading: the inbox's bound on early frames."""
         if self.transport is None or self.transport.is_closing():
             return
+        self.reading = go
         try:
             if go:
                 self.transport.resume_reading()
@@ -230,6 +255,7 @@ class PeerConnection(asyncio.BufferedProtocol):
         return self._target
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.reads += 1
         try:
             if self._frame is None:
                 self._staged += nbytes
@@ -321,9 +347,9 @@ class PeerConnection(asyncio.BufferedProtocol):
             if header.nbytes > MAX_CONTROL_PAYLOAD:
                 raise ProtocolError(f"ABORT frame of {header.nbytes} bytes")
             self._keep(header.nbytes)
-        elif kind is FrameKind.GOODBYE:
+        elif kind in _EMPTY:
             if header.nbytes:
-                raise ProtocolError(f"GOODBYE frame of {header.nbytes} bytes")
+                raise ProtocolError(f"{kind.name} frame of {header.nbytes} bytes")
         elif kind in _SHM_SIZES:
             if header.nbytes > _SHM_SIZES[kind]:
                 raise ProtocolError(f"{kind.name} frame of {header.nbytes} bytes")
@@ -359,6 +385,10 @@ class PeerConnection(asyncio.BufferedProtocol):
         elif kind is FrameKind.GOODBYE:
             assert self.peer is not None
             self._owner.goodbye_received(self.peer)
+        elif kind is FrameKind.PING:
+            self.send_empty(FrameKind.PONG)
+        elif kind is FrameKind.PONG:
+            pass  # its arrival was the point (self.reads)
         else:
             assert kept is not None
             self._control_frame(header, bytes(kept))

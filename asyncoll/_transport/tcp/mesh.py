@@ -28,6 +28,7 @@ from asyncoll._tls import handshake as tls_handshake
 from asyncoll._transport.base import Consumer, Listener, Tag
 from asyncoll._transport.tcp import handshake
 from asyncoll._transport.tcp.connection import PeerConnection
+from asyncoll._transport.tcp.keepalive import Keepalive
 from asyncoll._transport.tcp.peer_state import PeerState, Resolve
 from asyncoll._transport.inbox import EarlyCount, Inbox
 from asyncoll._transport.settings import TransportSettings
@@ -71,6 +72,8 @@ class TcpMesh:
         self._early_count = EarlyCount()
         self._closed = False
         self._resolve: Resolve | None = None
+        #: Which awaited peers answer (probe); told of waits in other threads (awaiting).
+        self.keepalive = Keepalive()
 
     @property
     def rank(self) -> int:
@@ -223,6 +226,10 @@ class TcpMesh:
         """Fail every send and receive with ``peer``, pending and later (sticky)."""
         self._peer(peer).fail(error)
 
+    def awaiting(self, peer: int) -> None:
+        """A wait in another thread (a fast path's) waits for ``peer`` now; any thread."""
+        self.keepalive.note(peer)
+
     def peer_left(self, peer: int, hostname: str) -> None:
         """``peer`` left the job (the coordinator says so).
 
@@ -284,9 +291,20 @@ class TcpMesh:
                        else tls_handshake.closed_after_handshake(other))
             return
         how = f"broke: {exc}" if exc else "was closed without a goodbye"
+        self._lose(peer, f"its data connection {how}", exc)
+
+    def probe(self, deadline: float, fresh: float) -> None:
+        """Probe the peers this rank waits for (see keepalive.py): one silent for
+        ``deadline`` seconds is lost; a note counts ``fresh`` seconds."""
+        for peer in self.keepalive.tick(self._peers, deadline, fresh):
+            self._lose(peer, f"nothing came over its data connection for {deadline:g} s of "
+                             "keepalives (frozen or cut off), and no coordinator judged it")
+
+    def _lose(self, peer: int, why: str, exc: Exception | None = None) -> None:
+        state = self._peer(peer)
         address = "{}:{}".format(*state.address) if state.address else "?"
         error = PeerLostError(f"rank {peer} on host {state.hostname} ({address}) was lost: "
-                              f"its data connection {how}", rank=peer, host=state.hostname)
+                              f"{why}", rank=peer, host=state.hostname)
         if exc is not None:
             error.__cause__ = exc
         state.fail(error)
