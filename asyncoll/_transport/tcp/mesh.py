@@ -34,12 +34,7 @@ from asyncoll._transport.inbox import EarlyCount, Inbox
 from asyncoll._transport.settings import TransportSettings
 from asyncoll._wire.endpoint import join_host_port
 from asyncoll._wire.frames import NO_FINGERPRINT, Fingerprint, FrameKind
-from asyncoll.errors import (
-    AsyncollError,
-    ClosedError,
-    PeerLostError,
-    ProtocolError,
-)
+from asyncoll.errors import AsyncollError, ClosedError, PeerLostError, ProtocolError
 
 log = logging.getLogger("asyncoll.transport")
 
@@ -303,8 +298,8 @@ class TcpMesh:
     def _lose(self, peer: int, why: str, exc: Exception | None = None) -> None:
         state = self._peer(peer)
         address = "{}:{}".format(*state.address) if state.address else "?"
-        error = PeerLostError(f"rank {peer} on host {state.hostname} ({address}) was lost: "
-                              f"{why}", rank=peer, host=state.hostname)
+        error = PeerLostError(f"rank {peer} on host {state.hostname} ({address}) was lost: {why}",
+                              rank=peer, host=state.hostname)
         if exc is not None:
             error.__cause__ = exc
         state.fail(error)
@@ -395,8 +390,7 @@ class TcpMesh:
     def _accept(self) -> PeerConnection:
         connection = PeerConnection(self, None)
         self._accepted.add(connection)
-        # A connection that never completes its handshake is dropped. The timer goes
-        # with the handshake: held for its 10 s, it would keep the whole mesh alive.
+        # Dropped if its handshake never completes; the timer ends with it, not to keep the mesh.
         timer = self.loop.call_later(HANDSHAKE_TIMEOUT_S, self._drop_if_silent, connection)
         connection.ready.add_done_callback(lambda _: timer.cancel())
         return connection
