@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import traceback
 from collections.abc import Callable
 
 from asyncoll._defaults import CLOSE_WAIT_S
@@ -45,3 +46,19 @@ def destroyed(group_id: int, operation: int) -> ClosedError:
     """The error of an operation whose group this rank closed while it ran."""
     return ClosedError(f"group {group_id} was destroyed on this rank while its operation "
                        f"#{operation} ran")
+
+
+def drop_frames(error: BaseException) -> None:
+    """Clear the ended frames of ``error``'s traceback, and of the errors it chains.
+
+    A failed operation's frames hold what its kernel held (the pure-Python
+    arena's views of its slots), and the error lives on (the group's first
+    failure is kept): cleared before the path's lock is released, so that a
+    close can unmap the path's memory. The frames' lines stay in the traceback.
+    """
+    seen: set[int] = set()
+    chained: BaseException | None = error
+    while chained is not None and id(chained) not in seen:
+        seen.add(id(chained))
+        traceback.clear_frames(chained.__traceback__)
+        chained = chained.__cause__ or chained.__context__

@@ -21,6 +21,7 @@ from typing import Any
 from asyncoll._algorithms.team import Team
 from asyncoll._compat import timeout as timeout_after
 from asyncoll._defaults import SAMPLE_EVERY
+from asyncoll._group.closing import drop_frames
 from asyncoll._group.context import Membership
 from asyncoll._group.fast_path import FastPath
 from asyncoll._group.plan import Kernel, Plan
@@ -208,10 +209,10 @@ class Runner:
                 step.append(current)
             try:
                 kernel(current, arrays)
-            except (GroupBrokenError, ClosedError, ConfigurationError):
-                raise
             except BaseException as exc:
-                self._give_up(exc, what, seq, limit, current)
+                drop_frames(exc)  # they may hold views of the path's memory (closing.py)
+                if not isinstance(exc, (GroupBrokenError, ClosedError, ConfigurationError)):
+                    self._give_up(exc, what, seq, limit, current)
                 raise
         finally:
             if not held:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import mmap
 import threading
+import traceback
 
 import pytest
 
-from asyncoll._group.closing import close_under, destroyed
+from asyncoll._group.closing import close_under, destroyed, drop_frames
 from asyncoll.errors import ClosedError
 
 pytestmark = pytest.mark.timeout(30)
@@ -53,3 +55,24 @@ def test_an_operation_stopped_by_the_close_raises_closed_naming_group_and_operat
 
     assert isinstance(error, ClosedError)
     assert "group 7 was destroyed on this rank while its operation #12 ran" in str(error)
+
+
+def _kernel_failing_while_it_holds_a_view(memory: mmap.mmap) -> None:
+    view = memoryview(memory)[:8]  # as the pure-Python arena's slots are held
+    raise ClosedError(f"closed while a view of {len(view)} bytes was held")
+
+
+def test_dropping_a_failed_kernels_frames_lets_its_memory_be_unmapped():
+    memory = mmap.mmap(-1, 4096)
+    with pytest.raises(ClosedError) as caught:
+        _kernel_failing_while_it_holds_a_view(memory)
+    with pytest.raises(BufferError):
+        memory.close()  # the error's traceback keeps the kernel's view alive
+
+    drop_frames(caught.value)
+
+    memory.close()
+    assert memory.closed
+    # The lines stay for whoever reads the error.
+    assert "_kernel_failing_while_it_holds_a_view" in "".join(
+        traceback.format_exception(caught.value))
