@@ -86,6 +86,8 @@ def exercise(group: object | None, cycle: int) -> None:
             sys.exit(f"recv of cycle {cycle} gave {got[:4]}")
     if cycle == 1:
         print("DURING", *held(), flush=True)
+        # Until both have counted: a peer that ends its group closes the rings on both sides.
+        dist.barrier(group=group)
 
 
 def join(name: str, elastic: bool = False) -> None:
