@@ -115,9 +115,10 @@ class RendezvousState:
         """The jobs' recent events (read them, do not add to them)."""
         return self._registry.timeline
 
-    def job_is_active(self, name: str) -> bool:
-        """Whether job ``name`` still has peers waiting or members that have not left."""
-        return any(job.name == name for job in self._registry.live())
+    def job_is_active(self, name: str | None) -> bool:
+        """Whether job ``name`` (None: any job) still has peers waiting or members that have
+        not left."""
+        return any(name is None or job.name == name for job in self._registry.live())
 
     def status(self, job: str, now: float) -> wire.StatusReply:
         """Every live job named ``job`` (every job for ""), for operators and waiting peers."""

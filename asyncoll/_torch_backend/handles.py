@@ -1,21 +1,27 @@
-"""Reconfigure handles: how torch's ``_reconfigure`` names the processes of a group.
+"""Reconfigure handles: how torch's ``_reconfigure`` names the processes of a communicator.
 
 torch's programs exchange handles out of band (a store, a file, their own
 service) and pass them to ``dist._reconfigure``; each one names a process
-well enough for the others to find it through asyncoll's coordinator:
+well enough for the others to meet it through asyncoll's coordinator:
 
-    asyncoll://127.0.0.1:29500/torch-3f2a...?token=9c1e...&rank=2&size=3&generation=1
+    asyncoll://127.0.0.1:29500/torch-3f2a...?token=9c1e...&rank=2
 
-The coordinator's address and the job, the process's token (random, sent in
-its Join, kept while it lives), and its rank, the job's size and generation
-when the handle was made. A handle names a process, not a rank: an older
-handle of a live process still names it. A process alone in its job is a
-newcomer: a reconfigure that names it with members of a larger job moves it
-into that job (:func:`target`).
+The coordinator's address, the torch job the process started in (its
+*root*), the process's token (random, sent in every Join, kept while it
+lives) and its rank in the root job (what a set of handles ranks by). A
+handle names a process, not a rank: it stays valid through any number of
+reconfigures, whether or not the process was named in them.
+
+A reconfigure forms one communicator of exactly the processes named: an
+asyncoll job of its own, named after the uuid (:func:`communicator_job`),
+on the coordinator of the first handle (:func:`convener`). Processes not
+named keep the communicator they had, and disjoint sets of processes may
+form communicators of their own at the same time.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from urllib.parse import parse_qs, quote, unquote, urlparse
 
@@ -23,24 +29,24 @@ from asyncoll._wire.endpoint import join_host_port
 from asyncoll.errors import ConfigurationError
 
 SCHEME = "asyncoll"
+#: What a communicator's job name puts between the root and the uuid.
+SEPARATOR = ".reconfigure-"
 
 
 @dataclass(frozen=True, slots=True)
 class Handle:
-    """One process of an asyncoll job, as a reconfigure handle names it."""
+    """One process of an asyncoll torch job, as a reconfigure handle names it."""
 
     host: str
     port: int
-    job: str
+    root: str
     token: str
-    rank: int
-    size: int
-    generation: int
+    #: The process's rank in its root job.
+    origin: int
 
     def __str__(self) -> str:
-        return (f"{SCHEME}://{join_host_port(self.host, self.port)}/{quote(self.job, safe='')}"
-                f"?token={self.token}&rank={self.rank}&size={self.size}"
-                f"&generation={self.generation}")
+        return (f"{SCHEME}://{join_host_port(self.host, self.port)}/{quote(self.root, safe='')}"
+                f"?token={self.token}&rank={self.origin}")
 
     @classmethod
     def parse(cls, text: object) -> Handle:
@@ -55,29 +61,38 @@ class Handle:
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
             if url.scheme == SCHEME:
                 handle = cls(str(url.hostname), int(url.port or 0), unquote(url.path[1:]),
-                             query["token"], int(query["rank"]), int(query["size"]),
-                             int(query["generation"]))
+                             query["token"], int(query["rank"]))
         except (ValueError, KeyError):
             handle = None
-        if handle is None or not (handle.port and handle.job and handle.token):
+        if handle is None or not (handle.port and handle.root and handle.token):
             raise ConfigurationError(
                 f"{text!r} is not an asyncoll reconfigure handle (asyncoll://host:port/job"
-                "?token=...): pass what get_reconfigure_handle() returned on each process")
+                "?token=...&rank=...): pass what get_reconfigure_handle() returned on each "
+                "process")
         return handle
 
 
-def target(handles: list[Handle]) -> Handle:
-    """A handle of the job that the processes ``handles`` name form their group in.
+def root_of(job: str) -> str:
+    """The torch job that the communicator job ``job`` descends from (``job`` for a root)."""
+    return job.split(SEPARATOR, 1)[0]
 
-    That is the one job of more than one process among them; when each is alone
-    in its own, the first handle's.
 
-    Raises:
-        ConfigurationError: they name processes of several jobs of more than one.
-    """
-    larger = {h.job: h for h in handles if h.size > 1}
-    if len(larger) > 1:
-        raise ConfigurationError(f"the reconfigure handles name processes of {len(larger)} "
-                                 f"running jobs ({sorted(larger)}): a group is formed within "
-                                 "one job, which only processes alone in theirs may join")
-    return next(iter(larger.values()), handles[0])
+def communicator_job(root: str, uuid: int) -> str:
+    """The asyncoll job name of the communicator ``uuid`` formed from processes of ``root``."""
+    return f"{root}{SEPARATOR}{uuid}"
+
+
+def in_rank_order(handles: list[Handle], ordered: bool) -> list[Handle]:
+    """The communicator's members by rank: a list's order; for a set, an order every
+    process computes alike: the processes of the root most of them share first, each
+    root's by their ranks in it (so survivors keep their order, newcomers come after)."""
+    if ordered:
+        return list(handles)
+    counts = Counter(h.root for h in handles)
+    return sorted(handles, key=lambda h: (-counts[h.root], h.root, h.origin, h.token))
+
+
+def convener(members: list[Handle]) -> Handle:
+    """Whose coordinator and root the communicator of ``members`` (in rank order) forms on:
+    the first member's."""
+    return members[0]

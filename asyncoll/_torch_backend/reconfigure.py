@@ -1,11 +1,14 @@
-"""torch's reconfigure of an asyncoll default group: handles in, the next generation out.
+"""torch's reconfigure of an asyncoll default group: handles in, a new communicator out.
 
 ``dist._reconfigure(uuid, handles, timeout)`` reaches the default group's
-Reconfigurer, which turns the handles into the coordinator's reconfigure to
-exactly those processes (asyncoll._rendezvous.elastic.Terms): a list ranks
-them by position, a set keeps the survivors' order with the newcomers after
-them. A new process, alone in a job of its own, named with the members of a
-running job, joins that job instead, pending until their reconfigure admits it.
+Reconfigurer, which forms a communicator of exactly the processes the
+handles name (asyncoll._torch_backend.handles): an asyncoll job of its own,
+named after the uuid, on the coordinator of the first handle, ranked by the
+list's order (a set: an order every process computes alike). Each process
+named joins it, and only once all have joined leaves the communicator it
+had; a process not named keeps its own and can form others later. So
+disjoint sets of processes may reconfigure at the same time, and a process
+left out rejoins by its handle.
 """
 
 from __future__ import annotations
@@ -17,7 +20,13 @@ from asyncoll._group.core import DONE
 from asyncoll._runtime.session import Rendezvous, Session
 from asyncoll._runtime.settings import settings_at_join
 from asyncoll._torch_backend.fault_tolerance import TorchGroup, group_words
-from asyncoll._torch_backend.handles import Handle, target
+from asyncoll._torch_backend.handles import (
+    Handle,
+    communicator_job,
+    convener,
+    in_rank_order,
+    root_of,
+)
 from asyncoll._torch_backend.work import AsyncollWork
 from asyncoll._wire.endpoint import split_host_port
 from asyncoll.errors import ConfigurationError
@@ -44,34 +53,38 @@ class Reconfigurer:
         """The handle naming this process, for the others' reconfigure (see handles.py)."""
         session = self._session()
         host, port = split_host_port(session.client.address, "the coordinator's address")
-        return str(Handle(host, port, session.job, session.token, session.rank,
-                          session.world_size, session.generation))
+        return str(Handle(host, port, root_of(session.job), session.token,
+                          self._owner._world.origin))
 
     def reconfigure(self, opts: Any) -> AsyncollWork:
-        """Re-form the group of the processes ``opts.handles`` name, and return a completed Work.
+        """Form the communicator of the processes ``opts.handles`` name; return a completed Work.
 
-        Every process named calls it with the same handles and a new uuid; the
-        others are excluded from the job. On failure the group is as it was.
+        Every process named calls it with the same uuid and handles; the others
+        are not affected. On failure the group is as it was.
 
         Raises:
             ConfigurationError: no handles, a handle twice or not asyncoll's,
-                handles of several running jobs, none naming this process, or a
-                used uuid.
+                none naming this process, or a uuid already used.
             MismatchError: another member passed other handles.
             RendezvousTimeoutError: a process named did not take part within
                 ``opts.timeout`` (the group's timeout when not given).
         """
         session = self._session()
-        handles = self._checked([Handle.parse(h) for h in opts.handles], int(opts.uuid),
-                                session.token)
+        uuid = int(opts.uuid)
+        members = in_rank_order(self._checked([Handle.parse(h) for h in opts.handles], uuid,
+                                              session.token),
+                                isinstance(opts.handles, (list, tuple)))
         owner = self._owner
         limit = (opts.timeout.total_seconds() if opts.timeout is not None
                  else owner._group.timeout)
-        new = self._next_session(session, handles, isinstance(opts.handles, (list, tuple)),
-                                 int(opts.uuid), limit)
-        self._uuids.add(int(opts.uuid))
-        owner._world.world = owner._group = aio.World(new)
+        new = self._joined(session, members, uuid, limit)
+        self._uuids.add(uuid)
+        old, owner._world.world = owner._world.world, aio.World(new)
+        owner._group = owner._world.world
         owner._named = group_words(owner._group)
+        owner._latest = DONE
+        # Only now that the new communicator stands: the one this process had.
+        owner._world.runtime.run(old.destroy())
         return AsyncollWork(DONE, [], f"reconfigure on {owner._named}", owner._world)
 
     def _checked(self, handles: list[Handle], uuid: int, mine: str) -> list[Handle]:
@@ -92,23 +105,17 @@ class Reconfigurer:
                 "in a reconfigure that names it")
         return handles
 
-    def _next_session(self, session: Session, handles: list[Handle], ordered: bool,
-                      uuid: int, limit: float) -> Session:
-        """The session of the membership ``handles`` name, in this job or the one joined."""
+    def _joined(self, session: Session, members: list[Handle], uuid: int,
+                limit: float) -> Session:
+        """This process's session in the communicator ``uuid`` of ``members`` (in rank order)."""
+        at = convener(members)
+        rank = [h.token for h in members].index(session.token)
+        where = Rendezvous(host=at.host, port=at.port, job=communicator_job(at.root, uuid),
+                           world_size=len(members), rank=rank, timeout=limit, may_host=False,
+                           elastic=True, fallbacks=self._owner._world.fallbacks,
+                           token=session.token)
         runtime = self._owner._world.runtime
-        tokens = tuple(h.token for h in handles)
-        into = target(handles)
-        if into.job == session.job:
-            return runtime.run(session.reconfigure(limit, named=tokens, ordered=ordered,
-                                                   uuid=uuid))
-        # A new process: it joins that job, pending until the others' reconfigure
-        # admits it, and only then leaves the one of its own.
-        new = runtime.run(runtime.join(Rendezvous(
-            host=into.host, port=into.port, job=into.job, world_size=1, rank=-1,
-            timeout=limit, may_host=False, elastic=True, token=session.token),
-            settings_at_join()))
-        runtime.run(self._owner._world.world.destroy())
-        return new
+        return runtime.run(runtime.join(where, settings_at_join()))
 
     def _session(self) -> Session:
         if not self.supports_reconfigure:

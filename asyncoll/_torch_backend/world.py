@@ -30,6 +30,7 @@ from asyncoll._runtime.runtime import Runtime, runtime
 from asyncoll._runtime.settings import settings_at_join
 from asyncoll.coordinator.server import Coordinator
 from asyncoll._runtime.init_method import resolve_published, standing_coordinators
+from asyncoll._defaults import EMBEDDED_DRAIN_TIMEOUT_S
 from asyncoll._wire.endpoint import host_literal
 from asyncoll.errors import RendezvousTimeoutError
 
@@ -42,10 +43,19 @@ STORE_KEY = "asyncoll/coordinator"
 class TorchWorld:
     """One asyncoll job, run on the runtime's loop, and its future-completing thread."""
 
-    def __init__(self, runtime: Runtime, world: aio.World, owns_world: bool = True) -> None:
+    def __init__(self, runtime: Runtime, world: aio.World, owns_world: bool = True,
+                 coordinator: Coordinator | None = None,
+                 fallbacks: tuple[tuple[str, int], ...] = ()) -> None:
         self.runtime = runtime
         self.world = world
+        #: This process's rank in the job it started in (what reconfigure handles carry).
+        self.origin = world.rank
+        #: The standing coordinators a communicator this process forms falls back to.
+        self.fallbacks = fallbacks
         self._owns_world = owns_world
+        #: The coordinator this process hosts (rank 0 of the torch job): the world's, not a
+        #: session's, since the communicators that reconfigures form meet on it too.
+        self._coordinator = coordinator
         self._completions = CallbackThread("asyncoll-torch-futures")
         self._lock = threading.Lock()
         self._closed = False
@@ -82,12 +92,16 @@ class TorchWorld:
             if coordinator is not None:
                 shared.run(coordinator.stop())
             raise
+        fallbacks = tuple((str(h), int(p)) for h, p in address.get("fallbacks", ()))
         where = resolve_published(str(address["host"]), int(address["port"]),
-                                  str(address["job"]), size, rank, timeout,
-                                  tuple((str(h), int(p)) for h, p in
-                                        address.get("fallbacks", ())))
-        # The session stops the coordinator when it closes, or when it fails to join.
-        return cls(shared, aio.World(shared.run(shared.join(where, settings, coordinator))))
+                                  str(address["job"]), size, rank, timeout, fallbacks)
+        try:
+            joined = shared.run(shared.join(where, settings))
+        except BaseException:
+            if coordinator is not None:
+                shared.run(coordinator.stop())
+            raise
+        return cls(shared, aio.World(joined), coordinator=coordinator, fallbacks=fallbacks)
 
     @classmethod
     def over(cls, world: aio.World, rank: int, size: int) -> TorchWorld:
@@ -135,7 +149,20 @@ class TorchWorld:
                 self.runtime.run(self.world.destroy())
             except Exception:  # noqa: BLE001 - shutdown must always finish
                 log.exception("asyncoll: error while leaving the job")
+        if self._coordinator is not None:
+            try:
+                self.runtime.run(_drain_and_stop(self._coordinator))
+            except Exception:  # noqa: BLE001 - shutdown must always finish
+                log.exception("asyncoll: error while stopping the embedded coordinator")
         self._completions.stop()
+
+
+async def _drain_and_stop(coordinator: Coordinator) -> None:
+    """Stop ``coordinator`` once the other ranks have left every job on it (the torch job
+    and the communicators its reconfigures formed), or after EMBEDDED_DRAIN_TIMEOUT_S."""
+    if not await coordinator.wait_until_idle(None, EMBEDDED_DRAIN_TIMEOUT_S):
+        log.warning("stopping the embedded coordinator with jobs still active")
+    await coordinator.stop()
 
 
 def _advertised_host(store: Any, environ: Mapping[str, str]) -> str:

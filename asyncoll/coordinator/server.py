@@ -139,12 +139,14 @@ class Coordinator:
         self._server = None
         log.info("coordinator on %s stopped", join_host_port(self.host, self.port))
 
-    def job_is_active(self, job: str) -> bool:
-        """Whether ``job`` still has peers waiting or members that have not left."""
+    def job_is_active(self, job: str | None) -> bool:
+        """Whether ``job`` (None: any job) still has peers waiting or members that have not
+        left."""
         return self._state.job_is_active(job)
 
-    async def wait_until_idle(self, job: str, timeout: float) -> bool:
-        """Wait up to ``timeout`` s for every member of ``job`` to leave; True if they did."""
+    async def wait_until_idle(self, job: str | None, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for every member of ``job`` (None: of every job) to
+        leave; True if they did."""
         if self._server is None:
             return True  # stopped (or never started): nobody can leave any more
         loop = asyncio.get_running_loop()
