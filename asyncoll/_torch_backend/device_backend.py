@@ -47,7 +47,7 @@ class CpuBackend(_BackendBase):  # type: ignore[misc]
     # Class attributes and properties, not methods: torch's trampoline looks these
     # names up on the Python object, and the base class's would call it again.
     supports_coalescing = False
-    supports_splitting = False
+    supports_splitting = True
     supports_time_estimate = False
     supports_window = False
     supports_tensor_alloc = False

@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from asyncoll._group.core import DONE
 from asyncoll._group.delegate import Delegate, bind
-from asyncoll._torch_backend import device_backend
+from asyncoll._torch_backend import device_backend, split
 from asyncoll._torch_backend.collectives import TorchCollectives
 from asyncoll._torch_backend.fault_tolerance import Recoverable, Recovery, group_words
 from asyncoll._torch_backend.reconfigure import Reconfigurer
@@ -52,6 +52,13 @@ class AsyncollProcessGroup(TorchCollectives, Recoverable,
         self._reconfigurer = Reconfigurer(self)
         bind(self)
         device_backend.attach(self)
+
+    def split_group(self, ranks: list[int], timeout: Any = None, opts: Any = None,
+                    group_name: str | None = None, group_desc: str | None = None,
+                    device_types: Any = None) -> AsyncollProcessGroup | None:
+        """A group of ``ranks`` of this one, or None on a rank not among them (torch's
+        ``split_group``; asyncoll._torch_backend.split)."""
+        return split.split(self, ranks, timeout, group_name, group_desc)
 
     @property
     def supports_reconfigure(self) -> bool:
