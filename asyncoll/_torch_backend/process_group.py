@@ -58,7 +58,15 @@ class AsyncollProcessGroup(TorchCollectives, Recoverable,
                     device_types: Any = None) -> AsyncollProcessGroup | None:
         """A group of ``ranks`` of this one, or None on a rank not among them (torch's
         ``split_group``; asyncoll._torch_backend.split)."""
-        return split.split(self, ranks, timeout, group_name, group_desc)
+        made = split.split(self, ranks, timeout, group_name)
+        if made is None:
+            return None
+        child = AsyncollProcessGroup(self._world, made, owns_world=False)
+        if group_name:
+            child._set_group_name(group_name)
+        if group_desc:
+            child._set_group_desc(group_desc)
+        return child
 
     @property
     def supports_reconfigure(self) -> bool:

@@ -19,16 +19,14 @@ from asyncoll.errors import ConfigurationError
 from asyncoll.group import AsyncProcessGroup
 
 
-def split(parent: Any, ranks: list[int], timeout: timedelta | None, group_name: str | None,
-          group_desc: str | None) -> Any:
-    """The AsyncollProcessGroup of ``ranks`` (ranks of ``parent``), or None when this rank is
-    not among them.
+def split(parent: Any, ranks: list[int], timeout: timedelta | None,
+          name: str | None) -> AsyncProcessGroup | None:
+    """The asyncoll group of ``ranks`` (ranks of ``parent``, an AsyncollProcessGroup) named
+    ``name`` by torch, or None when this rank is not among them.
 
     Raises:
         ConfigurationError: ``ranks`` is empty, repeats a rank or names one out of range.
     """
-    from asyncoll._torch_backend.process_group import AsyncollProcessGroup
-
     group: AsyncProcessGroup = parent._group
     chosen = [int(r) for r in ranks]
     if not chosen or len(set(chosen)) != len(chosen) or not all(
@@ -38,13 +36,8 @@ def split(parent: Any, ranks: list[int], timeout: timedelta | None, group_name: 
                                  f"{group.size - 1}")
     if group.rank not in chosen:
         return None
-    name = group_name or ",".join(map(str, chosen))
     limit = timeout.total_seconds() if timeout is not None else group.timeout
     members = [group.ranks[r] for r in chosen]
-    made = AsyncProcessGroup(parent._world.world.session, members_only_id(name), members,
+    return AsyncProcessGroup(parent._world.world.session,
+                             members_only_id(name or ",".join(map(str, chosen))), members,
                              limit)
-    child = AsyncollProcessGroup(parent._world, made, owns_world=False)
-    child._set_group_name(name)
-    if group_desc:
-        child._set_group_desc(group_desc)
-    return child

@@ -51,4 +51,4 @@ def test_a_split_that_repeats_a_rank_is_refused_before_anything_is_sent() -> Non
             size, rank, ranks = 4, 0, (0, 1, 2, 3)
 
     with pytest.raises(ValueError, match=r"ranks \[0, 0\] of a group of 4"):
-        split(Parent(), [0, 0], None, "g", None)
+        split(Parent(), [0, 0], None, "g")
