@@ -6,7 +6,7 @@ well enough for the others to meet it through asyncoll's coordinator:
 
     asyncoll://127.0.0.1:29500/torch-3f2a...?token=9c1e...&rank=2
 
-The coordinator's address, the torch job the process started in (its
+The address of the coordinator the process hosts, the torch job the process started in (its
 *root*), the process's token (random, sent in every Join, kept while it
 lives) and its rank in the root job (what a set of handles ranks by). A
 handle names a process, not a rank: it stays valid through any number of
@@ -14,7 +14,7 @@ reconfigures, whether or not the process was named in them.
 
 A reconfigure forms one communicator of exactly the processes named: an
 asyncoll job of its own, named after the uuid (:func:`communicator_job`),
-on the coordinator of the first handle (:func:`convener`). Processes not
+on the coordinator of its first member (:func:`convener`). Processes not
 named keep the communicator they had, and disjoint sets of processes may
 form communicators of their own at the same time.
 """

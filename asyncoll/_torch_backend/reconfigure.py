@@ -3,8 +3,10 @@
 ``dist._reconfigure(uuid, handles, timeout)`` reaches the default group's
 Reconfigurer, which forms a communicator of exactly the processes the
 handles name (asyncoll._torch_backend.handles): an asyncoll job of its own,
-named after the uuid, on the coordinator of the first handle, ranked by the
-list's order (a set: an order every process computes alike). Each process
+named after the uuid, on the coordinator the first member hosts (every
+process that hands out a handle hosts one: a communicator never needs a
+process outside it, rank 0 of the torch job included), ranked by the list's
+order (a set: an order every process computes alike). Each process
 named joins it, and only once all have joined leaves the communicator it
 had; a process not named keeps its own and can form others later. So
 disjoint sets of processes may reconfigure at the same time, and a process
@@ -28,7 +30,6 @@ from asyncoll._torch_backend.handles import (
     root_of,
 )
 from asyncoll._torch_backend.work import AsyncollWork
-from asyncoll._wire.endpoint import split_host_port
 from asyncoll.errors import ConfigurationError
 
 
@@ -52,7 +53,7 @@ class Reconfigurer:
     def get_reconfigure_handle(self) -> str:
         """The handle naming this process, for the others' reconfigure (see handles.py)."""
         session = self._session()
-        host, port = split_host_port(session.client.address, "the coordinator's address")
+        host, port = self._owner._world.hosted()
         return str(Handle(host, port, root_of(session.job), session.token,
                           self._owner._world.origin))
 

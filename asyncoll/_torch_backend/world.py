@@ -45,9 +45,11 @@ class TorchWorld:
 
     def __init__(self, runtime: Runtime, world: aio.World, owns_world: bool = True,
                  coordinator: Coordinator | None = None,
-                 fallbacks: tuple[tuple[str, int], ...] = ()) -> None:
+                 fallbacks: tuple[tuple[str, int], ...] = (), advertise: str = "") -> None:
         self.runtime = runtime
         self.world = world
+        #: The address the other ranks reach this process at (a coordinator it hosts).
+        self.advertise = advertise
         #: This process's rank in the job it started in (what reconfigure handles carry).
         self.origin = world.rank
         #: The standing coordinators a communicator this process forms falls back to.
@@ -75,11 +77,11 @@ class TorchWorld:
         shared = runtime()
         settings = settings_at_join()
         coordinator: Coordinator | None = None
+        advertise = _advertised_host(store, settings.environment)
         try:
             if rank == 0:
-                coordinator = shared.run(hosting.host_advertised(
-                    _advertised_host(store, settings.environment), settings.token,
-                    settings.tls))
+                coordinator = shared.run(hosting.host_advertised(advertise, settings.token,
+                                                                 settings.tls))
                 # Standing coordinators named in the environment take the job back
                 # if the embedded one goes (with rank 0's process, say).
                 fallbacks = standing_coordinators(settings.environment)
@@ -101,7 +103,8 @@ class TorchWorld:
             if coordinator is not None:
                 shared.run(coordinator.stop())
             raise
-        return cls(shared, aio.World(joined), coordinator=coordinator, fallbacks=fallbacks)
+        return cls(shared, aio.World(joined), coordinator=coordinator, fallbacks=fallbacks,
+                   advertise=advertise)
 
     @classmethod
     def over(cls, world: aio.World, rank: int, size: int) -> TorchWorld:
@@ -114,6 +117,21 @@ class TorchWorld:
             raise RuntimeError(f"torch made a group of rank {rank} and size {size} over "
                                f"asyncoll's world of rank {world.rank} and size {world.size}")
         return cls(runtime(), world, owns_world=False)
+
+    def hosted(self) -> tuple[str, int]:
+        """The address of the coordinator this process hosts, started here at the first call
+        on a rank that hosts none: the communicators it convenes meet there, so a
+        reconfigure never needs a process that is not part of it.
+
+        Raises:
+            RendezvousError: it cannot listen.
+        """
+        with self._lock:
+            if self._coordinator is None:
+                settings = settings_at_join()
+                self._coordinator = self.runtime.run(hosting.host_advertised(
+                    self.advertise or "127.0.0.1", settings.token, settings.tls))
+            return self._coordinator.host, self._coordinator.port
 
     @property
     def owns_job(self) -> bool:

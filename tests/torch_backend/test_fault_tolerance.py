@@ -73,6 +73,18 @@ def test_shrink_group_goes_on_after_a_kill_9(entry_point_dir: Path) -> None:
 
 @needs_the_api
 @pytest.mark.timeout(JOB_TIMEOUT_S + 60)
+def test_the_others_reconfigure_without_rank_0_after_its_kill_9(entry_point_dir: Path) -> None:
+    # Rank 0 hosted the torch job's coordinator: the two left meet on rank 1's.
+    env = conftest.environment(entry_point_dir, SCENARIO="rank0", WORLD_SIZE="3",
+                               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(conftest.free_port()))
+    outcomes, report = conftest.run_ranks(WORKER, 3, env, JOB_TIMEOUT_S)
+    assert [code for code, _, _ in outcomes] == [-9, 0, 0], report
+    assert [steps(out) for _, out, _ in outcomes[1:]] == [
+        ["all 6.0", f"without rank 0 {r} 2 5.0"] for r in range(2)], report
+
+
+@needs_the_api
+@pytest.mark.timeout(JOB_TIMEOUT_S + 60)
 def test_shrink_abort_and_abort_fail_operations_in_flight_here_and_on_the_peer(
         entry_point_dir: Path) -> None:
     first, second = launch("abort", 2, entry_point_dir)

@@ -8,6 +8,9 @@ an all_reduce on what is left.
 and the new process reconfigure to the three handles, then an all_reduce.
 "kill9" (3 ranks): rank 2 is killed with SIGKILL; the others meet the
 PeerLostError, shrink_group it out, and all_reduce.
+"rank0" (3 ranks, env://): a reconfigure of all three; rank 0, which hosts the
+torch job's coordinator, is killed with SIGKILL; ranks 1 and 2 reconfigure
+to the two of them (on rank 1's own coordinator), then an all_reduce.
 "abort" (2 ranks): SHRINK_ABORT of a group with an operation in flight, which
 fails at once, here and on the peer; then abort() of the default group with
 the peer's operation in flight, which fails fast there.
@@ -110,6 +113,22 @@ def kill9() -> None:
     dist.destroy_process_group()
 
 
+def rank0() -> None:
+    dist.init_process_group("asyncoll", enable_reconfigure=True, timeout=LIMIT)
+    store = c10d._get_default_store()
+    rank = dist.get_rank()
+    handles = exchange(store, "all", [0, 1, 2], dist._get_reconfigure_handle())
+    dist._reconfigure(1, handles, timeout=LIMIT).wait()
+    say("all", total(rank + 1.0))
+    if rank == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    # Rank 0 is gone by then, and with it torch's store (env:// hosts it there).
+    time.sleep(1.0)
+    dist._reconfigure(2, handles[1:], timeout=LIMIT).wait()
+    say("without rank 0", dist.get_rank(), dist.get_world_size(), total(rank + 1.0))
+    dist.destroy_process_group()
+
+
 def abort() -> None:
     dist.init_process_group("asyncoll", timeout=LIMIT)
     rank = dist.get_rank()
@@ -160,4 +179,5 @@ def abort() -> None:
         say("error after", cpu.get_error())
 
 
-{"story": story, "grow": grow, "kill9": kill9, "abort": abort}[SCENARIO]()
+{"story": story, "grow": grow, "kill9": kill9, "rank0": rank0,
+ "abort": abort}[SCENARIO]()
