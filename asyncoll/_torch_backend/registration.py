@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import sys
 import threading
 from typing import Any
@@ -25,6 +26,8 @@ from asyncoll._torch_backend.group_ids import members_only_id
 log = logging.getLogger("asyncoll")
 
 BACKEND_NAME = "asyncoll"
+#: The oldest torch (major, minor) the backend runs on.
+OLDEST_TORCH = (2, 14)
 _lock = threading.Lock()
 #: The job made for the default torch group, through which sub-groups run.
 _default_world: Any = None
@@ -55,6 +58,21 @@ def register() -> bool:
     return True
 
 
+def check_torch_version(version: str) -> None:
+    """Refuse a torch older than the backend needs.
+
+    Raises:
+        RuntimeError: ``version`` is below :data:`OLDEST_TORCH`.
+    """
+    found = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    if found < OLDEST_TORCH:
+        raise RuntimeError(
+            f"asyncoll's torch backend needs torch {'.'.join(map(str, OLDEST_TORCH))} or "
+            f"newer (a c10d Backend written in Python, and torch's reconfigure), and this is "
+            f"torch {version}: pip install 'torch>=2.14', or use asyncoll's own API "
+            "(import asyncoll as dist), which needs no torch")
+
+
 def create(options: Any, backend_options: Any = None) -> Any:
     """torch's creator: the ProcessGroup for one group with backend "asyncoll".
 
@@ -63,6 +81,7 @@ def create(options: Any, backend_options: Any = None) -> Any:
             group_size, timeout, group_id, global_ranks_in_group).
         backend_options: ignored (asyncoll has no per-group options).
     """
+    check_torch_version(sys.modules["torch"].__version__)
     from asyncoll._torch_backend.process_group import AsyncollProcessGroup
     from asyncoll._torch_backend.world import TorchWorld
     from asyncoll.group import AsyncProcessGroup

@@ -15,8 +15,8 @@ compared with rtol=1e-5, atol=1e-6, because asyncoll and gloo add the ranks' ter
 different orders and float addition is not associative.
 
 A program whose API this torch lacks is skipped in both launches, and its test says why
-(none is, with torch 2.13 and 2.14; torch 2.13 refuses the one redistribution to Partial,
-which the worker then leaves out). CI runs it on torch 2.14.1 only, to keep within its time.
+(none is, with torch 2.14 and 2.15). CI runs it on torch 2.14.1 and on the newest pip
+gives (2.15.0).
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ from . import conftest
 
 torch = pytest.importorskip("torch")
 if tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) < (2, 14):
-    # It runs on 2.13 too; CI's time goes to the torch users get (issue 43's note).
-    pytest.skip("the parallelism stack is compared on torch 2.14 and later, what pip gives",
-                allow_module_level=True)
+    pytest.skip("asyncoll's torch backend needs torch 2.14 or later", allow_module_level=True)
 
 #: Limit on one launch (all its processes); a 4-process launch takes about 7 s on 2 cores.
 JOB_TIMEOUT_S = 120

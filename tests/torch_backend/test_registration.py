@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -76,3 +77,19 @@ def test_torch_finds_the_backend_by_name_without_the_autoload(entry_point_dir: P
             "print(before, 'ASYNCOLL' in d.Backend._plugins)")
 
     assert _run(code, env) == "False True"
+
+
+@pytest.mark.parametrize("version", ["2.13.0", "2.13.0+cpu", "1.13.1"])
+def test_a_torch_older_than_2_14_is_refused_naming_the_version_and_the_fix(version: str) -> None:
+    from asyncoll._torch_backend.registration import check_torch_version
+
+    with pytest.raises(RuntimeError, match=re.escape(f"this is torch {version}: pip install "
+                                                     "'torch>=2.14'")):
+        check_torch_version(version)
+
+
+@pytest.mark.parametrize("version", ["2.14.0", "2.14.1", "2.15.0+cu132", "3.0.0"])
+def test_torch_2_14_and_newer_are_taken(version: str) -> None:
+    from asyncoll._torch_backend.registration import check_torch_version
+
+    check_torch_version(version)
