@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 
-from asyncoll.errors import CollectiveTimeoutError
+from asyncoll.errors import CollectiveTimeoutError, timed_out_words
 
 
 class Work:
@@ -37,7 +37,8 @@ class Work:
                 # The operation's own CollectiveTimeoutError: a TimeoutError too.
                 raise
             raise CollectiveTimeoutError(f"{self._what} did not complete within {timeout} s "
-                                         "of wait(); it is still running") from None
+                                         "of wait(); it is still running. "
+                                         f"{timed_out_words(timeout or 0.0)}") from None
         return True
 
     def is_completed(self) -> bool:

@@ -254,9 +254,10 @@ class GroupCore:
             plan.finish(self.rank)
         return True
 
-    def again(self, what: str, arrays: Any, op: ReduceOp | None = None, root: int = -1) -> bool:
+    def again(self, what: str, arrays: Any, op: ReduceOp | None = None, root: int = -1,
+              limit: float | None = None) -> bool:
         """Run the call remembered under ``repeat_key(what, arrays, op, root)`` on ``arrays``,
-        here, if it may run here now.
+        here, within ``limit`` seconds (None: the group's timeout), if it may run here now.
 
         ``arrays`` are the call's 1-D C-contiguous arrays (those written into
         writable), or None for a call that moves none. Returns False, having
@@ -269,7 +270,8 @@ class GroupCore:
         if repeat is None:
             return False
         form = repeat.form
-        ran = self._here(repeat.what, repeat.fingerprint, self.timeout, repeat.kernel,
+        ran = self._here(repeat.what, repeat.fingerprint,
+                         self.timeout if limit is None else limit, repeat.kernel,
                          arrays if form is None else form(arrays))
         # (taught from the start where the group has no compiled entry: see _remember)
         if not repeat.taught and ran:

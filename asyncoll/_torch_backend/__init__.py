@@ -6,7 +6,8 @@ entry point and the creator torch calls per group), ``world`` (the asyncoll
 job, joined through torch's store, and its threads), ``process_group`` (the
 ProcessGroup torch calls), ``collectives`` (its collective methods),
 ``device_backend`` (the c10d Backend it registers for "cpu", which torch 2.14
-looks up), ``work`` (its Work), ``dtypes`` (bfloat16); torch's fault-tolerance
+looks up, and which runs the group's operations), ``work`` (its Work),
+``errors`` (asyncoll's errors as torch's), ``dtypes`` (bfloat16); torch's fault-tolerance
 API: ``fault_tolerance`` (abort, get_error, shrink_group), ``reconfigure`` and
 ``handles`` (``_reconfigure``), ``group_ids``.
 """

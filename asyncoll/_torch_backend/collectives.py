@@ -15,10 +15,15 @@ Python functions call (``all_gather_single``, ``reduce_scatter_single``,
 trampoline (``_allgather_base``, ``_reduce_scatter_base``, ``alltoall_base``)
 are defined.
 
+What they raise, and what their Works raise, is torch's
+(asyncoll._torch_backend.errors). An operation whose options name no
+timeout has set_timeout's, else the asyncoll group's own.
+
 The same methods serve torch's two shapes of a group: asyncoll's own
-ProcessGroup (asyncoll._torch_backend.process_group), and the c10d Backend
-that a shrink_group gives, which torch runs under a plain ProcessGroup
-(asyncoll._torch_backend.shrunk).
+ProcessGroup (asyncoll._torch_backend.process_group), whose c10d Backend for
+"cpu" forwards them to it (asyncoll._torch_backend.device_backend), and the
+c10d Backend that a shrink_group gives, which torch runs under a plain
+ProcessGroup (asyncoll._torch_backend.fault_tolerance).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from datetime import timedelta
 from typing import Any
 
 from asyncoll._torch_backend import dtypes, repeats, sparse
+from asyncoll._torch_backend.errors import reraise, through_torch
 from asyncoll._torch_backend.work import AsyncollWork
 from asyncoll._torch_backend.world import TorchWorld
 from asyncoll._group.core import DONE, failed
@@ -50,6 +56,11 @@ class TorchCollectives:
     _named: str
     #: The future of the operation started last (those of a group run in order).
     _latest: concurrent.futures.Future[Any] = DONE
+    #: The deadline set_timeout gave the operations that name none, in seconds.
+    _default_limit: float | None = None
+    #: The asyncoll group and the error of the last operation that broke it in the caller's
+    #: thread: the group's own record of it (GroupCore.failure) is made on the loop, later.
+    _failed_here: tuple[AsyncProcessGroup, AsyncollError] | None = None
 
     # -- reductions ------------------------------------------------------------------------
 
@@ -58,53 +69,64 @@ class TorchCollectives:
 
         Sparse COO tensors are gathered and summed (asyncoll._torch_backend.sparse).
         """
-        op, limit = _op(opts), _timeout(opts)
-        if limit is None and len(tensors) == 1:
-            again = self._ran_again("allreduce", tensors[0], "all_reduce",
-                                    repeats.reduce_op(op))
-            if again is not None:
-                return again
-        return self._start("allreduce", list(tensors), (
-            self._sparse_sum(t, op, limit) if sparse.is_sparse(t) else
-            _reducing(t, lambda s: self._group.all_reduce(s, op, limit)) for t in tensors))
+        # Its errors become torch's here, not through through_torch: each small
+        # allreduce that repeats would pay for the wrapper's call.
+        try:
+            op, limit = _op(opts), self._limit(opts)
+            if len(tensors) == 1:
+                again = self._ran_again("allreduce", tensors[0], "all_reduce",
+                                        repeats.reduce_op(op), limit)
+                if again is not None:
+                    return again
+            return self._start("allreduce", list(tensors), (
+                self._sparse_sum(t, op, limit) if sparse.is_sparse(t) else
+                _reducing(t, lambda s: self._group.all_reduce(s, op, limit))
+                for t in tensors))
+        except AsyncollError as exc:
+            reraise(exc)
 
     def _sparse_sum(self, tensor: Any, op: Any, limit: float | None) -> Step:
         parts: list[Any] = [None] * self._group.size
         return (self._group.all_gather_object(parts, sparse.part_of(tensor, op), limit),
                 sparse.summing_into(tensor, parts, self._group.ranks))
 
+    @through_torch
     def allreduce_coalesced(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
         """allreduce of several tensors, one after another."""
         return self.allreduce(tensors, opts)
 
+    @through_torch
     def reduce(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
         """Reduce each tensor into group rank ``opts.rootRank``'s."""
-        op, limit, root = _op(opts), _timeout(opts), self._global(opts.rootRank, "rootRank")
+        op, limit, root = _op(opts), self._limit(opts), self._global(opts.rootRank, "rootRank")
         return self._start("reduce", list(tensors), (
             _reducing(t, lambda s: self._group.reduce(s, root, op, limit)) for t in tensors))
 
+    @through_torch
     def reduce_scatter(self, output_tensors: Sequence[Any],
                        input_tensors: Sequence[Sequence[Any]], opts: Any = None) -> AsyncollWork:
         """Reduce ``input_tensors[k][i]`` across the group into member i's output k."""
-        op, limit = _op(opts), _timeout(opts)
+        op, limit = _op(opts), self._limit(opts)
         steps = (_reducing_all([out, *ins], lambda s: self._group.reduce_scatter(
             s[0], s[1:], op, limit)) for out, ins in zip(output_tensors, input_tensors))
         return self._start("reduce_scatter", list(output_tensors), steps)
 
+    @through_torch
     def reduce_scatter_single(self, output: Any, input: Any,
                               opts: Any = None) -> AsyncollWork:
         """Reduce ``input`` across the group; member i gets block i in ``output``."""
-        op, limit = _op(opts), _timeout(opts)
+        op, limit = _op(opts), self._limit(opts)
         return self._start("reduce_scatter_tensor", [output], [_reducing_all(
             [output, input], lambda s: self._group.reduce_scatter_tensor(s[0], s[1], op,
                                                                          limit))])
 
     _reduce_scatter_base = reduce_scatter_single
 
+    @through_torch
     def reduce_scatter_tensor_coalesced(self, outputs: Sequence[Any], inputs: Sequence[Any],
                                         opts: Any = None) -> AsyncollWork:
         """reduce_scatter_single of several pairs, one after another."""
-        op, limit = _op(opts), _timeout(opts)
+        op, limit = _op(opts), self._limit(opts)
         return self._start("reduce_scatter_tensor", list(outputs), (_reducing_all(
             [o, i], lambda s: self._group.reduce_scatter_tensor(s[0], s[1], op, limit))
             for o, i in zip(outputs, inputs)))
@@ -113,18 +135,21 @@ class TorchCollectives:
 
     # -- data movement -----------------------------------------------------------------------
 
+    @through_torch
     def broadcast(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
         """Copy group rank ``opts.rootRank``'s tensors into every member's."""
-        limit, root = _timeout(opts), self._global(opts.rootRank, "rootRank")
+        limit, root = self._limit(opts), self._global(opts.rootRank, "rootRank")
         return self._start("broadcast", list(tensors), (
             (self._group.broadcast(dtypes.movable(t), root, limit), None) for t in tensors))
 
+    @through_torch
     def allgather(self, output_tensors: Sequence[Sequence[Any]], input_tensors: Sequence[Any],
                   opts: Any = None) -> AsyncollWork:
         """Copy member i's ``input_tensors[k]`` into ``output_tensors[k][i]`` everywhere."""
         return self._start("allgather", [list(outs) for outs in output_tensors],
                            self._gathers(output_tensors, input_tensors, opts))
 
+    @through_torch
     def allgather_coalesced(self, output_lists: Sequence[Sequence[Any]],
                             input_tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
         """Copy member i's ``input_tensors[k]`` into ``output_lists[i][k]`` everywhere.
@@ -148,29 +173,32 @@ class TorchCollectives:
 
     def _gathers(self, output_tensors: Sequence[Sequence[Any]], input_tensors: Sequence[Any],
                  opts: Any) -> Iterable[Step]:
-        limit = _timeout(opts)
+        limit = self._limit(opts)
         return ((self._group.all_gather([dtypes.movable(o) for o in outs],
                                         dtypes.movable(inp), limit), None)
                 for outs, inp in zip(output_tensors, input_tensors))
 
+    @through_torch
     def all_gather_single(self, output: Any, input: Any, opts: Any = None) -> AsyncollWork:
         """Gather every member's ``input`` into ``output``, in member order."""
         return self._start("all_gather_into_tensor", [output], [(
             self._group.all_gather_into_tensor(dtypes.movable(output), dtypes.movable(input),
-                                               _timeout(opts)), None)])
+                                               self._limit(opts)), None)])
 
     _allgather_base = all_gather_single
 
+    @through_torch
     def allgather_into_tensor_coalesced(self, outputs: Sequence[Any], inputs: Sequence[Any],
                                         opts: Any = None) -> AsyncollWork:
         """all_gather_single of several pairs, one after another."""
-        limit = _timeout(opts)
+        limit = self._limit(opts)
         return self._start("all_gather_into_tensor", list(outputs), (
             (self._group.all_gather_into_tensor(dtypes.movable(o), dtypes.movable(i), limit),
              None) for o, i in zip(outputs, inputs)))
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
+    @through_torch
     def gather(self, output_tensors: Sequence[Sequence[Any]], input_tensors: Sequence[Any],
                opts: Any = None) -> AsyncollWork:
         """Copy every member's input into ``output_tensors[0]`` on group rank ``rootRank``."""
@@ -179,8 +207,9 @@ class TorchCollectives:
                 if self._group.rank == opts.rootRank else None)
         return self._start("gather", [list(o) for o in output_tensors], [(
             self._group.gather(dtypes.movable(_single(input_tensors, "gather")), outs, root,
-                               _timeout(opts)), None)])
+                               self._limit(opts)), None)])
 
+    @through_torch
     def scatter(self, output_tensors: Sequence[Any], input_tensors: Sequence[Sequence[Any]],
                 opts: Any = None) -> AsyncollWork:
         """Copy ``input_tensors[0][i]`` on group rank ``rootRank`` into member i's output."""
@@ -189,28 +218,32 @@ class TorchCollectives:
                if self._group.rank == opts.rootRank else None)
         output = _single(output_tensors, "scatter")
         return self._start("scatter", [output], [(self._group.scatter(
-            dtypes.movable(output), ins, root, _timeout(opts)), None)])
+            dtypes.movable(output), ins, root, self._limit(opts)), None)])
 
+    @through_torch
     def all_to_all_single(self, output: Any, input: Any, output_split_sizes: Sequence[int],
                           input_split_sizes: Sequence[int], opts: Any = None) -> AsyncollWork:
         """Send rows of ``input`` to each member, gather theirs into ``output``."""
         return self._start("all_to_all_single", [output], [(self._group.all_to_all_single(
             dtypes.movable(output), dtypes.movable(input), list(output_split_sizes) or None,
-            list(input_split_sizes) or None, _timeout(opts)), None)])
+            list(input_split_sizes) or None, self._limit(opts)), None)])
 
     alltoall_base = all_to_all_single
 
+    @through_torch
     def alltoall(self, output_tensors: Sequence[Any], input_tensors: Sequence[Any],
                  opts: Any = None) -> AsyncollWork:
         """Copy member i's ``input_tensors[j]`` into member j's ``output_tensors[i]``."""
         return self._start("all_to_all", list(output_tensors), [(self._group.all_to_all(
             [dtypes.movable(t) for t in output_tensors],
-            [dtypes.movable(t) for t in input_tensors], _timeout(opts)), None)])
+            [dtypes.movable(t) for t in input_tensors], self._limit(opts)), None)])
 
+    @through_torch
     def barrier(self, opts: Any = None) -> AsyncollWork:
         """Complete once every member has called barrier."""
-        return self._start("barrier", [], [(self._group.barrier(_timeout(opts)), None)])
+        return self._start("barrier", [], [(self._group.barrier(self._limit(opts)), None)])
 
+    @through_torch
     def monitored_barrier(self, timeout: timedelta | float | None = None,
                           wait_all_ranks: bool = False) -> None:
         """Block until every member has arrived; group rank 0 names who did not, as gloo.
@@ -223,24 +256,27 @@ class TorchCollectives:
             MonitoredBarrierError: a member did not arrive within ``timeout`` (a
                 RuntimeError, as gloo's error is in torch).
         """
-        limit = self._group.timeout if timeout is None else timeout
+        limit = (self._default_limit or self._group.timeout) if timeout is None else timeout
         self._start("monitored_barrier", [], [
             (self._group.monitored_barrier_by_first(limit, wait_all_ranks), None)]).wait()
 
     # -- point to point ------------------------------------------------------------------
 
+    @through_torch
     def send(self, tensors: Sequence[Any], dstRank: int, tag: int = 0) -> AsyncollWork:
         """Send the tensor to group rank ``dstRank``."""
         tensor = _single(tensors, "send")
         return self._start("send", [tensor], [(self._group.send(
             dtypes.movable(tensor), self._global(dstRank, "dst"), tag), None)])
 
+    @through_torch
     def recv(self, tensors: Sequence[Any], srcRank: int, tag: int = 0) -> AsyncollWork:
         """Receive into the tensor what group rank ``srcRank`` sends with ``tag``."""
         tensor = _single(tensors, "recv")
         return self._start("recv", [tensor], [(self._group.recv(
             dtypes.movable(tensor), self._global(srcRank, "src"), tag), None)], source=srcRank)
 
+    @through_torch
     def recv_anysource(self, tensors: Sequence[Any], tag: int = 0) -> AsyncollWork:
         """Receive into the tensor the first message with ``tag`` from any member.
 
@@ -257,6 +293,28 @@ class TorchCollectives:
         return self._start("recv", [tensor], [(noting_the_sender(), None)],
                            source=lambda: sender[0] if sender else -1)
 
+    # -- timeout ------------------------------------------------------------------------------
+
+    @through_torch
+    def set_timeout(self, timeout: timedelta) -> None:
+        """Make ``timeout`` the deadline of the group's later operations whose options name
+        none (torch's ``ProcessGroup.set_timeout`` and ``Backend.set_timeout``).
+
+        Raises:
+            ConfigurationError: ``timeout`` is not a positive timedelta.
+        """
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else -1.0
+        if seconds <= 0:
+            raise ConfigurationError(f"set_timeout takes a positive timedelta, got {timeout!r}")
+        self._default_limit = seconds
+
+    def _limit(self, opts: Any) -> float | None:
+        """The deadline of an operation with options ``opts``, in seconds: theirs, else
+        set_timeout's, else None (the asyncoll group's own timeout)."""
+        # torch's "unset" timeout is negative.
+        seconds = opts.timeout.total_seconds() if opts is not None else -1.0
+        return float(seconds) if seconds > 0 else self._default_limit
+
     # -- plumbing ---------------------------------------------------------------------------
 
     def _global(self, group_rank: int, role: str) -> int:
@@ -267,20 +325,28 @@ class TorchCollectives:
         return ranks[group_rank]
 
     def _ran_again(self, what: str, tensor: Any, collective: str,
-                   op: Any = None) -> AsyncollWork | None:
-        """The Work of ``tensor``'s call when it ran in this thread as a repeat of an earlier
-        one (asyncoll's ``collective``, ``tensor``'s dtype and size, ``op``:
-        GroupCore.again); None, having done nothing, for anything else."""
+                   op: Any = None, limit: float | None = None) -> AsyncollWork | None:
+        """The Work of ``tensor``'s call when it ran in this thread, within ``limit`` seconds
+        (None: the group's timeout), as a repeat of an earlier one (asyncoll's
+        ``collective``, ``tensor``'s dtype and size, ``op``: GroupCore.again); None,
+        having done nothing, for anything else."""
         array = repeats.flat_array(tensor)
         if array is None:
             return None
         try:
-            if not self._group.again(collective, array, op):
+            if not self._group.again(collective, array, op, -1, limit):  # -1: no root
                 return None
             future = DONE
         except AsyncollError as exc:
             future = failed(exc)  # raised by wait(), as from the loop
+            self._failed_in_this_thread(exc)
         return AsyncollWork(future, [tensor], f"{what} on {self._named}", self._world)
+
+    def _failed_in_this_thread(self, error: BaseException | None) -> None:
+        # Only what breaks the group (a refused argument does not): get_error reads it
+        # until the group's own record of it (GroupCore.failure), made on the loop, is there.
+        if isinstance(error, AsyncollError) and not isinstance(error, ConfigurationError):
+            self._failed_here = (self._group, error)
 
     def _start(self, what: str, outputs: list[Any], steps: Iterable[Step],
                source: int | Callable[[], int] = -1) -> AsyncollWork:
@@ -296,7 +362,21 @@ class TorchCollectives:
         future = self._group.submit([coro for coro, _ in made], self._world.runtime,
                                     [finish for _, finish in made])
         self._latest = future
+        if future.done() and not future.cancelled():  # ran in this thread
+            self._failed_in_this_thread(future.exception())
         return AsyncollWork(future, outputs, f"{what} on {self._named}", self._world, source)
+
+
+#: The operations torch calls on a group or its c10d Backend: TorchCollectives' methods
+#: under every name torch uses.
+OPERATIONS = (
+    "allreduce", "allreduce_coalesced", "reduce", "reduce_scatter", "reduce_scatter_single",
+    "_reduce_scatter_base", "reduce_scatter_tensor_coalesced",
+    "reduce_scatter_single_coalesced", "broadcast", "allgather", "allgather_coalesced",
+    "all_gather_single", "_allgather_base", "allgather_into_tensor_coalesced",
+    "all_gather_single_coalesced", "gather", "scatter", "all_to_all_single", "alltoall_base",
+    "alltoall", "barrier", "monitored_barrier", "send", "recv", "recv_anysource",
+    "set_timeout")
 
 
 def _reducing(tensor: Any, make: Callable[[Any], Coroutine[Any, Any, Any]]) -> Step:
@@ -322,7 +402,3 @@ def _op(opts: Any) -> Any:
     return ReduceOp.SUM if opts is None else opts.reduceOp.op
 
 
-def _timeout(opts: Any) -> float | None:
-    # torch's "unset" timeout is negative: the group's own applies.
-    seconds = opts.timeout.total_seconds() if opts is not None else -1.0
-    return float(seconds) if seconds > 0 else None

@@ -12,16 +12,19 @@ that its Python methods are the group's, ``_new_process_group_helper`` uses it
 as it is and registers no backend on it (``pg = backend_class; break``): the
 group registers its own here.
 
-The backend itself runs nothing: torch's Python functions call the
-ProcessGroup's methods (asyncoll's), and an operation that reaches the backend
-directly fails with torch's own "Backend asyncoll does not support <op>". It
-says it cannot coalesce, split or estimate time, so torch takes its plain
-paths. What torch's fault-tolerance API asks the backend (``shrink_group``
-asks it whether it can shrink, and to shrink; programs ask it ``get_error()``),
-and the C++ forwards to the default backend, reach the group's own methods.
-The group makes it its default backend, so that those forwards find it.
-torch before 2.14 cannot make a Backend in Python ("No constructor
-defined"): there the group has none, and keeps its name itself.
+The backend runs what the group runs: every operation torch calls on a
+group (asyncoll._torch_backend.collectives.OPERATIONS: collectives,
+coalesced ones, point-to-point, barriers, set_timeout), and torch's
+fault-tolerance API (abort, shutdown, get_error, shrink, reconfigure), are
+the group's own methods, to which it forwards; so ``get_backend_impl(group,
+"cpu")`` and ``group._get_backend(cpu)`` run real operations, in the
+group's order and state, with the group's errors (torch's). It holds the
+group weakly (the group holds it). It says it cannot coalesce, split,
+estimate time, open windows or allocate tensors (BackendCapabilities), so
+torch takes its plain paths. The group makes it its default backend, so
+that the C++ forwards find it. torch before 2.14 cannot make a Backend in
+Python ("No constructor defined"): there the group has none, keeps its name
+itself, and runs as before.
 """
 
 from __future__ import annotations
@@ -32,25 +35,38 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from asyncoll._torch_backend.collectives import OPERATIONS
+from asyncoll._torch_backend.errors import through_torch
 from asyncoll.errors import ClosedError
 
 _BackendBase: Any = torch._C._distributed_c10d.Backend
 
 
-class CpuBackend(_BackendBase):  # type: ignore[misc]
-    """A c10d Backend that answers torch's questions about an asyncoll group.
+class BackendCapabilities:
+    """What an asyncoll c10d Backend answers to torch's ``supports_*`` questions that do not
+    depend on its group: it cannot coalesce, estimate time, open windows or allocate
+    tensors. Splitting, shrinking and reconfigure are each backend's own answers."""
+
+    # Class attributes and properties, not methods: torch's trampoline looks these
+    # names up on the Python object, and the base class's would call it again.
+    supports_coalescing = False
+    supports_splitting = False
+    supports_time_estimate = False
+    supports_window = False
+    supports_tensor_alloc = False
+
+
+class CpuBackend(BackendCapabilities, _BackendBase):  # type: ignore[misc]
+    """A c10d Backend that runs an asyncoll group's operations: the group's own methods.
 
     Args:
         group: the AsyncollProcessGroup (held weakly: the group holds this).
     """
 
-    # Class attributes and properties, not methods: torch's trampoline looks these
-    # names up on the Python object, and the base class's would call it again.
-    supports_coalescing = False
+    #: torch's split_group asks the group's backend, then calls the group's split_group
+    #: (asyncoll._torch_backend.split); a shrunk group's Backend, under torch's own
+    #: ProcessGroup, cannot split.
     supports_splitting = True
-    supports_time_estimate = False
-    supports_window = False
-    supports_tensor_alloc = False
 
     def __init__(self, group: Any) -> None:
         super().__init__(group.rank(), group.size())
@@ -70,28 +86,33 @@ class CpuBackend(_BackendBase):  # type: ignore[misc]
         """The backend's name, "asyncoll"."""
         return "asyncoll"
 
-    def shrink(self, ranks_to_exclude: list[int], shrink_flags: int = 0,
-               opts_override: Any = None) -> Any:
-        """The group's shrink (Recovery.shrink)."""
-        return self._of().shrink(ranks_to_exclude, shrink_flags, opts_override)
-
-    def get_error(self) -> Any:
-        """The group's error state (Recovery.get_error)."""
-        return self._of().get_error()
-
     def get_reconfigure_handle(self) -> str:
         """The group's handle (Reconfigurable.get_reconfigure_handle)."""
         return str(self._of().get_reconfigure_handle())
 
-    def reconfigure(self, opts: Any) -> Any:
-        """The group's reconfigure (Reconfigurable.reconfigure)."""
-        return self._of().reconfigure(opts)
-
+    @through_torch
     def _of(self) -> Any:
         group = self._group()
         if group is None:
-            raise ClosedError("this asyncoll process group was destroyed")
+            raise ClosedError("this asyncoll process group was destroyed; its backend "
+                              "runs nothing more")
         return group
+
+
+def _forwarded(name: str) -> Any:
+    """CpuBackend's method ``name``: the group's."""
+    def forward(self: CpuBackend, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self._of(), name)(*args, **kwargs)
+
+    forward.__name__, forward.__qualname__ = name, f"CpuBackend.{name}"
+    forward.__doc__ = f"The group's {name}."
+    return forward
+
+
+# Defined here, not in the class body: one forwarder per name torch calls.
+for _name in (*OPERATIONS, "abort", "shutdown", "get_error", "shrink", "reconfigure"):
+    setattr(CpuBackend, _name, _forwarded(_name))
+del _name
 
 
 def attach(group: Any) -> bool:

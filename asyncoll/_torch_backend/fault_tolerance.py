@@ -30,6 +30,8 @@ from asyncoll import aio
 from asyncoll._group.core import DONE
 from asyncoll._group.delegate import Delegate, bind
 from asyncoll._torch_backend.collectives import TorchCollectives
+from asyncoll._torch_backend.device_backend import BackendCapabilities
+from asyncoll._torch_backend.errors import through_torch
 from asyncoll._torch_backend.group_ids import members_only_id
 from asyncoll._torch_backend.world import TorchWorld
 from asyncoll.errors import (
@@ -60,6 +62,12 @@ class TorchGroup(Protocol):
     _latest: concurrent.futures.Future[Any]
     #: Whether this group is the job's default group (it leaves the job at its end).
     _owns_world: bool
+    #: Its abort, shutdown, get_error and shrink.
+    _recovery: Recovery
+    #: set_timeout's deadline of its operations, in seconds, or None.
+    _default_limit: float | None
+    #: The asyncoll group and error of its last operation that failed in the caller's thread.
+    _failed_here: tuple[AsyncProcessGroup, AsyncollError] | None
 
 
 class Recovery:
@@ -73,6 +81,9 @@ class Recovery:
         self._owner = owner
         #: Set once abort() was called on this rank.
         self._aborted = False
+        #: Made with enable_reconfigure: an abort here is torch's revoke, which the next
+        #: reconfigure recovers from, and get_error() says SUCCESS after it, as gloo's.
+        self.revocable = False
 
     def shutdown(self) -> None:
         """Leave the asyncoll job when this group owns it; join its threads. A sub-group
@@ -85,7 +96,9 @@ class Recovery:
 
     def abort(self) -> None:
         """Fail this group's operations, running and to come, with AbortedError at once, here
-        and on the other members (told by this rank); the default group then leaves the job.
+        and on the other members (told by this rank); the default group then leaves the job,
+        but for a revoke (a group made with enable_reconfigure), which stays for the
+        reconfigure that recovers from it.
 
         Never raises, and waits for no peer.
         """
@@ -93,18 +106,31 @@ class Recovery:
         self._aborted = True
         self._break(AbortedError(f"{owner._named} was aborted on global rank "
                                  f"{owner._group.global_rank} (ProcessGroup.abort)"))
-        self.shutdown()
+        if not self.revocable:
+            self.shutdown()
+
+    def renewed(self) -> None:
+        """The group runs a new communicator (a reconfigure): this rank's abort was of the
+        old one."""
+        self._aborted = False
 
     def get_error(self) -> Any:
         """What broke the group, in torch's terms (an ErrorType).
 
         SUCCESS while it is intact; TIMEOUT after an operation timed out;
         REMOTE_ERROR when another member was lost, left or aborted; COMM_ERROR
-        for anything else, this rank's own abort included.
+        for anything else, this rank's own abort included, but for a group made
+        with enable_reconfigure, where that abort is a revoke (SUCCESS, as gloo).
         """
         owner = self._owner
         kinds = torch._C._distributed_c10d.ErrorType
         error = owner._group.failure()
+        here = owner._failed_here
+        if error is None and here is not None and here[0] is owner._group:
+            error = here[1]  # failed in the caller's thread: the loop records it later
+        if self._aborted and self.revocable and (error is None or
+                                                 isinstance(error, AbortedError)):
+            return kinds.SUCCESS
         if error is None:
             return kinds.COMM_ERROR if self._aborted else kinds.SUCCESS
         if isinstance(error, CollectiveTimeoutError):
@@ -121,6 +147,7 @@ class Recovery:
         owner = self._owner
         return not owner._owns_world or owner._world.owns_job
 
+    @through_torch
     def shrink(self, ranks_to_exclude: Iterable[int], shrink_flags: int = 0,
                opts_override: Any = None) -> ShrunkBackend:
         """A c10d Backend running this group without ``ranks_to_exclude`` (group ranks).
@@ -128,6 +155,9 @@ class Recovery:
         Every remaining member calls it; excluded members need not be alive.
         With SHRINK_ABORT, this rank's operations of the group in flight fail
         first (AbortedError, told to the others); else they are waited for.
+
+        The new group keeps this one's set_timeout, which is also the deadline
+        of the shrink itself. Errors are torch's (asyncoll._torch_backend.errors).
 
         Raises:
             ConfigurationError: a rank out of range, this rank, or every rank.
@@ -144,7 +174,7 @@ class Recovery:
         if me in excluded:
             raise ConfigurationError(f"rank {me} of {owner._named} called shrink_group that "
                                      "excludes it: only the ranks that stay call it")
-        limit = owner._group.timeout
+        limit = owner._default_limit or owner._group.timeout
         if shrink_flags & SHRINK_ABORT:
             self._break(AbortedError(f"{owner._named} was aborted by shrink_group("
                                      f"SHRINK_ABORT) on global rank {owner._group.global_rank}"))
@@ -158,11 +188,15 @@ class Recovery:
                 session.reconfigure(limit, without=leaving)))
             # torch shuts this group down next: the job is the new group's now.
             owner._owns_world = False
-            return ShrunkBackend(owner._world, owner._world.world, owns_world=True)
-        keep = [r for r in owner._group.ranks if r not in leaving]
-        group = AsyncProcessGroup(owner._world.world.session, members_only_id(
-            f"{owner._group.group_id}/shrunk/{','.join(map(str, excluded))}"), keep, limit)
-        return ShrunkBackend(owner._world, group, owns_world=False)
+            shrunk = ShrunkBackend(owner._world, owner._world.world, owns_world=True)
+        else:
+            keep = [r for r in owner._group.ranks if r not in leaving]
+            shrunk = ShrunkBackend(owner._world, AsyncProcessGroup(
+                owner._world.world.session, members_only_id(
+                    f"{owner._group.group_id}/shrunk/{','.join(map(str, excluded))}"),
+                keep, limit), owns_world=False)
+        shrunk._default_limit = owner._default_limit
+        return shrunk
 
     def _break(self, error: AsyncollError) -> None:
         """Fail the group's operations with ``error`` here and on its members (on the loop)."""
@@ -197,7 +231,8 @@ class Recoverable:
         return self._recovery.supports_shrinking
 
 
-class ShrunkBackend(TorchCollectives, Recoverable, _BackendBase):  # type: ignore[misc]
+class ShrunkBackend(TorchCollectives, Recoverable, BackendCapabilities,
+                    _BackendBase):  # type: ignore[misc]
     """The c10d Backend of a group that shrink_group made; torch runs it under a plain
     ProcessGroup of fixed rank and size, so it can shrink again, not reconfigure.
 
@@ -207,13 +242,8 @@ class ShrunkBackend(TorchCollectives, Recoverable, _BackendBase):  # type: ignor
         owns_world: this group leaves the job at its end (the shrunk default group).
     """
 
-    # torch's trampoline reads these names on the Python object (device_backend.py).
-    supports_coalescing = False
-    supports_splitting = False
+    # torch's trampoline reads this name on the Python object (device_backend.py).
     supports_reconfigure = False
-    supports_time_estimate = False
-    supports_window = False
-    supports_tensor_alloc = False
 
     def __init__(self, world: TorchWorld, group: AsyncProcessGroup, owns_world: bool) -> None:
         super().__init__(group.rank, group.size)

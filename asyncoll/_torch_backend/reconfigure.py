@@ -21,6 +21,7 @@ from asyncoll import aio
 from asyncoll._group.core import DONE
 from asyncoll._runtime.session import Rendezvous, Session
 from asyncoll._runtime.settings import settings_at_join
+from asyncoll._torch_backend.errors import through_torch
 from asyncoll._torch_backend.fault_tolerance import TorchGroup, group_words
 from asyncoll._torch_backend.handles import (
     Handle,
@@ -50,6 +51,7 @@ class Reconfigurer:
         """Whether reconfigure() can re-form this group: the default group of a torch job."""
         return self._owner._owns_world and self._owner._world.owns_job
 
+    @through_torch
     def get_reconfigure_handle(self) -> str:
         """The handle naming this process, for the others' reconfigure (see handles.py)."""
         session = self._session()
@@ -57,13 +59,14 @@ class Reconfigurer:
         return str(Handle(host, port, root_of(session.job), session.token,
                           self._owner._world.origin))
 
+    @through_torch
     def reconfigure(self, opts: Any) -> AsyncollWork:
         """Form the communicator of the processes ``opts.handles`` name; return a completed Work.
 
         Every process named calls it with the same uuid and handles; the others
         are not affected. On failure the group is as it was.
 
-        Raises:
+        Raises (each as torch's error too, asyncoll._torch_backend.errors):
             ConfigurationError: no handles, a handle twice or not asyncoll's,
                 none naming this process, or a uuid already used.
             MismatchError: another member passed other handles.
@@ -84,6 +87,7 @@ class Reconfigurer:
         owner._group = owner._world.world
         owner._named = group_words(owner._group)
         owner._latest = DONE
+        owner._recovery.renewed()
         # Only now that the new communicator stands: the one this process had.
         owner._world.runtime.run(old.destroy())
         return AsyncollWork(DONE, [], f"reconfigure on {owner._named}", owner._world)

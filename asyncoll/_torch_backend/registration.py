@@ -102,7 +102,9 @@ def create(options: Any, backend_options: Any = None) -> Any:
                                         timeout)
             if not members:
                 _default_world = world
-            return AsyncollProcessGroup(world, world.world, owns_world=True)
+            made = AsyncollProcessGroup(world, world.world, owns_world=True)
+            made._recovery.revocable = bool(getattr(options, "enable_reconfigure", False))
+            return made
     if max(members) >= world.world.size or world.world.rank != members[options.group_rank]:
         raise RuntimeError(f"asyncoll cannot make a group of global ranks {members} over its "
                            f"job of {world.world.size} ranks")

@@ -71,6 +71,7 @@ def test_coalesced_all_gather_refuses_output_lists_that_do_not_fit_the_group(rep
     for r in reports:
         error = r["gather_coalesced_short"]
         assert error["type"] == "asyncoll.errors.ConfigurationError"
+        assert (error["torch"], error["cause"]) == ("DistBackendError", True)
         assert "one output list per rank of the group (3)" in error["message"]
 
 
@@ -89,6 +90,7 @@ def test_sparse_all_reduce_sums_as_gloo_and_refuses_other_ops(reports):
         assert r["sparse_sum_asyncoll"][:2] == [True, True]
         assert r["sparse_sum_asyncoll"] == reports[0]["sparse_sum_asyncoll"]
         assert r["sparse_max"]["type"] == "asyncoll.errors.ConfigurationError"
+        assert r["sparse_max"]["torch"] == "DistBackendError"
         assert "supports ReduceOp.SUM only" in r["sparse_max"]["message"]
 
 
@@ -112,9 +114,13 @@ def test_repeated_all_reduce_runs_again_in_the_callers_thread_with_the_right_res
         assert r["repeats"] == [expected, [False, True, True, False, True]], r["repeats"]
 
 
-def test_refused_call_raises_asyncolls_error_from_the_torch_call(reports):
+def test_refused_call_raises_asyncolls_error_as_torchs_from_the_torch_call(reports):
     for r in reports:
+        # Both: a DistBackendError (a RuntimeError) and asyncoll's ConfigurationError,
+        # caused by asyncoll's own, message intact.
         assert r["refused_op"]["type"] == "asyncoll.errors.ConfigurationError"
+        assert (r["refused_op"]["torch"], r["refused_op"]["cause"]) == ("DistBackendError",
+                                                                        True)
         assert "needs an integer or bool array, got dtype float32" in r["refused_op"]["message"]
 
 
@@ -148,6 +154,7 @@ def test_monitored_barrier_runs_on_asyncoll_on_any_group_where_torch_routes_it(r
         error = reports[0]["monitored_barrier_timeout"]
         # gloo's words, which torch's tests match on; and a RuntimeError, as gloo's.
         assert error["type"] == "asyncoll.errors.MonitoredBarrierError"
+        assert error["torch"] == "DistBackendError"
         assert "Ranks 1, 2 failed to pass monitoredBarrier in 1000 ms" in error["message"]
         assert reports[0]["monitored_barrier_error_is_runtime_error"] is True
         assert [r["monitored_barrier_sub_group"] for r in reports[:2]] == [None, None]
@@ -160,6 +167,7 @@ def test_monitored_barrier_runs_on_asyncoll_on_any_group_where_torch_routes_it(r
 def test_barrier_timeout_says_what_torchs_callers_match_on(reports):
     error = reports[0]["barrier_timeout"]
     assert error["type"] == "asyncoll.errors.CollectiveTimeoutError"
+    assert (error["torch"], error["cause"]) == ("DistBackendError", True)
     assert "did not complete within 1 s; still waiting for data from rank 1" in error["message"]
     # torch's distributed_test.py (_test_barrier_timeout) matches this on gloo's message.
     assert re.search(" (Timed out|closed|timeout) ", error["message"]), error
@@ -167,15 +175,18 @@ def test_barrier_timeout_says_what_torchs_callers_match_on(reports):
 
 def test_timeout_surfaces_from_wait_and_future_and_breaks_the_group(reports):
     r = reports[0]
-    # Work.wait() raises asyncoll's error; the torch future fails as gloo's does,
-    # with a RuntimeError carrying asyncoll's message (see AsyncollWork.get_future).
+    # Work.wait() raises asyncoll's error as torch's; the torch future fails as gloo's
+    # does, with a RuntimeError carrying asyncoll's message (see AsyncollWork.get_future).
     assert r["timeout_wait"]["type"] == "asyncoll.errors.CollectiveTimeoutError"
+    assert (r["timeout_wait"]["torch"], r["timeout_wait"]["cause"]) == ("DistBackendError",
+                                                                        True)
     assert r["timeout_future"]["type"] == "builtins.RuntimeError"
     for key in ("timeout_wait", "timeout_future"):
         assert "did not complete within 1 s; still waiting for data from rank 1" in \
             r[key]["message"]
         assert re.search(" (Timed out|closed|timeout) ", r[key]["message"])
     assert r["broken_after"]["type"] == "asyncoll.errors.GroupBrokenError"
+    assert r["broken_after"]["torch"] == "DistBackendError"
     assert "failed earlier" in r["broken_after"]["message"]
 
 

@@ -3,9 +3,10 @@
 Sub-groups (members only, in torch's member order, a non-member's call doing nothing), tensors
 that require grad (as gloo), non-contiguous tensors (reduced right), bfloat16
 through float32, async work and its torch future, and errors: a refused call raises
-asyncoll's error from the torch call, a timed-out one from work.wait() and from the
-future, and the group then stays broken. It never calls destroy_process_group: leaving at
-exit is asyncoll's atexit hook's job. Prints one JSON object of named results.
+asyncoll's error as torch's (both classes) from the torch call, a timed-out one from
+work.wait() and from the future, and the group then stays broken. It never calls
+destroy_process_group: leaving at exit is asyncoll's atexit hook's job. Prints one JSON
+object of named results.
 """
 
 from __future__ import annotations
@@ -23,11 +24,20 @@ import torch.distributed as dist
 import asyncoll
 
 
-def error_of(call: Any) -> dict[str, str] | None:
+def error_of(call: Any) -> dict[str, Any] | None:
+    """What ``call`` raised: its asyncoll class (``type``: the class of asyncoll.errors it is
+    one of, else its own), the torch class it is one of (``torch``), whether its cause is
+    asyncoll's own error of that class (``cause``), and its message."""
     try:
         call()
     except Exception as exc:  # noqa: BLE001 - the test looks at what was raised
-        return {"type": f"{type(exc).__module__}.{type(exc).__name__}", "message": str(exc)}
+        kind = next((k for k in type(exc).__mro__ if k.__module__ == "asyncoll.errors"),
+                    type(exc))
+        family = next((k.__name__ for k in type(exc).__mro__
+                       if k.__module__ == "torch.distributed"), None)
+        cause = exc.__cause__
+        return {"type": f"{kind.__module__}.{kind.__name__}", "torch": family,
+                "cause": type(cause) is kind if family else None, "message": str(exc)}
     return None
 
 

@@ -22,7 +22,7 @@ session = group._world.world.session
 tensor = torch.tensor([1.0])
 dist.all_reduce(tensor)
 if rank == 0:
-    runtime().run(session._embedded.stop())
+    runtime().run(group._world._coordinator.stop())
 dist.all_reduce(tensor)  # collectives need no coordinator
 group_id, _ = runtime().run(session.new_group((0, 1), 30.0))
 sys.stdout.write(f"OK rank={rank} addresses={len(session.client.addresses)} "
