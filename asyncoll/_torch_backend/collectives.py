@@ -248,8 +248,8 @@ class TorchCollectives:
                           wait_all_ranks: bool = False) -> None:
         """Block until every member has arrived; group rank 0 names who did not, as gloo.
 
-        torch routes ``dist.monitored_barrier`` here from 2.14 on, for a group with a
-        backend for "cpu" (2.13 allows gloo only). It runs gloo's algorithm, with
+        torch routes ``dist.monitored_barrier`` here, for a group with a backend for
+        "cpu". It runs gloo's algorithm, with
         gloo's messages, on any group (asyncoll._algorithms.monitored).
 
         Raises:

@@ -2,9 +2,9 @@
 
 torch's ProcessGroup keeps one c10d Backend per device type, and torch's Python
 code asks it questions before it calls the group: ``batch_isend_irecv`` reads
-``group._get_backend(device).supports_coalescing`` of any ProcessGroup from
-torch 2.14 on (2.13 asks a plain ``ProcessGroup`` only), 2.14's
-``monitored_barrier`` wants ``"cpu"`` in ``group._device_types``, and
+``group._get_backend(device).supports_coalescing`` of any ProcessGroup,
+``split_group`` its ``supports_splitting``, ``monitored_barrier`` wants
+``"cpu"`` in ``group._device_types``, and
 ``group.group_name`` (which ``destroy_process_group(group)`` reads) is kept on
 the backends (``ProcessGroup::getGroupName``: "ProcessGroup name not set"
 without one). When a creator returns a ProcessGroup, as asyncoll's does so
@@ -19,12 +19,12 @@ fault-tolerance API (abort, shutdown, get_error, shrink, reconfigure), are
 the group's own methods, to which it forwards; so ``get_backend_impl(group,
 "cpu")`` and ``group._get_backend(cpu)`` run real operations, in the
 group's order and state, with the group's errors (torch's). It holds the
-group weakly (the group holds it). It says it cannot coalesce, split,
-estimate time, open windows or allocate tensors (BackendCapabilities), so
-torch takes its plain paths. The group makes it its default backend, so
-that the C++ forwards find it. torch before 2.14 cannot make a Backend in
-Python ("No constructor defined"): there the group has none, keeps its name
-itself, and runs as before.
+group weakly (the group holds it). It says it cannot coalesce, estimate
+time, open windows or allocate tensors (BackendCapabilities), so torch
+takes its plain paths; it can split (the group's split_group). The group
+makes it its default backend, so that the C++ forwards find it. torch
+before 2.14 cannot make a Backend in Python: the backend refuses it
+(registration.check_torch_version).
 """
 
 from __future__ import annotations
@@ -115,18 +115,12 @@ for _name in (*OPERATIONS, "abort", "shutdown", "get_error", "shrink", "reconfig
 del _name
 
 
-def attach(group: Any) -> bool:
-    """Register a CpuBackend as ``group``'s backend for "cpu", and its default; False where
-    torch cannot.
+def attach(group: Any) -> None:
+    """Register a CpuBackend as ``group``'s backend for "cpu", and its default.
 
     Args:
         group: the ProcessGroup (before torch names it).
     """
-    try:
-        backend = CpuBackend(group)
-    except TypeError:  # torch < 2.14: Backend has no Python constructor
-        return False
     custom = dist.ProcessGroup.BackendType.CUSTOM
-    group._register_backend(torch.device("cpu"), custom, backend)
+    group._register_backend(torch.device("cpu"), custom, CpuBackend(group))
     group._set_default_backend(custom)
-    return True
