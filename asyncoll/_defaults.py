@@ -17,6 +17,12 @@ CONNECT_RETRY_INTERVAL_S = 0.05
 RECONNECT_BACKOFF_CAP_S = 1.0
 #: Deadline of one TCP connect attempt and of a data-plane handshake.
 HANDSHAKE_TIMEOUT_S = 10.0
+#: How long a peer joining a job waits for the first bytes of the coordinator's greeting,
+#: which a coordinator sends as soon as it accepts: a server that stays silent longer
+#: (torch's TCPStore, an HTTP server) is not one. It is far above what a coordinator
+#: takes to greet thousands of peers connecting at once; reconnecting to a coordinator
+#: already known waits HANDSHAKE_TIMEOUT_S.
+GREETING_TIMEOUT_S = 0.5
 #: How long destroy_process_group waits for the coordinator to acknowledge a leave.
 LEAVE_TIMEOUT_S = 5.0
 #: How long destroying a group waits for an operation still running on its fast path in

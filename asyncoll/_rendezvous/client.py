@@ -22,8 +22,10 @@ from asyncoll._compat import timeout as timeout_after
 from asyncoll._tls import handshake as tls_handshake
 from asyncoll._tls.context import Tls
 from asyncoll._rendezvous.control import read_message, write_message
+from asyncoll._rendezvous.greeting import read_greeting
 from asyncoll._defaults import (
     CONNECT_RETRY_INTERVAL_S,
+    GREETING_TIMEOUT_S,
     HANDSHAKE_TIMEOUT_S,
     MAX_COORDINATOR_REPLY_BYTES,
     RECONNECT_BACKOFF_CAP_S,
@@ -106,11 +108,14 @@ async def _dial(host: str, port: int, tls: Tls | None
 
 
 async def _answer_challenge(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                            address: str, token: bytes | None, tls: Tls | None = None) -> None:
-    """Read the coordinator's challenge and, if it asks, prove the shared secret."""
+                            address: str, token: bytes | None, tls: Tls | None = None,
+                            greeting: float = HANDSHAKE_TIMEOUT_S) -> None:
+    """Read the coordinator's challenge (its first bytes within ``greeting`` seconds) and,
+    if it asks, prove the shared secret."""
     try:
         async with timeout_after(HANDSHAKE_TIMEOUT_S):
-            item = await read_message(reader)
+            item = await read_greeting(reader, writer, address, greeting,
+                                       nudge=tls is None)
             if item is not None and isinstance(item[1], Error):  # a TLS coordinator's refusal
                 raise error_from_code(item[1].code, f"the coordinator at {address} refused "
                                                     f"this peer: {item[1].message}")
@@ -124,7 +129,9 @@ async def _answer_challenge(reader: asyncio.StreamReader, writer: asyncio.Stream
                                       "descriptors (see its log), or not an asyncoll "
                                       "coordinator")
             if not isinstance(item[1], Challenge):
-                raise ProtocolError(f"{address} did not greet like an asyncoll coordinator")
+                raise ProtocolError(f"{address} did not greet like an asyncoll coordinator "
+                                    f"(its first message is a {item[1].TYPE}): point "
+                                    "init_method at an asyncoll coordinator")
             challenge = item[1]
             if not challenge.required and token is None:
                 return
@@ -218,7 +225,8 @@ class CoordinatorClient:
         reader, writer, at = await open_with_retry(host, port, timeout, fallbacks, tls)
         addresses = ((host, port), *fallbacks)
         try:
-            await _answer_challenge(reader, writer, join_host_port(*addresses[at]), token, tls)
+            await _answer_challenge(reader, writer, join_host_port(*addresses[at]), token, tls,
+                                    GREETING_TIMEOUT_S)
         except BaseException:
             writer.close()
             raise

@@ -63,6 +63,18 @@ def listen_plan(coordinator_side: str, environ: Mapping[str, str]) -> ListenPlan
                       "the local address of the connection to the coordinator")
 
 
+def route_address(host: str, port: int) -> str:
+    """The local address of this host's route to ``host:port`` (``host`` itself where the
+    route cannot be found): the address a process there reaches this host at."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0][0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, port))  # UDP: picks the route, sends nothing
+            return str(probe.getsockname()[0])
+    except OSError:
+        return host
+
+
 def interface_address(ifname: str) -> str:
     """The IPv4 address of network interface ``ifname``, else its global IPv6 address.
 

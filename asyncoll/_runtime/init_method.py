@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
+from asyncoll._runtime import torchrun
 from asyncoll._runtime.session import Rendezvous
 from asyncoll._defaults import DEFAULT_JOB_ID
 from asyncoll._wire.endpoint import host_literal, split_addresses, split_host_port
@@ -36,7 +37,9 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
     WORLD_SIZE from the argument or the environment. Where RANK and WORLD_SIZE
     are not set, Open MPI's (OMPI_COMM_WORLD_RANK/SIZE) and Slurm's
     (SLURM_PROCID, SLURM_NTASKS) are used, so mpirun and srun can launch. A rank of -1 lets the
-    coordinator choose. Rank 0 may host the coordinator when none is running.
+    coordinator choose. Rank 0 may host the coordinator when none is running; under
+    torchrun, whose agent's store is at MASTER_PORT, rank 0 hosts it elsewhere and
+    publishes it in that store.
     ``elastic``, ``min_size`` and ``max_size`` default to ASYNCOLL_ELASTIC
     ("1": elastic), ASYNCOLL_MIN_SIZE and ASYNCOLL_MAX_SIZE (0 or unset: no bound).
 
@@ -80,10 +83,13 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
         raise ConfigurationError(f"an elastic job needs 0 <= min_size <= world_size <= "
                                  f"max_size (0: no bound), got min_size {min_size}, world_size "
                                  f"{world_size}, max_size {max_size}")
+    # Under torchrun, MASTER_PORT is its agent's store: the coordinator's address is
+    # published there (asyncoll._runtime.torchrun).
+    torch_store = url.scheme == "env" and not launched and torchrun.serves_store(environ)
     return Rendezvous(host=host, port=port, job=job, world_size=world_size, rank=rank,
-                      timeout=timeout, may_host=rank == 0 and not launched,
+                      timeout=timeout, may_host=rank == 0 and not launched and not torch_store,
                       elastic=bool(elastic), min_size=min_size, max_size=max_size,
-                      fallbacks=fallbacks)
+                      fallbacks=fallbacks, torch_store=torch_store)
 
 
 def resolve_published(host: str, port: int, job: str, world_size: int, rank: int, timeout: float,

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from asyncoll._runtime import hosting, tracing
+from asyncoll._runtime import hosting, torchrun, tracing
 from asyncoll._runtime.loop import LoopThread
 from asyncoll._runtime.settings import Settings
 from asyncoll._runtime.session import Rendezvous, Session
@@ -82,6 +82,8 @@ class Runtime:
             RendezvousError: refused, unreachable, timed out, or cannot host.
             ConfigurationError: the coordinator refused this peer's arguments.
         """
+        if embedded is None and where.torch_store:
+            where, embedded = await torchrun.meet(where, settings)
         if embedded is None and where.may_host:
             embedded = await hosting.host_unless_listening(where.host, where.port,
                                                            settings.token, settings.tls)

@@ -94,6 +94,9 @@ class Rendezvous:
     #: What reconfigures that list their members name this process by ("": a new
     #: random one; a process moving to another job keeps its own).
     token: str = ""
+    #: (host, port) is the store of torchrun's agent, where the job's coordinator is
+    #: published (asyncoll._runtime.torchrun), not the coordinator.
+    torch_store: bool = False
 
     @property
     def bounds(self) -> tuple[bool, int, int]:

@@ -5,8 +5,9 @@ A listener with TLS on accepts plain TCP and starts TLS itself
 (:class:`TlsServer`), so that a handshake that fails is logged with its
 reason, and so that a peer without TLS hears why it is refused: asyncoll's
 listeners speak first, so such a peer sends nothing and waits, where a TLS
-client sends its hello at once. A connection silent for :data:`SILENCE_S`
-is told, in plain text and in its own protocol, that TLS is required. The
+client sends its hello at once. A connection silent for :data:`SILENCE_S`,
+or whose first byte is plain text, is told, in plain text and in its own
+protocol, that TLS is required. The
 reverse, a TLS client at a listener without TLS, is seen at once on both
 sides: the client reads a plain greeting where a TLS record belongs, and the
 listener a TLS record (:func:`looks_like_tls`) where a message belongs.
@@ -255,10 +256,13 @@ class TlsServer:
             if first == b"":
                 sock.close()  # closed without a word: a probe, not worth a warning
                 return
-            if first is None:
-                log.warning("refused a connection from %s to %s: it sent no TLS hello within "
-                            "%s s, so it does not speak TLS; %s", where, self._what,
-                            SILENCE_S, SAME_EVERYWHERE)
+            if first is None or first != _TLS_RECORD[:1]:
+                # Silent, or plain text where a TLS hello belongs (a coordinator's peer
+                # nudges a listener that does not greet it): told in its own protocol.
+                said = (f"it sent no TLS hello within {SILENCE_S} s" if first is None else
+                        "it sent plain text where a TLS hello belongs")
+                log.warning("refused a connection from %s to %s: %s, so it does not speak "
+                            "TLS; %s", where, self._what, said, SAME_EVERYWHERE)
                 with contextlib.suppress(OSError):
                     sock.send(self._refuse_plain)
                 sock.close()

@@ -118,7 +118,9 @@ def test_a_peer_without_tls_is_told_the_coordinator_requires_it(tls_daemon):
     assert out.startswith("ERROR AuthenticationError"), out
     assert f"the coordinator at {tls_daemon.address} refused this peer: the coordinator " \
            "requires TLS and this peer connected without it; set ASYNCOLL_TLS_CERT" in out
-    tls_daemon.wait_for_log("it sent no TLS hello within 2.0 s, so it does not speak TLS")
+    # The peer, not greeted, nudged it with plain text, which the daemon refused at once.
+    tls_daemon.wait_for_log("it sent plain text where a TLS hello belongs, so it does not "
+                            "speak TLS")
 
 
 def test_a_peer_whose_certificate_another_ca_signed_is_refused_on_both_sides(tls_daemon,

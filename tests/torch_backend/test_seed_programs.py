@@ -1,4 +1,4 @@
-"""The four SEED.md programs with backend='asyncoll' print what they print with backend='gloo'.
+"""The four SEED.md programs on asyncoll print what they print with backend='gloo'.
 
 Each program is SEED.md's, verbatim (with the imports the page's later
 examples leave out), in a temporary file; its asyncoll form differs only in
@@ -6,12 +6,19 @@ examples leave out), in a temporary file; its asyncoll form differs only in
 each rank's lines are compared with that rank's lines under gloo (run with
 torchrun): the ranks share stdout, so lines of different ranks can arrive in
 any order, and are picked out by their "Process R" prefix.
+
+Its ``import asyncoll as dist`` form (backend 'gloo' kept, as in a program
+moved over unchanged) runs under torchrun too: asyncoll's own
+init_process_group then meets through the store torchrun's agent hosts at
+MASTER_PORT.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -68,6 +75,17 @@ ABORT_SIGNS = ("Traceback", "terminate called", "Aborted", "Fatal Python error",
                "core dumped")
 
 
+def torchrun_static(nproc: int, script: list[str]) -> list[str]:
+    """torchrun as typed out of habit: its static rendezvous, its store on a given port."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+            "--master-port", str(conftest.free_port()), *script]
+
+
+LAUNCHERS: dict[str, Callable[[int, list[str]], list[str]]] = {
+    "torchrun": conftest.torchrun, "torchrun-static": torchrun_static,
+    "asyncoll-run": conftest.asyncoll_run}
+
+
 def lines_by_rank(stdout: str, world_size: int) -> dict[int, list[str]]:
     """Each rank's "Process R ..." lines, in the order that rank printed them."""
     by_rank: dict[int, list[str]] = {rank: [] for rank in range(world_size)}
@@ -77,17 +95,18 @@ def lines_by_rank(stdout: str, world_size: int) -> dict[int, list[str]]:
     return by_rank
 
 
-def launch(name: str, backend: str, launcher: str, tmp: Path, entry_point_dir: Path,
-           ) -> dict[int, list[str]]:
+def launch(name: str, backend: str, launcher: str, as_dist: str, tmp: Path,
+           entry_point_dir: Path) -> dict[int, list[str]]:
+    """Run program ``name`` with ``backend``, its ``dist`` being module ``as_dist``."""
     source, world_size = PROGRAMS[name]
-    script = tmp / f"{name}_{backend}.py"
-    script.write_text(source.replace("backend='gloo'", f"backend='{backend}'"))
-    command = (conftest.torchrun if launcher == "torchrun" else conftest.asyncoll_run)(
-        world_size, [str(script)])
+    script = tmp / f"{name}_{backend}_{as_dist.replace('.', '_')}.py"
+    script.write_text(source.replace("backend='gloo'", f"backend='{backend}'").replace(
+        "import torch.distributed as dist", f"import {as_dist} as dist"))
+    command = LAUNCHERS[launcher](world_size, [str(script)])
     result = conftest.run(command, conftest.environment(entry_point_dir), JOB_TIMEOUT_S,
                           cwd=tmp)
-    report = f"{launcher} {name} backend={backend} exited {result.returncode}:\n" \
-             f"{result.stdout}\n{result.stderr[-5000:]}"
+    report = (f"{launcher} {name} backend={backend} dist={as_dist} exited "
+              f"{result.returncode}:\n{result.stdout}\n{result.stderr[-5000:]}")
     assert result.returncode == 0, report
     assert not [s for s in ABORT_SIGNS if s in result.stderr], report
     return lines_by_rank(result.stdout, world_size)
@@ -95,20 +114,28 @@ def launch(name: str, backend: str, launcher: str, tmp: Path, entry_point_dir: P
 
 @functools.lru_cache(maxsize=None)
 def gloo_lines(name: str, tmp: Path, entry_point_dir: Path) -> dict[int, list[str]]:
-    return launch(name, "gloo", "torchrun", tmp, entry_point_dir)
+    return launch(name, "gloo", "torchrun", "torch.distributed", tmp, entry_point_dir)
+
+
+#: How each program is run: (backend, launcher, what it imports as dist). The last two
+#: keep backend='gloo', as a torch program moved over unchanged does.
+FORMS = {"backend_asyncoll-torchrun": ("asyncoll", "torchrun", "torch.distributed"),
+         "backend_asyncoll-asyncoll_run": ("asyncoll", "asyncoll-run", "torch.distributed"),
+         "import_asyncoll-torchrun": ("gloo", "torchrun", "asyncoll"),
+         "import_asyncoll-torchrun_static": ("gloo", "torchrun-static", "asyncoll")}
 
 
 @pytest.mark.timeout(3 * JOB_TIMEOUT_S)
-@pytest.mark.parametrize("launcher", ["torchrun", "asyncoll-run"])
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_seed_program_prints_per_rank_what_gloo_prints(
-        name: str, launcher: str, entry_point_dir: Path,
+        name: str, form: str, entry_point_dir: Path,
         tmp_path_factory: pytest.TempPathFactory) -> None:
     tmp = tmp_path_factory.getbasetemp() / "seed_programs"
     tmp.mkdir(exist_ok=True)
     expected = gloo_lines(name, tmp, entry_point_dir)
 
-    got = launch(name, "asyncoll", launcher, tmp, entry_point_dir)
+    got = launch(name, *FORMS[form], tmp, entry_point_dir)
 
     assert got == expected
     assert sum(map(len, expected.values())) >= 4  # the gloo run printed something

@@ -109,3 +109,25 @@ def test_a_published_coordinator_is_joined_elastic_with_its_fallbacks_and_never_
     assert not where.may_host and where.bounds == (True, 0, 0)
     with pytest.raises(ConfigurationError, match="rank 2 is out of range for world size 2"):
         resolve_published("10.0.0.1", 4100, "torch-1", 2, 2, 5.0, ())
+
+
+TORCHRUN = {**ENV, "RANK": "0", "TORCHELASTIC_RUN_ID": "none",
+            "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0"}
+
+
+def test_env_under_torchrun_meets_through_its_agents_store_and_hosts_nothing_there():
+    where = resolve("gloo", "env://", -1, -1, 5.0, None, environ=TORCHRUN)
+    assert where.torch_store and not where.may_host
+    assert (where.host, where.port, where.rank, where.world_size) == ("10.1.2.3", 29501, 0, 4)
+
+
+@pytest.mark.parametrize("environ, init_method", [
+    ({**TORCHRUN, "TORCHELASTIC_USE_AGENT_STORE": "False"}, "env://"),  # rank 0 hosts the store
+    ({k: v for k, v in TORCHRUN.items() if k != "TORCHELASTIC_RUN_ID"}, "env://"),
+    ({**TORCHRUN, "ASYNCOLL_COORDINATOR": "10.9.9.9:7000"}, "env://"),  # asyncoll-run's
+    (TORCHRUN, "tcp://10.9.9.9:7000"),  # an address given outright
+])
+def test_torchruns_store_is_used_only_where_torchrun_says_its_agent_serves_it(
+        environ, init_method):
+    where = resolve(None, init_method, -1, -1, 5.0, None, environ=environ)
+    assert not where.torch_store
