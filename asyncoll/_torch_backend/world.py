@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -25,6 +24,7 @@ from typing import Any
 
 from asyncoll import aio
 from asyncoll._runtime import hosting
+from asyncoll._runtime.addresses import route_address
 from asyncoll._runtime.loop import CallbackThread
 from asyncoll._runtime.runtime import Runtime, runtime
 from asyncoll._runtime.settings import settings_at_join
@@ -202,13 +202,7 @@ def _advertised_host(store: Any, environ: Mapping[str, str]) -> str:
             return "127.0.0.1"
         port = environ.get("MASTER_PORT", "")
         target = (host_literal(master, "MASTER_ADDR"), int(port) if port.isdigit() else 9)
-    try:
-        family = socket.getaddrinfo(*target, type=socket.SOCK_DGRAM)[0][0]
-        with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            probe.connect(target)  # UDP: picks the route, sends nothing
-            return str(probe.getsockname()[0])
-    except OSError:
-        return target[0]
+    return route_address(*target)
 
 
 def _read_address(store: Any, timeout: float) -> dict[str, Any]:
