@@ -32,12 +32,19 @@ def steps(out: str) -> list[str]:
     return [line[len("step "):] for line in out.splitlines() if line.startswith("step ")]
 
 
-def launch(scenario: str, world_size: int, entry_point_dir: Path) -> list[list[str]]:
+def run_scenario(scenario: str, world_size: int, entry_point_dir: Path
+                 ) -> tuple[list[int], list[list[str]], str]:
+    """Each rank's exit code and steps, and the report, of ``scenario`` on env://."""
     env = conftest.environment(entry_point_dir, SCENARIO=scenario, WORLD_SIZE=str(world_size),
                                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(conftest.free_port()))
     outcomes, report = conftest.run_ranks(WORKER, world_size, env, JOB_TIMEOUT_S)
-    assert all(code == 0 for code, _, _ in outcomes), report
-    return [steps(out) for _, out, _ in outcomes]
+    return [code for code, _, _ in outcomes], [steps(out) for _, out, _ in outcomes], report
+
+
+def launch(scenario: str, world_size: int, entry_point_dir: Path) -> list[list[str]]:
+    codes, seen, report = run_scenario(scenario, world_size, entry_point_dir)
+    assert all(code == 0 for code in codes), report
+    return seen
 
 
 @needs_the_api
@@ -63,23 +70,18 @@ def test_a_new_process_joins_through_reconfigure(entry_point_dir: Path) -> None:
 @needs_the_api
 @pytest.mark.timeout(JOB_TIMEOUT_S + 60)
 def test_shrink_group_goes_on_after_a_kill_9(entry_point_dir: Path) -> None:
-    env = conftest.environment(entry_point_dir, SCENARIO="kill9", WORLD_SIZE="3",
-                               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(conftest.free_port()))
-    outcomes, report = conftest.run_ranks(WORKER, 3, env, JOB_TIMEOUT_S)
-    assert [code for code, _, _ in outcomes] == [0, 0, -9], report
-    assert [steps(out) for _, out, _ in outcomes[:2]] == [
-        ["before 6.0", "lost 2", f"after {r} 2 3.0"] for r in range(2)], report
+    codes, seen, report = run_scenario("kill9", 3, entry_point_dir)
+    assert codes == [0, 0, -9], report
+    assert seen[:2] == [["before 6.0", "lost 2", f"after {r} 2 3.0"] for r in range(2)], report
 
 
 @needs_the_api
 @pytest.mark.timeout(JOB_TIMEOUT_S + 60)
 def test_the_others_reconfigure_without_rank_0_after_its_kill_9(entry_point_dir: Path) -> None:
     # Rank 0 hosted the torch job's coordinator: the two left meet on rank 1's.
-    env = conftest.environment(entry_point_dir, SCENARIO="rank0", WORLD_SIZE="3",
-                               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(conftest.free_port()))
-    outcomes, report = conftest.run_ranks(WORKER, 3, env, JOB_TIMEOUT_S)
-    assert [code for code, _, _ in outcomes] == [-9, 0, 0], report
-    assert [steps(out) for _, out, _ in outcomes[1:]] == [
+    codes, seen, report = run_scenario("rank0", 3, entry_point_dir)
+    assert codes == [-9, 0, 0], report
+    assert seen[1:] == [
         ["all 6.0", f"without rank 0 {r} 2 5.0"] for r in range(2)], report
 
 
