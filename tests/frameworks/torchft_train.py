@@ -1,14 +1,20 @@
 """A torchft training program, and the harness that kills one of its replicas and restarts it.
 
-``python torchft_train.py replica BACKEND ID LIGHTHOUSE STEPS REPLICAS DIE_AT`` is one
-replica group of one process: a tiny model under torchft's Manager and
-its allreduce of the gradients, on ``ProcessGroupAsyncoll`` (BACKEND "asyncoll") or
-torchft's ``ProcessGroupGloo`` ("gloo"). It trains until it has committed
-step STEPS or later with all REPLICAS replicas taking part, printing one JSON line
-per step (committed or thrown away) and its final parameters; at step DIE_AT
-(-1: never), or the first step after it that all replicas took part in, it kills
-itself with SIGKILL before its backward pass, while the others wait for its
-gradients.
+``python torchft_train.py replica BACKEND ID LIGHTHOUSE STEPS REPLICAS DIE_AT COMPUTE GO
+WIDTH`` is one replica group of one process: a two-layer model WIDTH wide
+under torchft's Manager, which averages its gradients with torchft's
+allreduce, on ``ProcessGroupAsyncoll`` (BACKEND "asyncoll") or torchft's
+``ProcessGroupGloo`` ("gloo"); each step sleeps COMPUTE seconds (a forward
+pass worth the name). The first replicas wait for the file GO ("-": none).
+It trains until it commits step STEPS or later with all REPLICAS replicas
+taking part, printing one JSON line per step (committed or thrown away) and
+its final parameters; at step DIE_AT (-1: never), or the first step after it
+that all replicas took part in, it kills itself with SIGKILL before its
+backward pass, while the others wait for its gradients.
+
+(torchft 0.2.0's DistributedDataParallel is not used: its communication hook
+fails with an AssertionError when an allreduce fails, on gloo as on asyncoll,
+and the survivor dies with the replica it lost.)
 
 ``scenario()`` runs REPLICAS of them around a lighthouse of its own, restarts
 the killed one at once, and measures what the test and the benchmark
@@ -41,7 +47,7 @@ def emit(**event: object) -> None:
 
 
 def replica(backend: str, ident: int, lighthouse: str, steps: int, replicas: int,
-            die_at: int, compute_s: float, go: str) -> None:
+            die_at: int, compute_s: float, go: str, width: int) -> None:
     import torch
     from torch import nn
     from torch.distributed import TCPStore
@@ -49,7 +55,7 @@ def replica(backend: str, ident: int, lighthouse: str, steps: int, replicas: int
     from torchft import Manager, ProcessGroupGloo
 
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 8))
+    model = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, 8))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     if backend == "asyncoll":
         from asyncoll.torchft import ProcessGroupAsyncoll
@@ -141,9 +147,10 @@ def _events(path: Path) -> list[dict[str, object]]:
 
 
 def scenario(backend: str, replicas: int, steps: int, kill_at: int, compute_s: float = 0.01,
-             limit_s: float = 120.0) -> Outcome:
-    """Train ``replicas`` replicas on ``backend``; kill replica 0 (the one hosting the
-    quorum's coordinator) at step ``kill_at``, restart it at once; measure.
+             limit_s: float = 120.0, width: int = 256) -> Outcome:
+    """Train ``replicas`` replicas of a model ``width`` wide on ``backend``; kill replica 0
+    (the one hosting the quorum's coordinator) at step ``kill_at``, restart it at once;
+    measure.
 
     Raises:
         RuntimeError: a replica failed or did not finish within ``limit_s``.
@@ -162,7 +169,7 @@ def scenario(backend: str, replicas: int, steps: int, kill_at: int, compute_s: f
         with open(log, "wb") as out, open(err_log, "wb") as err:
             procs[life] = subprocess.Popen(
                 [sys.executable, str(HERE), "replica", backend, str(ident), lighthouse.address(),
-                 str(steps), str(replicas), str(die_at), str(compute_s), wait_for],
+                 str(steps), str(replicas), str(die_at), str(compute_s), wait_for, str(width)],
                 stdout=out, stderr=err)
 
     deadline = time.monotonic() + limit_s
@@ -198,8 +205,11 @@ def _outcome(backend: str, replicas: int, lives: dict[str, list[dict[str, object
     died = next(e for e in lives["r0"] if e["event"] == "dying")
     kill = float(died["t"])  # type: ignore[arg-type]
     survivors = [lives[f"r{i}"] for i in range(1, replicas)]
+    # The survivors' steps from the one the replica died in: one committed later is a
+    # step the replica no longer held up.
     after = [float(e["t"]) for events in survivors for e in events  # type: ignore[arg-type]
-             if e["event"] == "commit" and float(e["t"]) > kill]  # type: ignore[arg-type]
+             if e["event"] == "commit" and int(e["step"]) >= int(died["step"])  # type: ignore
+             and float(e["t"]) > kill]  # type: ignore[arg-type]
     detected = [float(e["t"]) for events in survivors for e in events  # type: ignore[arg-type]
                 if e["event"] == "discard" and float(e["t"]) > kill]  # type: ignore[arg-type]
     configured = [float(e["seconds"]) for events in survivors for e in events  # type: ignore[arg-type]
@@ -228,4 +238,4 @@ def _outcome(backend: str, replicas: int, lives: dict[str, list[dict[str, object
 
 if __name__ == "__main__" and sys.argv[1] == "replica":
     replica(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), int(sys.argv[6]),
-            int(sys.argv[7]), float(sys.argv[8]), sys.argv[9])
+            int(sys.argv[7]), float(sys.argv[8]), sys.argv[9], int(sys.argv[10]))
