@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -198,7 +199,10 @@ def scenario(backend: str, replicas: int, steps: int, kill_at: int, compute_s: f
                 proc.kill()
                 proc.wait()
         lighthouse.shutdown()
-    return _outcome(backend, replicas, {life: _events(workdir / f"{life}.log") for life in procs})
+    outcome = _outcome(backend, replicas,
+                       {life: _events(workdir / f"{life}.log") for life in procs})
+    shutil.rmtree(workdir)  # kept when something failed, for its logs
+    return outcome
 
 
 def _outcome(backend: str, replicas: int, lives: dict[str, list[dict[str, object]]]) -> Outcome:
