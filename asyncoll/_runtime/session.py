@@ -454,8 +454,9 @@ class Session:
                         "monitored_barrier and the coordinator's failure notices are gone "
                         "for good", error)
 
-    async def close(self) -> None:
-        """Leave the job and close everything; never raises."""
+    async def close(self, abandon: bool = False) -> None:
+        """Leave the job and close everything; never raises. ``abandon`` (an abort, the
+        next group being made): say goodbye only to a coordinator reached now."""
         if self.closed:
             return
         self.closed = True
@@ -465,8 +466,9 @@ class Session:
         # timeout: one that never comes back (it died with rank 0) must not hold
         # every member's exit; one that does counts this rank lost, which is harmless.
         with contextlib.suppress(AsyncollError, OSError):
-            await self.client.request(Leave(), LEAVE_TIMEOUT_S if self.client.up else
-                                      RECONNECT_BACKOFF_CAP_S, "leave")
+            if self.client.up or not abandon:
+                await self.client.request(Leave(), LEAVE_TIMEOUT_S if self.client.up else
+                                          RECONNECT_BACKOFF_CAP_S, "leave")
         self._stop_groups("this rank destroyed its process group (destroy_process_group)")
         await _close_quietly(self.client, self.mesh, self._embedded, self.job)
 

@@ -85,12 +85,16 @@ class Recovery:
         #: reconfigure recovers from, and get_error() says SUCCESS after it, as gloo's.
         self.revocable = False
 
-    def shutdown(self) -> None:
+    def shutdown(self, abandon: bool = False) -> None:
         """Leave the asyncoll job when this group owns it; join its threads. A sub-group
-        (not the world's group 0) is closed here: its arena, links and thread go now."""
+        (not the world's group 0) is closed here: its arena, links and thread go now.
+
+        Args:
+            abandon: after an abort: wait for no coordinator being reached again.
+        """
         owner = self._owner
         if owner._owns_world:
-            owner._world.shutdown()
+            owner._world.shutdown(abandon)
         elif owner._group.group_id != 0 and not owner._world.closed:
             owner._world.runtime.run(owner._group.destroy())
 
@@ -107,7 +111,7 @@ class Recovery:
         self._break(AbortedError(f"{owner._named} was aborted on global rank "
                                  f"{owner._group.global_rank} (ProcessGroup.abort)"))
         if not self.revocable:
-            self.shutdown()
+            self.shutdown(abandon=True)
 
     def renewed(self) -> None:
         """The group runs a new communicator (a reconfigure): this rank's abort was of the

@@ -66,8 +66,14 @@ class TorchWorld:
         runtime.at_exit(self.shutdown)
 
     @classmethod
-    def join(cls, store: Any, rank: int, size: int, timeout: float) -> TorchWorld:
+    def join(cls, store: Any, rank: int, size: int, timeout: float,
+             standing: Coordinator | None = None) -> TorchWorld:
         """Join (rank 0: host) the asyncoll job of the group that ``store`` belongs to.
+
+        Args:
+            standing: a coordinator this process already hosts, which rank 0
+                publishes instead of starting one; it outlives the job (the
+                caller stops it), so leaving the job waits for no other rank.
 
         Raises:
             RendezvousError: the coordinator could not start or be reached, or the
@@ -77,15 +83,16 @@ class TorchWorld:
         shared = runtime()
         settings = settings_at_join()
         coordinator: Coordinator | None = None
-        advertise = _advertised_host(store, settings.environment)
+        advertise = advertised_host(store, settings.environment)
         try:
             if rank == 0:
-                coordinator = shared.run(hosting.host_advertised(advertise, settings.token,
-                                                                 settings.tls))
+                if standing is None:
+                    standing = coordinator = shared.run(hosting.host_advertised(
+                        advertise, settings.token, settings.tls))
                 # Standing coordinators named in the environment take the job back
                 # if the embedded one goes (with rank 0's process, say).
                 fallbacks = standing_coordinators(settings.environment)
-                published = {"host": coordinator.host, "port": coordinator.port,
+                published = {"host": standing.host, "port": standing.port,
                              "job": f"torch-{uuid.uuid4().hex}",
                              "fallbacks": [list(a) for a in fallbacks]}
                 store.set(STORE_KEY, json.dumps(published))
@@ -150,12 +157,16 @@ class TorchWorld:
         """
         self._completions.put(action)
 
-    def shutdown(self) -> None:
+    def shutdown(self, abandon: bool = False) -> None:
         """Leave the job (stopping the coordinator this rank hosts), join the thread.
 
         A world made ``over`` the blocking API's is left to it: only the thread ends.
 
         Operations still running fail with an asyncoll error. Never raises.
+
+        Args:
+            abandon: the job was aborted here: leave without waiting for a
+                coordinator that this rank is not connected to now.
         """
         with self._lock:
             if self._closed:
@@ -164,18 +175,18 @@ class TorchWorld:
         self.runtime.forget_at_exit(self.shutdown)
         if self._owns_world:
             try:
-                self.runtime.run(self.world.destroy())
+                self.runtime.run(self.world.session.close(abandon))
             except Exception:  # noqa: BLE001 - shutdown must always finish
                 log.exception("asyncoll: error while leaving the job")
         if self._coordinator is not None:
             try:
-                self.runtime.run(_drain_and_stop(self._coordinator))
+                self.runtime.run(drain_and_stop(self._coordinator))
             except Exception:  # noqa: BLE001 - shutdown must always finish
                 log.exception("asyncoll: error while stopping the embedded coordinator")
         self._completions.stop()
 
 
-async def _drain_and_stop(coordinator: Coordinator) -> None:
+async def drain_and_stop(coordinator: Coordinator) -> None:
     """Stop ``coordinator`` once the other ranks have left every job on it (the torch job
     and the communicators its reconfigures formed), or after EMBEDDED_DRAIN_TIMEOUT_S."""
     if not await coordinator.wait_until_idle(None, EMBEDDED_DRAIN_TIMEOUT_S):
@@ -183,7 +194,7 @@ async def _drain_and_stop(coordinator: Coordinator) -> None:
     await coordinator.stop()
 
 
-def _advertised_host(store: Any, environ: Mapping[str, str]) -> str:
+def advertised_host(store: Any, environ: Mapping[str, str]) -> str:
     """The address of this host (rank 0) that the other ranks reach it at.
 
     That is the local address of the route to torch's store (the TCPStore

@@ -12,6 +12,7 @@ steers it, options separated by commas::
     <!-- doc-test: torch -->  skipped where torch is not installed; a block that
                               imports torch or passes --torch needs no marker
     <!-- doc-test: torch=2.14 -->  skipped where torch is older than that
+    <!-- doc-test: needs=MODULE -->  skipped where MODULE (torchft, say) is not installed
     <!-- doc-test: port=P -->  every P in the block becomes a free port first
 
 So a block nobody marked is run, and one that cannot run fails here. Each
@@ -69,6 +70,8 @@ class Block:
     #: The oldest torch the block runs on, as (major, minor); None: any.
     torch_at_least: tuple[int, int] | None = None
     ports: list[str] = field(default_factory=list)
+    #: Modules the block needs beyond torch; it is skipped where one is not installed.
+    needs: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -101,6 +104,8 @@ def _read_marker(block: Block, options: str) -> None:
             block.ranks = int(value)
         elif name == "port" and value.isdigit():
             block.ports.append(value)
+        elif name == "needs" and re.fullmatch(r"[A-Za-z_][\w.]*", value):
+            block.needs.append(value)
         else:
             block.problems.append(f"unknown doc-test option {option!r}")
     if block.ranks is not None and block.lang != "python":
@@ -245,6 +250,9 @@ def test_doc_block_runs(block: Block, tmp_path: Path) -> None:
         if (major, minor) < block.torch_at_least:
             pytest.skip(f"needs torch {'.'.join(map(str, block.torch_at_least))} or later, "
                         f"and this one is {version}")
+    for module in block.needs:
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"needs {module}, which is not installed")
     code = block.code
     for port in block.ports:
         code = code.replace(port, str(free_port()))

@@ -12,13 +12,13 @@ import sys
 import torch
 import torch.distributed as dist
 
-from asyncoll._torch_backend.world import _advertised_host
+from asyncoll._torch_backend.world import advertised_host
 
 dist.init_process_group("asyncoll")
 rank = dist.get_rank()
 tensor = torch.tensor([float(rank + 1)])
 dist.all_reduce(tensor)
-advertised = _advertised_host(dist.distributed_c10d._get_default_store(), os.environ)
+advertised = advertised_host(dist.distributed_c10d._get_default_store(), os.environ)
 # One write, so that the ranks' lines never interleave.
 sys.stdout.write(f"OK rank={rank} sum={tensor.item()} advertised={advertised}\n")
 sys.stdout.flush()
