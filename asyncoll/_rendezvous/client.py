@@ -58,7 +58,7 @@ log = logging.getLogger("asyncoll.rendezvous")
 
 async def open_with_retry(host: str, port: int, timeout: float,
                           fallbacks: Sequence[tuple[str, int]] = (), tls: Tls | None = None,
-                          waits_for: str = "the coordinator"
+                          waits_for: str | None = None
                           ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
     """Connect to ``host:port`` or one of ``fallbacks``, retrying while they refuse, for up
     to ``timeout`` seconds; return the streams and which address answered (0: the first).
@@ -66,8 +66,9 @@ async def open_with_retry(host: str, port: int, timeout: float,
     A coordinator may start after its workers (torch's store behaves the same),
     so a refused connection is retried until the deadline, each address in turn.
     With ``tls``, the connection speaks TLS; a failed TLS handshake is not retried.
-    While it retries, a warning says so at growing intervals, naming ``waits_for``
-    (who should answer there), the addresses and the deadline.
+    With ``waits_for`` (who should answer there: a rank joining its job), a warning
+    says so while it retries, at growing intervals, naming the addresses and the
+    deadline.
 
     Raises:
         RendezvousTimeoutError: nothing accepted the connection in time.
@@ -79,15 +80,15 @@ async def open_with_retry(host: str, port: int, timeout: float,
     addresses = [(host, port), *fallbacks]
     last: OSError | None = None
 
-    async def report() -> None:
+    async def report(who: str) -> None:
         where = " or ".join(join_host_port(*a) for a in addresses)
         for gap in report_gaps():
             await asyncio.sleep(gap)
             now = loop.time()
-            log.warning("%s", unreachable_text(waits_for, where, now - began, last,
+            log.warning("%s", unreachable_text(who, where, now - began, last,
                                                deadline - now, timeout))
 
-    reporter = loop.create_task(report())
+    reporter = loop.create_task(report(waits_for)) if waits_for else None
     try:
         for attempt in itertools.count():
             index = attempt % len(addresses)
@@ -112,7 +113,8 @@ async def open_with_retry(host: str, port: int, timeout: float,
                 await asyncio.sleep(min(CONNECT_RETRY_INTERVAL_S,
                                         max(0.0, deadline - loop.time())))
     finally:
-        reporter.cancel()
+        if reporter is not None:
+            reporter.cancel()
     raise AssertionError("unreachable")
 
 
@@ -226,7 +228,7 @@ class CoordinatorClient:
     @classmethod
     async def connect(cls, host: str, port: int, timeout: float, token: bytes | None = None,
                       fallbacks: Sequence[tuple[str, int]] = (), tls: Tls | None = None,
-                      waits_for: str = "the coordinator") -> CoordinatorClient:
+                      waits_for: str | None = None) -> CoordinatorClient:
         """Connect to the coordinator at ``host:port``, or at one of ``fallbacks`` (see
         :func:`open_with_retry`, which says while it waits that it waits for ``waits_for``).
 
