@@ -43,6 +43,8 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
     publishes it in that store.
     ``elastic``, ``min_size`` and ``max_size`` default to ASYNCOLL_ELASTIC
     ("1": elastic), ASYNCOLL_MIN_SIZE and ASYNCOLL_MAX_SIZE (0 or unset: no bound).
+    A rank at or beyond the world size is left for the coordinator to refuse, which
+    fails the rest of the rendezvous with it.
 
     Raises:
         ConfigurationError: an unknown backend or scheme, or a missing or bad value.

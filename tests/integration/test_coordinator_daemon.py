@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from .conftest import WORKERS, Daemon, finish, free_port, start_probe
+from .conftest import WORKERS, Daemon, finish, free_port, stream_lines, start_probe
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -85,13 +85,15 @@ def test_a_refused_rank_fails_the_waiting_ranks_within_2_s_naming_it_and_why(
     init = f"tcp://{daemon.address}"
     first = start_probe("--init", init, "--world-size", "2", "--rank", "0", "--timeout", "60")
     daemon.wait_for_log("1 of 2 present")
+    assert first.stdout is not None
+    said = stream_lines(first.stdout)
     refused = start_probe("--init", init, *bad)
     code, out, _ = finish(refused)
     assert code == 2 and out.startswith("ERROR ConfigurationError: ") and reason in out
     # The waiting rank was failed when the coordinator refused the other, before that
     # process printed and exited.
-    code, out, _ = finish(first, timeout=2)
-    assert code == 2, out
+    out = said.get(timeout=2)
+    assert finish(first)[0] == 2
     assert out.startswith(f"ERROR RendezvousError: the rendezvous of job 'default' failed: "
                           f"the coordinator refused a peer from {socket.gethostname()} (pid "
                           f"{refused.pid}) asking for rank {bad[3]} of world size {bad[1]}: ")

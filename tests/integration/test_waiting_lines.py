@@ -9,12 +9,11 @@ import queue
 import re
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
-from .conftest import WORKERS, Daemon, free_port, start_probe
+from .conftest import WORKERS, Daemon, free_port, stream_lines, start_probe
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -22,23 +21,11 @@ pytestmark = pytest.mark.timeout(90)
 DEAD = "127.0.0.1:1"
 
 
-def stderr_lines(proc: subprocess.Popen[str]) -> queue.Queue[str]:
-    """The process's stderr, line by line as it comes (a reader thread)."""
-    lines: queue.Queue[str] = queue.Queue()
-
-    def read() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.put(line)
-
-    threading.Thread(target=read, daemon=True).start()
-    return lines
-
-
 def first_line_with(proc: subprocess.Popen[str], text: str, within: float) -> tuple[str, float]:
     """The first stderr line of ``proc`` holding ``text``, read within ``within`` seconds of
     now, and how long it took; the process is killed afterwards."""
-    lines = stderr_lines(proc)
+    assert proc.stderr is not None
+    lines = stream_lines(proc.stderr)
     began = time.monotonic()
     seen: list[str] = []
     try:
