@@ -194,8 +194,13 @@ class Rendezvous:
 
     def missing(self, name: str, conn: int, now: float) -> str:
         """Who job ``name`` waits for, in a line, made anew at most once a second; empty
-        for a waiting peer on connection ``conn`` that is not the first on its host."""
+        for a waiting peer on connection ``conn`` that is not the first on its host. A
+        process pending admission to the running job is told what it waits for."""
         job = self._registry.newest(name)
+        if job is not None and conn in job.pending:
+            return (f"pending admission to running job {name!r} (generation "
+                    f"{job.generation}, {len(job.members) - len(job.departed)} members): "
+                    "it joins when they next call reconfigure()")
         if job is None or job.running:
             return ""
         made_of, made_at, line = job.missing

@@ -1,5 +1,5 @@
 """A refused peer fails the rest of its rendezvous at once (issue 59), unless its job is
-elastic or runs; and who among the waiting peers is told who is missing."""
+elastic or runs; and which waiting peers are told what they wait for."""
 
 from __future__ import annotations
 
@@ -102,3 +102,15 @@ def test_one_waiting_peer_per_host_is_told_who_is_missing(h: Harness) -> None:
     assert lines == {1: told, 2: MissingReply(line=""), 3: told, 4: MissingReply(line="")}
     # Anyone else asking (an operator's tool) is told.
     assert h.send(99, WhoIsMissing(job=JOB))[0].message == told
+
+
+def test_a_pending_process_is_told_that_it_waits_for_the_members_reconfigure(
+        h: Harness) -> None:
+    start(h, 2)
+    pend(h, 20, world_size=2)
+
+    (reply,) = h.send(20, WhoIsMissing(job=JOB))
+
+    assert reply.message == MissingReply(
+        line=f"pending admission to running job {JOB!r} (generation 0, 2 members): it "
+             "joins when they next call reconfigure()")
