@@ -42,8 +42,16 @@ HEARTBEAT_INTERVAL_S = 2.0
 #: A member silent this long (seconds) is declared lost by the coordinator
 #: (ASYNCOLL_HEARTBEAT_TIMEOUT overrides it for a job; its first peer's value counts).
 HEARTBEAT_TIMEOUT_S = 10.0
-#: How often a peer waiting in rendezvous logs who is still missing.
-WAITING_REPORT_INTERVAL_S = 5.0
+#: A rank waiting for its coordinator or for the rest of its job first says so after
+#: this many seconds, then at intervals that double, up to WAITING_REPORT_CAP_S.
+WAITING_FIRST_REPORT_S = 3.0
+WAITING_REPORT_CAP_S = 300.0
+#: How long a process whose RANK is out of range tries to reach the coordinator, which
+#: then fails the rest of the rendezvous, before it fails alone.
+OUT_OF_RANGE_REPORT_S = 5.0
+#: How long a coordinator fails new joins to a job after refusing one of its peers
+#: (issue 59): the peers of one launch that come after the refused one fail too.
+REFUSAL_REMEMBERED_S = 30.0
 #: Largest control-plane message the coordinator accepts, in bytes.
 MAX_CONTROL_MESSAGE_BYTES = 1 << 20
 #: Largest message a peer accepts from its coordinator: a Welcome or a status

@@ -23,6 +23,7 @@ from asyncoll._tls import handshake as tls_handshake
 from asyncoll._tls.context import Tls
 from asyncoll._rendezvous.control import read_message, write_message
 from asyncoll._rendezvous.greeting import read_greeting
+from asyncoll._rendezvous.waiting import report_gaps, unreachable_text
 from asyncoll._defaults import (
     CONNECT_RETRY_INTERVAL_S,
     GREETING_TIMEOUT_S,
@@ -56,7 +57,8 @@ log = logging.getLogger("asyncoll.rendezvous")
 
 
 async def open_with_retry(host: str, port: int, timeout: float,
-                          fallbacks: Sequence[tuple[str, int]] = (), tls: Tls | None = None
+                          fallbacks: Sequence[tuple[str, int]] = (), tls: Tls | None = None,
+                          waits_for: str | None = None
                           ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
     """Connect to ``host:port`` or one of ``fallbacks``, retrying while they refuse, for up
     to ``timeout`` seconds; return the streams and which address answered (0: the first).
@@ -64,37 +66,55 @@ async def open_with_retry(host: str, port: int, timeout: float,
     A coordinator may start after its workers (torch's store behaves the same),
     so a refused connection is retried until the deadline, each address in turn.
     With ``tls``, the connection speaks TLS; a failed TLS handshake is not retried.
+    With ``waits_for`` (who should answer there: a rank joining its job), a warning
+    says so while it retries, at growing intervals, naming the addresses and the
+    deadline.
 
     Raises:
         RendezvousTimeoutError: nothing accepted the connection in time.
         AuthenticationError: the TLS handshake failed (the message says why).
     """
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    began = loop.time()
+    deadline = began + timeout
     addresses = [(host, port), *fallbacks]
     last: OSError | None = None
-    for attempt in itertools.count():
-        index = attempt % len(addresses)
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            where = " or ".join(join_host_port(*a) for a in addresses)
-            raise RendezvousTimeoutError(
-                f"could not reach the coordinator at {where} within {timeout:.1f} s "
-                f"(last error: {last}); start it (asyncoll-coordinator --host {host} --port "
-                f"{port}) or check MASTER_ADDR/MASTER_PORT") from last
-        try:
-            async with timeout_after(min(remaining, HANDSHAKE_TIMEOUT_S)):
-                reader, writer = await _dial(*addresses[index], tls)
-                return reader, writer, index
-        except ssl.SSLError as exc:
-            where = join_host_port(*addresses[index])
-            raise tls_handshake.refusal(exc, f"the coordinator at {where}",
-                                        mutual=tls is not None and tls.mutual) from exc
-        except (OSError, TimeoutError) as exc:
-            last = exc if isinstance(exc, OSError) else OSError(f"connect timed out: {exc}")
-        if index == len(addresses) - 1:
-            await asyncio.sleep(min(CONNECT_RETRY_INTERVAL_S,
-                                    max(0.0, deadline - loop.time())))
+
+    async def report(who: str) -> None:
+        where = " or ".join(join_host_port(*a) for a in addresses)
+        for gap in report_gaps():
+            await asyncio.sleep(gap)
+            now = loop.time()
+            log.warning("%s", unreachable_text(who, where, now - began, last,
+                                               deadline - now, timeout))
+
+    reporter = loop.create_task(report(waits_for)) if waits_for else None
+    try:
+        for attempt in itertools.count():
+            index = attempt % len(addresses)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                where = " or ".join(join_host_port(*a) for a in addresses)
+                raise RendezvousTimeoutError(
+                    f"could not reach the coordinator at {where} within {timeout:.1f} s "
+                    f"(last error: {last}); start it (asyncoll-coordinator --host {host} "
+                    f"--port {port}) or check MASTER_ADDR/MASTER_PORT") from last
+            try:
+                async with timeout_after(min(remaining, HANDSHAKE_TIMEOUT_S)):
+                    reader, writer = await _dial(*addresses[index], tls)
+                    return reader, writer, index
+            except ssl.SSLError as exc:
+                where = join_host_port(*addresses[index])
+                raise tls_handshake.refusal(exc, f"the coordinator at {where}",
+                                            mutual=tls is not None and tls.mutual) from exc
+            except (OSError, TimeoutError) as exc:
+                last = exc if isinstance(exc, OSError) else OSError(f"connect timed out: {exc}")
+            if index == len(addresses) - 1:
+                await asyncio.sleep(min(CONNECT_RETRY_INTERVAL_S,
+                                        max(0.0, deadline - loop.time())))
+    finally:
+        if reporter is not None:
+            reporter.cancel()
     raise AssertionError("unreachable")
 
 
@@ -207,10 +227,10 @@ class CoordinatorClient:
 
     @classmethod
     async def connect(cls, host: str, port: int, timeout: float, token: bytes | None = None,
-                      fallbacks: Sequence[tuple[str, int]] = (), tls: Tls | None = None
-                      ) -> CoordinatorClient:
+                      fallbacks: Sequence[tuple[str, int]] = (), tls: Tls | None = None,
+                      waits_for: str | None = None) -> CoordinatorClient:
         """Connect to the coordinator at ``host:port``, or at one of ``fallbacks`` (see
-        :func:`open_with_retry`).
+        :func:`open_with_retry`, which says while it waits that it waits for ``waits_for``).
 
         Answers the coordinator's challenge with ``token`` (None: this peer has no secret),
         over TLS with ``tls`` (None: plain TCP).
@@ -222,7 +242,8 @@ class CoordinatorClient:
             RendezvousError: the coordinator refused the connection (out of file
                 descriptors, say) or closed it before greeting this peer.
         """
-        reader, writer, at = await open_with_retry(host, port, timeout, fallbacks, tls)
+        reader, writer, at = await open_with_retry(host, port, timeout, fallbacks, tls,
+                                                   waits_for)
         addresses = ((host, port), *fallbacks)
         try:
             await _answer_challenge(reader, writer, join_host_port(*addresses[at]), token, tls,

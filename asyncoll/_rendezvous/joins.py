@@ -6,6 +6,7 @@ becomes pending; a rendezvous that is not complete by its deadline fails.
 
 from __future__ import annotations
 
+from asyncoll._defaults import PROTOCOL_VERSION, REFUSAL_REMEMBERED_S
 from asyncoll._rendezvous.directory import directory_of
 from asyncoll._rendezvous.elastic import Elasticity
 from asyncoll._rendezvous.records import Job, Member, Reply, Waiter, error
@@ -37,14 +38,17 @@ class Rendezvous:
         self._ports_up_to = ports_up_to
         # Joins so far: each waiting or pending peer's order.
         self._joins = 0
+        # Why each job's rendezvous failed lately, for a peer's refusal, and when
+        # (oldest first).
+        self._refused: dict[str, tuple[str, float]] = {}
 
     def join(self, conn: int, request_id: int, join: Join, now: float) -> list[Reply]:
         """A peer on connection ``conn`` joins: refused, waiting, welcomed or pending."""
-        refusal = self._refuse_join(conn, join)
+        refusal = self._refuse_join(conn, join, now)
         if refusal is not None:
             log.warning("job %r: refused a peer from %s (pid %d): %s", join.job, join.hostname,
                         join.pid, refusal[1])
-            return [error(conn, request_id, *refusal)]
+            return [error(conn, request_id, *refusal), *self._fail_for(join, *refusal, now)]
         job = self._registry.newest(join.job)
         if job is not None and (job.running or job.adopting) and job.elastic:
             self._joins += 1
@@ -73,7 +77,39 @@ class Rendezvous:
             return []
         return self._complete(job, now)
 
-    def _refuse_join(self, conn: int, join: Join) -> tuple[str, str] | None:
+    def _fail_for(self, join: Join, code: str, reason: str, now: float) -> list[Reply]:
+        """The refused ``join`` dooms its job's rendezvous unless the job is elastic (it
+        may be joined by another process) or runs: fail the peers waiting in it, and for
+        REFUSAL_REMEMBERED_S the peers that join it next."""
+        if join.elastic or (code != "configuration" and join.version == PROTOCOL_VERSION):
+            return []
+        job = self._registry.newest(join.job)
+        if job is not None and (job.running or job.adopting or job.elastic):
+            return []
+        wanted = "any rank" if join.rank < 0 else f"rank {join.rank}"
+        why = (f"the rendezvous of job {join.job!r} failed: the coordinator refused a peer "
+               f"from {join.hostname} (pid {join.pid}) asking for {wanted} of world size "
+               f"{join.world_size}: {reason}")
+        self._refused.pop(join.job, None)
+        self._refused[join.job] = (why, now)
+        while now - next(iter(self._refused.values()))[1] > REFUSAL_REMEMBERED_S:
+            del self._refused[next(iter(self._refused))]
+        if job is None:
+            return []
+        log.warning("%s; failing the %d peer(s) waiting", why, len(job.waiting))
+        return self._end(job, "rendezvous", f"{why}; fix that process and start the job again")
+
+    def _remembered(self, name: str, now: float) -> tuple[str, str] | None:
+        """The refusal that failed job ``name``'s rendezvous lately, if any."""
+        why, at = self._refused.get(name, ("", float("-inf")))
+        if now - at > REFUSAL_REMEMBERED_S:
+            return None
+        return ("rendezvous", f"{why} ({now - at:.1f} s ago; for {REFUSAL_REMEMBERED_S:g} s "
+                              "after such a refusal the coordinator fails new joins to the "
+                              "job, so that a whole launch fails together): fix that process "
+                              "and start the job again, or use another job id")
+
+    def _refuse_join(self, conn: int, join: Join, now: float) -> tuple[str, str] | None:
         refusal = self._registry.refuse_first(conn, join.version)
         if refusal is not None:
             return refusal
@@ -91,7 +127,7 @@ class Rendezvous:
                                      f"world_size {join.world_size}, max_size {join.max_size}")
         job = self._registry.newest(join.job)
         if job is None:
-            return None
+            return None if join.elastic else self._remembered(join.job, now)
         if job.adopting and not (job.elastic and join.elastic):
             return ("rendezvous", f"job {join.job!r} is being taken back by a restarted "
                                   "coordinator from its members; only an elastic job admits "
@@ -156,9 +192,15 @@ class Rendezvous:
                  members_text(everyone))
         return replies
 
-    def missing(self, name: str, now: float) -> str:
-        """Who job ``name`` waits for, in a line; made anew at most once a second."""
+    def missing(self, name: str, conn: int, now: float) -> str:
+        """Who job ``name`` waits for, in a line, made anew at most once a second; empty
+        for a waiting peer on connection ``conn`` that is not the first on its host. A
+        process pending admission to the running job is told what it waits for."""
         job = self._registry.newest(name)
+        if job is not None and conn in job.pending:
+            return (f"pending admission to running job {name!r} (generation "
+                    f"{job.generation}, {len(job.members) - len(job.departed)} members): "
+                    "it joins when they next call reconfigure()")
         if job is None or job.running:
             return ""
         made_of, made_at, line = job.missing
@@ -169,7 +211,11 @@ class Rendezvous:
             unranked = sum(1 for w in job.waiting.values() if w.join.rank < 0)
             line = missing_text(job.name, job.world_size, requested, unranked)
             job.missing = (now_of, now, line)
-        return line
+            first: dict[str, int] = {}
+            for waiter in job.waiting.values():  # in the order they joined
+                first.setdefault(waiter.join.hostname, waiter.conn)
+            job.speakers = frozenset(first.values())
+        return "" if conn in job.waiting and conn not in job.speakers else line
 
     def expire(self, job: Job, now: float) -> list[Reply]:
         """Fail waiting ``job``'s rendezvous: its deadline has passed."""
@@ -183,8 +229,11 @@ class Rendezvous:
                 f"{len(job.waiting)} of {job.world_size} peers joined ({present}); "
                 f"{missing} missing")
         log.warning("%s", text)
-        replies = [error(w.conn, w.request_id, "rendezvous_timeout", text)
-                   for w in job.waiting.values()]
+        return self._end(job, "rendezvous_timeout", text)
+
+    def _end(self, job: Job, code: str, text: str) -> list[Reply]:
+        """Fail every peer waiting in ``job``'s rendezvous with ``text``; forget the job."""
+        replies = [error(w.conn, w.request_id, code, text) for w in job.waiting.values()]
         for conn in job.waiting:
             self._registry.detach(conn)
         self._registry.forget(job)

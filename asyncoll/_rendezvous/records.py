@@ -116,6 +116,9 @@ class Job:
     #: The last line on who is missing from the rendezvous: (what it was made
     #: of, when, the line), so that N waiting peers asking cost O(N), not O(N^2).
     missing: tuple[tuple[int, int], float, str] = ((-1, -1), 0.0, "")
+    #: The waiting peers that the line is for: the first on each host, so that a
+    #: large job logs a line per host rather than per rank.
+    speakers: frozenset[int] = frozenset()
     #: Being taken back by a restarted coordinator (see asyncoll._rendezvous.adoption):
     #: the members re-registered so far, by rank, and the ranks any of them knows gone.
     adopting: bool = False

@@ -144,7 +144,8 @@ class RendezvousState:
             return self._dump_traces(conn, request_id, message.job, now)
         if isinstance(message, wire.WhoIsMissing):
             return [Reply(conn, request_id,
-                          wire.MissingReply(line=self._rendezvous.missing(message.job, now)))]
+                          wire.MissingReply(line=self._rendezvous.missing(message.job, conn,
+                                                                            now)))]
         excluded = self._registry.exclusion(conn)
         if excluded is not None:
             return [error(conn, request_id, "excluded", excluded)]

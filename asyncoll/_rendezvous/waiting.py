@@ -1,10 +1,37 @@
-"""What a peer waiting in rendezvous is told about who is missing."""
+"""What a rank waiting for its coordinator, or in rendezvous for the rest of its job, says,
+and when."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 
+from asyncoll._defaults import WAITING_FIRST_REPORT_S, WAITING_REPORT_CAP_S
 from asyncoll._rendezvous.words import ranks_text
+
+
+def report_gaps(first: float = WAITING_FIRST_REPORT_S,
+                cap: float = WAITING_REPORT_CAP_S) -> Iterator[float]:
+    """The seconds between a waiting rank's lines: ``first``, then doubling up to ``cap``."""
+    gap = first
+    while True:
+        yield gap
+        gap = min(2 * gap, cap)
+
+
+def deadline_text(left: float, timeout: float) -> str:
+    """When a waiting rank gives up, and how to change that."""
+    return (f"this rank gives up in {max(0.0, left):.0f} s, at its join's timeout of "
+            f"{timeout:g} s (init_process_group(timeout=...) sets it)")
+
+
+def unreachable_text(waits_for: str, where: str, waited: float, last: BaseException | None,
+                     left: float, timeout: float) -> str:
+    """One line saying that this rank has waited ``waited`` seconds for ``waits_for`` (the
+    coordinator, rank 0 hosting it) at ``where``, why the last try failed, and when it
+    gives up."""
+    why = f"the last try failed: {last}" if last is not None else "no answer yet"
+    return (f"still waiting for {waits_for} at {where} after {waited:.0f} s ({why}); "
+            f"{deadline_text(left, timeout)}")
 
 
 def missing_text(job: str, world_size: int, requested: Collection[int], unranked: int) -> str:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from asyncoll._runtime import torchrun
+from asyncoll._runtime.joining import out_of_range
 from asyncoll._runtime.session import Rendezvous
 from asyncoll._defaults import DEFAULT_JOB_ID
 from asyncoll._wire.endpoint import host_literal, split_addresses, split_host_port
@@ -42,6 +43,8 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
     publishes it in that store.
     ``elastic``, ``min_size`` and ``max_size`` default to ASYNCOLL_ELASTIC
     ("1": elastic), ASYNCOLL_MIN_SIZE and ASYNCOLL_MAX_SIZE (0 or unset: no bound).
+    A rank at or beyond the world size is left for the coordinator to refuse, which
+    fails the rest of the rendezvous with it.
 
     Raises:
         ConfigurationError: an unknown backend or scheme, or a missing or bad value.
@@ -70,7 +73,9 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
         name = _first_set(environ, _RANK_VARIABLES)
         if name in environ:
             rank = _int_value(name, environ[name])
-    _check_place(world_size, rank, port)
+    # A rank beyond the world is the coordinator's to refuse, so that the rest of the
+    # rendezvous fails with it (asyncoll._runtime.joining.connect).
+    _check_place(world_size, min(rank, world_size - 1), port)
     job = job_id if job_id is not None else environ.get("ASYNCOLL_JOB_ID", DEFAULT_JOB_ID)
     if elastic is None:
         elastic = environ.get("ASYNCOLL_ELASTIC", "0") not in ("", "0")
@@ -86,10 +91,17 @@ def resolve(backend: str | None, init_method: str | None, world_size: int, rank:
     # Under torchrun, MASTER_PORT is its agent's store: the coordinator's address is
     # published there (asyncoll._runtime.torchrun).
     torch_store = url.scheme == "env" and not launched and torchrun.serves_store(environ)
+    if launched:
+        waits_for = f"the coordinator that {COORDINATOR_VARIABLE} names"
+    elif url.scheme == "env" and not torch_store:
+        waits_for = ("rank 0 to host the coordinator (or for an asyncoll-coordinator "
+                     "daemon)")
+    else:
+        waits_for = "the coordinator"
     return Rendezvous(host=host, port=port, job=job, world_size=world_size, rank=rank,
                       timeout=timeout, may_host=rank == 0 and not launched and not torch_store,
                       elastic=bool(elastic), min_size=min_size, max_size=max_size,
-                      fallbacks=fallbacks, torch_store=torch_store)
+                      fallbacks=fallbacks, torch_store=torch_store, waits_for=waits_for)
 
 
 def resolve_published(host: str, port: int, job: str, world_size: int, rank: int, timeout: float,
@@ -125,9 +137,7 @@ def _check_place(world_size: int, rank: int, port: int) -> None:
     if world_size < 1:
         raise ConfigurationError(f"world_size must be at least 1, got {world_size}")
     if not -1 <= rank < world_size:
-        raise ConfigurationError(f"rank {rank} is out of range for world size {world_size}: "
-                                 f"use 0 to {world_size - 1}, or -1 to let the coordinator "
-                                 "choose")
+        raise ConfigurationError(out_of_range(rank, world_size))
     if not 0 < port < 65536:
         raise ConfigurationError(f"port {port} is not a TCP port; use 1 to 65535")
 

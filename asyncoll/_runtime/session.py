@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from asyncoll._runtime.addresses import listen_plan
 from asyncoll._runtime.lanes import Lanes
-from asyncoll._runtime.joining import learn_directory, listen, report_while_waiting
+from asyncoll._runtime.joining import connect, learn_directory, listen, report_while_waiting
 from asyncoll._runtime.liveness import keep_alive
 from asyncoll._runtime.registration import Identity, Registration
 from asyncoll._group.context import Closable
@@ -97,6 +97,8 @@ class Rendezvous:
     #: (host, port) is the store of torchrun's agent, where the job's coordinator is
     #: published (asyncoll._runtime.torchrun), not the coordinator.
     torch_store: bool = False
+    #: Who should answer at (host, port), for the lines a rank waiting for it logs.
+    waits_for: str = "the coordinator"
 
     @property
     def bounds(self) -> tuple[bool, int, int]:
@@ -184,9 +186,7 @@ class Session:
         client: CoordinatorClient | None = None
         mesh: TcpMesh | None = None
         try:
-            client = await CoordinatorClient.connect(where.host, where.port, where.timeout,
-                                                     settings.token, where.fallbacks,
-                                                     settings.tls)
+            client = await connect(where, settings.token, settings.tls)
             mesh = TcpMesh(where.job, settings.transport)
             plan = listen_plan(client.local_host, settings.environment)
             port = await listen(mesh, plan)
@@ -197,7 +197,8 @@ class Session:
                         heartbeat_timeout=settings.heartbeat_timeout,
                         elastic=int(where.elastic), min_size=where.min_size,
                         max_size=where.max_size, token=where.token or secrets.token_hex(8))
-            reporter = asyncio.ensure_future(report_while_waiting(client, where.job))
+            reporter = asyncio.ensure_future(report_while_waiting(client, where.job,
+                                                                  where.timeout))
             try:
                 welcome = await client.request(join, where.timeout + COORDINATOR_GRACE_S,
                                                f"rendezvous of job {where.job!r}")

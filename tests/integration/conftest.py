@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import queue
 import resource
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -105,6 +108,18 @@ def end_all(procs: list[subprocess.Popen[str]], daemon: Daemon) -> None:
         if proc.poll() is None:
             proc.kill()
     daemon.stop()
+
+
+def stream_lines(stream: IO[str]) -> queue.Queue[str]:
+    """The lines of ``stream`` (a process's stdout or stderr) as they come (a reader thread)."""
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in stream:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 60.0) -> tuple[int, str, str]:

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from .conftest import WORKERS, Daemon, finish, free_port, start_probe
+from .conftest import WORKERS, Daemon, finish, free_port, stream_lines, start_probe
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -73,36 +73,51 @@ def test_daemon_stops_on_sigterm_with_members_connected_without_waiting_out_a_de
             proc.communicate(timeout=20)
 
 
-def test_duplicate_rank_is_refused_to_that_peer_only(daemon: Daemon):
+@pytest.mark.parametrize("bad, reason", [
+    (("--world-size", "3", "--rank", "2"),
+     "world size 3 disagrees with the world size 2 of the peers already in job 'default'"),
+    (("--world-size", "2", "--rank", "5"),
+     "requested rank 5 is out of range for world size 2: use 0 to 1"),
+    (("--world-size", "2", "--rank", "0"), "rank 0 is already taken in job 'default'"),
+])
+def test_a_refused_rank_fails_the_waiting_ranks_within_2_s_naming_it_and_why(
+        daemon: Daemon, bad: tuple[str, ...], reason: str):
     init = f"tcp://{daemon.address}"
-    first = start_probe("--init", init, "--world-size", "2", "--rank", "1")
-    daemon.wait_for_log("asking for rank 1; 1 of 2 present")
-    duplicate = start_probe("--init", init, "--world-size", "2", "--rank", "1")
-    code, out, _ = finish(duplicate)
-    assert code == 2
-    assert out.startswith("ERROR ConfigurationError: rank 1 is already taken in job 'default'")
-    zero = start_probe("--init", init, "--world-size", "2", "--rank", "0")
-    assert finish(first)[:2] == (0, "OK rank=1 world=2 sum=[3, 30]\n")
-    assert finish(zero)[:2] == (0, "OK rank=0 world=2 sum=[3, 30]\n")
-
-
-def test_world_size_that_disagrees_is_refused_naming_both_sizes(daemon: Daemon):
-    init = f"tcp://{daemon.address}"
-    first = start_probe("--init", init, "--world-size", "2", "--timeout", "5")
+    first = start_probe("--init", init, "--world-size", "2", "--rank", "0", "--timeout", "60")
     daemon.wait_for_log("1 of 2 present")
-    other = start_probe("--init", init, "--world-size", "3")
-    code, out, _ = finish(other)
-    assert code == 2
-    assert "ERROR ConfigurationError: world size 3 disagrees with the world size 2" in out
-    first.kill()
-    finish(first)
+    assert first.stdout is not None
+    said = stream_lines(first.stdout)
+    refused = start_probe("--init", init, *bad)
+    code, out, _ = finish(refused)
+    assert code == 2 and out.startswith("ERROR ConfigurationError: ") and reason in out
+    # The waiting rank was failed when the coordinator refused the other, before that
+    # process printed and exited.
+    out = said.get(timeout=2)
+    assert finish(first)[0] == 2
+    assert out.startswith(f"ERROR RendezvousError: the rendezvous of job 'default' failed: "
+                          f"the coordinator refused a peer from {socket.gethostname()} (pid "
+                          f"{refused.pid}) asking for rank {bad[3]} of world size {bad[1]}: ")
+    assert reason in out
 
 
-def test_out_of_range_rank_is_refused_before_joining(daemon: Daemon):
-    code, out, _ = finish(start_probe("--init", f"tcp://{daemon.address}", "--world-size",
-                                      "2", "--rank", "5"))
+def test_an_elastic_rendezvous_goes_on_without_a_refused_process(daemon: Daemon):
+    init = f"tcp://{daemon.address}"
+    elastic = {"ASYNCOLL_ELASTIC": "1"}
+    first = start_probe("--init", init, "--world-size", "2", "--rank", "0", env=elastic)
+    daemon.wait_for_log("1 of 2 present")
+    code, out, _ = finish(start_probe("--init", init, "--world-size", "3", env=elastic))
+    assert code == 2 and "world size 3 disagrees with the world size 2" in out
+    second = start_probe("--init", init, "--world-size", "2", "--rank", "1", env=elastic)
+    assert finish(first)[:2] == (0, "OK rank=0 world=2 sum=[3, 30]\n")
+    assert finish(second)[:2] == (0, "OK rank=1 world=2 sum=[3, 30]\n")
+
+
+def test_an_out_of_range_rank_with_no_coordinator_fails_alone_within_seconds():
+    code, out, _ = finish(start_probe("--init", f"tcp://127.0.0.1:{free_port()}",
+                                      "--world-size", "2", "--rank", "5"), timeout=30)
     assert code == 2
-    assert "ERROR ConfigurationError: rank 5 is out of range for world size 2" in out
+    assert out.startswith("ERROR ConfigurationError: rank 5 is out of range for world size 2")
+    assert "did not answer within 5 s, so the other ranks could not be told" in out
 
 
 def test_rendezvous_timeout_tells_every_waiting_peer_who_is_present(daemon: Daemon):

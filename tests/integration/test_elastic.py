@@ -17,13 +17,12 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import WORKERS, Daemon, finish
+from .conftest import WORKERS, Daemon, finish, stream_lines
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -34,15 +33,8 @@ FIRST_STEP = re.compile(r"first step in a world of (\d+) done at ([\d.]+)")
 
 def lines_of(proc: subprocess.Popen[str]) -> queue.Queue[str]:
     """The process's output, line by line, as it comes (a reader thread)."""
-    lines: queue.Queue[str] = queue.Queue()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-
-    threading.Thread(target=read, daemon=True).start()
-    return lines
+    assert proc.stdout is not None
+    return stream_lines(proc.stdout)
 
 
 def run_and_kill_one(example: str, nproc: int, *args: str) -> tuple[str, float]:

@@ -43,7 +43,7 @@ def test_arguments_override_the_environment_and_job_id_comes_from_it():
                                                             "got 'four'"),
     (None, "tcp://h:1", -1, -1, {}, "WORLD_SIZE is not set (or pass world_size=)"),
     (None, "env://", 0, -1, ENV, "world_size must be at least 1, got 0"),
-    (None, "env://", -1, 4, ENV, "rank 4 is out of range for world size 4"),
+    (None, "env://", -1, -2, ENV, "rank -2 is out of range for world size 4"),
     (None, "env://", -1, -1, {**ENV, "MASTER_PORT": "70000"}, "port 70000 is not a TCP port"),
 ])
 def test_bad_arguments_are_refused_with_a_sentence_naming_the_value(
