@@ -69,6 +69,8 @@ def test_the_compose_cluster_builds_each_image_from_its_folder_with_the_root_as_
     for service in services.values():
         assert service["build"]["context"] == "."
         assert (ROOT / service["build"]["dockerfile"]).is_file()
+        # `up` builds, and never tries to pull a local tag from a registry first.
+        assert service["pull_policy"] == "build"
 
 
 def test_the_compose_workers_leave_their_number_to_scale_and_their_ranks_to_the_coordinator():
