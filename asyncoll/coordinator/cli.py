@@ -20,6 +20,7 @@ from asyncoll._rendezvous.directory import PORTS_IN_WELCOME_UP_TO
 from asyncoll._tls import context as tls_context
 from asyncoll._wire.endpoint import host_literal, join_host_port
 from asyncoll.coordinator.admission import raise_descriptor_limit
+from asyncoll.coordinator.probe import probe
 from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import ConfigurationError
 from asyncoll._version import add_version_option
@@ -85,6 +86,11 @@ def _parser() -> argparse.ArgumentParser:
                              f"N for each member (default {PORTS_IN_WELCOME_UP_TO})")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--probe", action="store_true",
+                        help="serve nothing: check that a coordinator on --host:--port "
+                             "greets (exit 0) or not (exit 1, saying why), reading its "
+                             "greeting and closing cleanly, which it does not log: a health "
+                             "check (a coordinator without TLS)")
     return parser
 
 
@@ -155,9 +161,20 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _probe(host: str, port: int) -> int:
+    failure = probe(host, port)
+    if failure is not None:
+        print(f"asyncoll-coordinator --probe: {failure}", file=sys.stderr)
+        return 1
+    print(f"a coordinator greets on {join_host_port(host, port)}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``asyncoll-coordinator``."""
     args = _parser().parse_args(argv)
+    if args.probe:
+        return _probe(args.host, args.port)
     gc.set_threshold(*GC_THRESHOLDS)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

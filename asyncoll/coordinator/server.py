@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import SupportsIndex
 
 from asyncoll import _auth
 from asyncoll._compat import close_server, timeout as timeout_after
@@ -99,8 +100,8 @@ class Coordinator:
             OSError: the address cannot be bound (in use, not local).
         """
         if self._tls is None:
-            self._server = await asyncio.start_server(self._serve_connection, self.host,
-                                                      self.port, backlog=LISTEN_BACKLOG)
+            self._server = await asyncio.get_running_loop().create_server(
+                self._stream_protocol, self.host, self.port, backlog=LISTEN_BACKLOG)
         else:
             refusal = Error(code="authentication",
                             message=requires_tls_words("the coordinator"))
@@ -156,8 +157,9 @@ class Coordinator:
         return not self._state.job_is_active(job)
 
     def _stream_protocol(self) -> asyncio.StreamReaderProtocol:
-        """What asyncio.start_server gives each connection, for one that speaks TLS."""
-        return asyncio.StreamReaderProtocol(asyncio.StreamReader(), self._serve_connection)
+        """What asyncio.start_server would give each connection, with a reader that notes
+        whether the peer said anything."""
+        return asyncio.StreamReaderProtocol(_Listening(), self._serve_connection)
 
     async def _serve_connection(self, reader: asyncio.StreamReader,
                                 writer: asyncio.StreamWriter) -> None:
@@ -187,7 +189,13 @@ class Coordinator:
             log.warning("closing the connection from %s: %s", peer, exc)
             self._send([Reply(conn, 0, Error(code="protocol", message=str(exc)))])
         except (OSError, asyncio.IncompleteReadError) as exc:
-            log.info("connection from %s broke: %s", peer, exc)
+            if isinstance(reader, _Listening) and not reader.heard:
+                # A health probe, a port scan: they connect and leave, often with a
+                # reset (the greeting unread), every few seconds for as long as
+                # the daemon runs.
+                log.debug("connection from %s ended before it said anything: %s", peer, exc)
+            else:
+                log.info("connection from %s broke: %s", peer, exc)
         except asyncio.CancelledError:
             # Only stop() cancels a handler. Ending quietly keeps asyncio's
             # stream machinery from logging the cancellation as an error.
@@ -273,6 +281,18 @@ class Coordinator:
             if head is None:
                 head = heads[id(reply.message)] = encode_head(reply.message)
             writer.writelines(frame(head, reply.request_id))
+
+
+class _Listening(asyncio.StreamReader):
+    """A connection's reader that notes whether any byte ever came."""
+
+    heard = False
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        # (asyncio passes bytes; the type is typeshed's.)
+        if data:
+            self.heard = True
+        super().feed_data(data)
 
 
 def _out_of_descriptors(held: int) -> str:

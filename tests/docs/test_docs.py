@@ -1,4 +1,4 @@
-"""Every code block of the README and of docs/ runs, or says why not; and the site builds.
+"""Every code block of the READMEs and of docs/ runs, or says why not; and the site builds.
 
 A fenced block's language says what it is. ``python`` is a program, run as a
 script; ``bash`` and ``sh`` run in bash (``set -euo pipefail``); ``console``
@@ -37,8 +37,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-#: The pages whose blocks run: the README and the docs site's pages.
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+#: The pages whose blocks run: the READMEs (the repository's, and those of the
+#: coordinator's and the worker's images) and the docs site's pages.
+READMES = [REPO / "README.md", REPO / "server" / "README.md", REPO / "client" / "README.md"]
+PAGES = [*READMES, *sorted((REPO / "docs").rglob("*.md"))]
 #: Languages that run; everything else is shown only.
 RUNNABLE = {"python", "bash", "sh", "console"}
 #: Limit on one block (all its processes); test limits sit above it, so a stuck
@@ -166,15 +168,15 @@ def slug(heading: str) -> str:
     return re.sub(r"\s+", "-", text)
 
 
-def test_the_readme_links_to_pages_and_headings_that_exist() -> None:
-    # mkdocs checks the links of docs/ (test below); the README is not one of its pages.
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+@pytest.mark.parametrize("readme", READMES, ids=lambda p: str(p.relative_to(REPO)))
+def test_the_readme_links_to_pages_and_headings_that_exist(readme: Path) -> None:
+    # mkdocs checks the links of docs/ (test below); the READMEs are not its pages.
     broken = []
-    for target in re.findall(r"\]\(([^)\s]+)\)", readme):
+    for target in re.findall(r"\]\(([^)\s]+)\)", readme.read_text(encoding="utf-8")):
         if re.match(r"\w+://", target):
             continue
         path, _, anchor = target.partition("#")
-        page = REPO / path
+        page = readme.parent / path
         if not page.is_file():
             broken.append(f"{target}: no such file")
         elif anchor:

@@ -1,8 +1,11 @@
-"""The docker compose demo worker: join, all_reduce, check the result, exit 0 if right.
+"""The example worker: join, all_reduce, check the result, exit 0 if right.
 
-It sets no RANK: the coordinator assigns ranks as the workers join. Every
-worker learns whether all ranks got the right answer (a MIN all_reduce of
-each one's verdict), so the first worker to exit already speaks for all.
+The compose cluster (the root docker-compose.yml) runs it in every worker
+container; it runs as well outside one (client/README.md). It reads
+MASTER_ADDR, MASTER_PORT and WORLD_SIZE, and sets no RANK: the coordinator
+assigns ranks as the workers join. Every worker learns whether all ranks got
+the right answer (a MIN all_reduce of each one's verdict), so the first
+worker to exit already speaks for all.
 """
 
 import socket
