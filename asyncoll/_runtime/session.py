@@ -25,7 +25,7 @@ from asyncoll._group.faults import GroupFaults
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._rendezvous.stragglers import SAMPLES_PER_HEARTBEAT
 from asyncoll._runtime.settings import Settings
-from asyncoll._runtime import tracing
+from asyncoll._runtime import ending, tracing
 from asyncoll._defaults import (
     COORDINATOR_GRACE_S,
     EMBEDDED_DRAIN_TIMEOUT_S,
@@ -69,7 +69,6 @@ from asyncoll.errors import (
 log = logging.getLogger("asyncoll")
 
 T = TypeVar("T")
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,7 +454,7 @@ class Session:
                         "for good", error)
 
     async def close(self) -> None:
-        """Leave the job and close everything; never raises."""
+        """Leave the job (at exit on an exception: as lost, see ending); close; never raises."""
         if self.closed:
             return
         self.closed = True
@@ -464,17 +463,20 @@ class Session:
         # A coordinator being reached again gets a moment, not the whole leave
         # timeout: one that never comes back (it died with rank 0) must not hold
         # every member's exit; one that does counts this rank lost, which is harmless.
+        ended = ending.ended()
         with contextlib.suppress(AsyncollError, OSError):
-            await self.client.request(Leave(), LEAVE_TIMEOUT_S if self.client.up else
-                                      RECONNECT_BACKOFF_CAP_S, "leave")
+            await self.client.request(Leave(ended=ended), LEAVE_TIMEOUT_S
+                                      if self.client.up else RECONNECT_BACKOFF_CAP_S, "leave")
+        await ending.linger(ended)  # then its links end as a dying process's: no goodbye
         self._stop_groups("this rank destroyed its process group (destroy_process_group)")
-        await _close_quietly(self.client, self.mesh, self._embedded, self.job)
+        await _close_quietly(self.client, self.mesh, self._embedded, self.job, not ended)
 
 
 async def _close_quietly(client: CoordinatorClient | None, mesh: TcpMesh | None,
-                         embedded: Coordinator | None, job: str | None = None) -> None:
+                         embedded: Coordinator | None, job: str | None = None,
+                         goodbye: bool = True) -> None:
     if mesh is not None:
-        await mesh.close()
+        await mesh.close(goodbye)
     if embedded is not None and job is not None:
         # Peers still finishing must be able to leave before the coordinator goes.
         if not await embedded.wait_until_idle(job, EMBEDDED_DRAIN_TIMEOUT_S):
