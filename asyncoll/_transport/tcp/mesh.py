@@ -326,8 +326,7 @@ class TcpMesh:
                              "closed", rank=peer, host=host)
 
     async def close(self, goodbye: bool = True) -> None:
-        """Close every connection and the listener; pending operations fail. Without
-        ``goodbye``, the connections end as a dying process's do: the peers lose this rank."""
+        """Close every connection and the listener; pending operations fail (no goodbye: lost)."""
         if self._closed:
             return
         error = ClosedError("the process group was destroyed on this rank while this "
@@ -349,7 +348,7 @@ class TcpMesh:
                 continue
             tls = self.settings.tls is not None
             if (connection.ready.done() and (transport.can_write_eof() or tls)
-                    and id(state) not in lost and goodbye):
+                    and id(state) not in lost and goodbye):  # else: it is lost for them
                 # GOODBYE after this rank's last frames, so the peer can tell
                 # leaving from dying; then half-close and keep reading (and
                 # discarding) until the peer closes too. Closing with unread
