@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from asyncoll._rendezvous.client import CoordinatorClient
+
 #: The longest part of an exception's message a leave carries.
 MESSAGE_CHARS = 200
 #: Seconds a process ending on an exception waits, once its leave is answered, before
@@ -57,12 +59,16 @@ def describe(exc: BaseException) -> str:
             + " and exited without calling destroy_process_group")
 
 
-async def linger(ended: str) -> None:
-    """After a leave that says how this process ended (``ended`` not ""), wait a moment.
+async def linger(ended: str, client: CoordinatorClient) -> None:
+    """After a leave that says how this process ended (``ended`` not ""), close the link
+    to the coordinator and wait a moment.
 
     The coordinator tells the others before it answers that leave. Their links to
     this rank breaking is a loss too, but without the words of how; this moment lets
-    the notice, which has them, come first.
+    the notice, which has them, come first. The coordinator has nothing more to say
+    to this rank, and its going away meanwhile (rank 0's, with its process) must not
+    read as a coordinator lost.
     """
     if ended:
+        await client.close()
         await asyncio.sleep(LINGER_S)

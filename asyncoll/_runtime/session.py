@@ -467,7 +467,7 @@ class Session:
         with contextlib.suppress(AsyncollError, OSError):
             await self.client.request(Leave(ended=ended), LEAVE_TIMEOUT_S
                                       if self.client.up else RECONNECT_BACKOFF_CAP_S, "leave")
-        await ending.linger(ended)  # then its links end as a dying process's: no goodbye
+        await ending.linger(ended, self.client)  # then its links end with no goodbye
         self._stop_groups("this rank destroyed its process group (destroy_process_group)")
         await _close_quietly(self.client, self.mesh, self._embedded, self.job, not ended)
 
