@@ -64,7 +64,7 @@ DEFAULT_PORT = 29500
 #: Job id used when none is given.
 DEFAULT_JOB_ID = "default"
 #: Version of both wire protocols; peers and daemon must agree.
-PROTOCOL_VERSION = 9
+PROTOCOL_VERSION = 10
 #: Extra seconds a peer waits beyond a deadline the coordinator enforces, so
 #: the coordinator's answer (which names who is missing) arrives first.
 COORDINATOR_GRACE_S = 2.0

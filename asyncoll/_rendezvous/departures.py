@@ -95,6 +95,8 @@ class Departures:
                 replies.append(Reply(conn, leave, Ok()))
             replies += [Reply(other.conn, 0, gone) for r, other in job.members.items()
                         if r not in job.departed]
+            if how != "left" and leave:
+                replies.append(Reply(conn, leave, Ok()))  # lost on its way out, and told so
         if len(job.departed) == job.world_size:
             replies += answer_leaves(job)  # nobody is left to tell
             log.info("job %r: every rank has left; job closed", job.name)

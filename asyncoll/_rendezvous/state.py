@@ -173,7 +173,10 @@ class RendezvousState:
             self.tally.heartbeats += 1
             return []
         if isinstance(message, wire.Leave):
-            return self._depart(job, member, conn, "left", now, request_id)
+            # A process ending on an exception leaves on its way out: for the
+            # others it is lost, as if killed, not gone in order.
+            how = f"{LOST}{message.ended}" if message.ended else "left"
+            return self._depart(job, member, conn, how, now, request_id)
         return [error(conn, request_id, "protocol",
                       f"the coordinator does not accept {message.TYPE} messages")]
 

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from asyncoll._runtime import hosting, torchrun, tracing
+from asyncoll._runtime import ending, hosting, torchrun, tracing
 from asyncoll._runtime.loop import LoopThread
 from asyncoll._runtime.settings import Settings
 from asyncoll._runtime.session import Rendezvous, Session
@@ -94,6 +94,12 @@ class Runtime:
                             where.job)
         return await Session.join(where, settings, embedded)
 
+    def exit(self) -> None:
+        """The interpreter is exiting: note how (an uncaught exception makes this process's
+        leaves say so, see :mod:`asyncoll._runtime.ending`), then :meth:`shutdown`."""
+        ending.note_exit()
+        self.shutdown()
+
     def shutdown(self) -> None:
         """Run the exit hooks, last registered first, then stop the loop thread."""
         while True:
@@ -123,7 +129,7 @@ def runtime() -> Runtime:
         with _runtime_lock:
             if _runtime is None:
                 _runtime = Runtime()
-                atexit.register(_runtime.shutdown)
+                atexit.register(_runtime.exit)
                 # Only the main thread may install it; the first use usually comes from there.
                 tracing.install_signal_handler()
             current = _runtime

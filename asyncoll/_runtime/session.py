@@ -9,23 +9,11 @@ import os
 import secrets
 import socket
 import sys
-import time
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from asyncoll._runtime.addresses import listen_plan
-from asyncoll._runtime.lanes import Lanes
-from asyncoll._runtime.joining import connect, learn_directory, listen, report_while_waiting
-from asyncoll._runtime.liveness import keep_alive
-from asyncoll._runtime.registration import Identity, Registration
-from asyncoll._group.context import Closable
-from asyncoll._group.faults import GroupFaults
-from asyncoll._rendezvous.client import CoordinatorClient
-from asyncoll._rendezvous.stragglers import SAMPLES_PER_HEARTBEAT
-from asyncoll._runtime.settings import Settings
-from asyncoll._runtime import tracing
 from asyncoll._defaults import (
     COORDINATOR_GRACE_S,
     EMBEDDED_DRAIN_TIMEOUT_S,
@@ -34,6 +22,22 @@ from asyncoll._defaults import (
     PROTOCOL_VERSION,
     RECONNECT_BACKOFF_CAP_S,
 )
+from asyncoll._group.context import Closable
+from asyncoll._group.faults import GroupFaults
+from asyncoll._rendezvous.client import CoordinatorClient
+from asyncoll._rendezvous.stragglers import SAMPLES_PER_HEARTBEAT
+from asyncoll._runtime import ending, tracing
+from asyncoll._runtime.addresses import listen_plan
+from asyncoll._runtime.joining import (
+    connect,
+    learn_directory,
+    listen,
+    report_while_waiting,
+)
+from asyncoll._runtime.lanes import Lanes
+from asyncoll._runtime.liveness import heartbeat, keep_alive
+from asyncoll._runtime.registration import Identity, Registration
+from asyncoll._runtime.settings import Settings
 from asyncoll._transport.tcp.mesh import TcpMesh
 from asyncoll._wire.messages import (
     Barrier,
@@ -43,8 +47,8 @@ from asyncoll._wire.messages import (
     Join,
     Leave,
     MemberGone,
-    MembersLeft,
     MembershipState,
+    MembersLeft,
     Message,
     NewGroup,
     Reconfigure,
@@ -69,7 +73,6 @@ from asyncoll.errors import (
 log = logging.getLogger("asyncoll")
 
 T = TypeVar("T")
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,8 +459,9 @@ class Session:
                         "for good", error)
 
     async def close(self, abandon: bool = False) -> None:
-        """Leave the job and close everything; never raises. ``abandon`` (an abort, the
-        next group being made): say goodbye only to a coordinator reached now."""
+        """Leave the job (at exit on an exception: as lost, see ending); close; never
+        raises. ``abandon`` (an abort, the next group being made): say goodbye only to
+        a coordinator reached now."""
         if self.closed:
             return
         self.closed = True
@@ -466,18 +470,22 @@ class Session:
         # A coordinator being reached again gets a moment, not the whole leave
         # timeout: one that never comes back (it died with rank 0) must not hold
         # every member's exit; one that does counts this rank lost, which is harmless.
+        ended = ending.ended()
         with contextlib.suppress(AsyncollError, OSError):
             if self.client.up or not abandon:
-                await self.client.request(Leave(), LEAVE_TIMEOUT_S if self.client.up else
-                                          RECONNECT_BACKOFF_CAP_S, "leave")
+                await self.client.request(Leave(ended=ended), LEAVE_TIMEOUT_S
+                                          if self.client.up else RECONNECT_BACKOFF_CAP_S,
+                                          "leave")
+        await ending.linger(ended, self.client)  # then its links end with no goodbye
         self._stop_groups("this rank destroyed its process group (destroy_process_group)")
-        await _close_quietly(self.client, self.mesh, self._embedded, self.job)
+        await _close_quietly(self.client, self.mesh, self._embedded, self.job, not ended)
 
 
 async def _close_quietly(client: CoordinatorClient | None, mesh: TcpMesh | None,
-                         embedded: Coordinator | None, job: str | None = None) -> None:
+                         embedded: Coordinator | None, job: str | None = None,
+                         goodbye: bool = True) -> None:
     if mesh is not None:
-        await mesh.close()
+        await mesh.close(goodbye)
     if embedded is not None and job is not None:
         # Peers still finishing must be able to leave before the coordinator goes.
         if not await embedded.wait_until_idle(job, EMBEDDED_DRAIN_TIMEOUT_S):
@@ -487,15 +495,3 @@ async def _close_quietly(client: CoordinatorClient | None, mesh: TcpMesh | None,
     if embedded is not None:
         await embedded.stop()
 
-
-def heartbeat(ops: int, doing: tuple[int, int, str, bool, int] | None,
-              samples: list[int]) -> Heartbeat:
-    """The heartbeat of a rank that started ``ops`` operations, is ``doing`` one (see
-    Recorder.report) and sampled ``samples``."""
-    clock_us = time.time_ns() // 1000
-    if doing is None:
-        return Heartbeat(ops=ops, clock_us=clock_us, samples=tuple(samples))
-    group_id, seq, collective, running, started_ns = doing
-    return Heartbeat(ops=ops, clock_us=clock_us, group_id=group_id, seq=seq,
-                     collective=collective, running=int(running),
-                     age_us=max(0, clock_us - started_ns // 1000), samples=tuple(samples))

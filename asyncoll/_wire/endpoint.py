@@ -104,3 +104,15 @@ def join_host_port(host: str, port: int) -> str:
 def wildcard(host: str) -> str:
     """The address that binds every interface of ``host``'s family: ``::`` or ``0.0.0.0``."""
     return "::" if ":" in host else "0.0.0.0"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address, or ``localhost``) is this host's loopback; an IPv4
+    address mapped into IPv6 (``::ffff:127.0.0.1``, a client of a ``::`` socket) counts."""
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host == "localhost"
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback

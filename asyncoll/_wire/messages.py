@@ -154,9 +154,15 @@ class Heartbeat:
 
 @dataclass(frozen=True, slots=True)
 class Leave:
-    """Peer -> coordinator: this rank is done with the job."""
+    """Peer -> coordinator: this rank is done with the job.
+
+    ``ended`` is empty when its program left (destroy_process_group, or its
+    end); else how its process is ending without having left (an uncaught
+    exception, KeyboardInterrupt), and the others are told it was lost.
+    """
 
     TYPE: ClassVar[str] = "leave"
+    ended: str = ""
 
 
 @dataclass(frozen=True, slots=True)

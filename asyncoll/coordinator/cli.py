@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import ipaddress
 import logging
 import os
 import signal
@@ -18,7 +17,7 @@ from asyncoll._compat import loop_factory
 from asyncoll._defaults import DEFAULT_PORT
 from asyncoll._rendezvous.directory import PORTS_IN_WELCOME_UP_TO
 from asyncoll._tls import context as tls_context
-from asyncoll._wire.endpoint import host_literal, join_host_port
+from asyncoll._wire.endpoint import host_literal, is_loopback, join_host_port
 from asyncoll.coordinator.admission import raise_descriptor_limit
 from asyncoll.coordinator.probe import probe
 from asyncoll.coordinator.server import Coordinator
@@ -58,7 +57,12 @@ def _parser() -> argparse.ArgumentParser:
                              "picks a free one)")
     parser.add_argument("--http-host", default="127.0.0.1",
                         help="address the dashboard binds (default 127.0.0.1: this host only; "
-                             "put it behind a reverse proxy, or give 0.0.0.0 with a token)")
+                             "put it behind a reverse proxy, or give 0.0.0.0 with a token; "
+                             "without one, other hosts get /metrics only, see --http-public)")
+    parser.add_argument("--http-public", action="store_true",
+                        help="without a token, show the dashboard and /api to every client "
+                             "that reaches the HTTP port, not only to this host's (/metrics "
+                             "answers every client in any case)")
     parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                         help="answer only HTTP requests whose Host is NAME (repeat it for "
                              "several names, without ports; others get 421), against DNS "
@@ -102,11 +106,24 @@ def _write_port_file(path: str, port: int) -> None:
     os.replace(tmp.name, path)
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
+def open_ports(rendezvous: tuple[str, int], http: tuple[str, int, bool] | None,
+               guarded: bool) -> list[str]:
+    """Each port open to the network without a shared secret, in words: the rendezvous
+    port (host, port) and the HTTP one (host, port, --http-public), where not on loopback;
+    none where every client must prove a token or a certificate (``guarded``)."""
+    if guarded:
+        return []
+    found = []
+    if not is_loopback(rendezvous[0]):
+        found.append(f"the rendezvous port {join_host_port(*rendezvous)}, where anyone who "
+                     "reaches it can join any job, read its addresses and disturb it")
+    if http is not None and not is_loopback(http[0]):
+        served = ("the dashboard, /api and /metrics to every client (--http-public)"
+                  if http[2] else "/metrics to every client, the dashboard and /api to "
+                  "this host only (--http-public would open them)")
+        found.append(f"the HTTP port {join_host_port(http[0], http[1])}, which serves "
+                     f"{served}")
+    return found
 
 
 def _tls(args: argparse.Namespace) -> tls_context.Tls | None:
@@ -127,17 +144,13 @@ async def _serve(args: argparse.Namespace) -> int:
     except ConfigurationError as exc:
         log.error("%s", exc)
         return 2
-    if token is None and not (tls is not None and tls.mutual) and not _is_loopback(host):
-        log.warning("*** listening on %s WITHOUT a shared secret: anyone who can reach port "
-                    "%d can join any job, read its addresses and disturb it. Pass "
-                    "--token-file (and give the workers ASYNCOLL_TOKEN) unless this network "
-                    "is trusted. ***", host, args.port)
     try:
         coordinator = Coordinator(host, args.port, token, tls, metrics_port=args.metrics_port,
                                   ports_in_welcome_up_to=args.ports_in_welcome_up_to,
                                   http_port=args.http_port,
                                   http_host=host_literal(args.http_host, "--http-host"),
-                                  allowed_hosts=args.allowed_host)
+                                  allowed_hosts=args.allowed_host,
+                                  http_public=args.http_public)
         await coordinator.start()
     except ConfigurationError as exc:
         log.error("%s", exc)
@@ -146,6 +159,14 @@ async def _serve(args: argparse.Namespace) -> int:
         log.error("cannot listen on %s: %s", join_host_port(host, args.port), exc)
         await coordinator.stop()
         return 1
+    guarded = token is not None or (tls is not None and tls.mutual)
+    http = coordinator.http
+    exposed = open_ports((host, coordinator.port), None if http is None else (
+        http.host, http.port, args.http_public), guarded)
+    if exposed:
+        log.warning("*** open to the network WITHOUT a shared secret: %s. Pass --token-file "
+                    "(and give the workers ASYNCOLL_TOKEN) unless this network is trusted. ***",
+                    "; ".join(exposed))
     if args.port_file:
         _write_port_file(args.port_file, coordinator.port)
     for port_file in (args.metrics_port_file, args.http_port_file):

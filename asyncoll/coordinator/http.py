@@ -10,9 +10,13 @@ Security follows the coordinator's: with its TLS the server speaks HTTPS
 with the same certificate (and, with a CA, asks for a client certificate
 too); with its token, every request must carry it, as ``Authorization:
 Bearer <token>`` or as ``?token=<token>`` (the page's first load), or is
-refused with 401. With allowed hosts, a request for another Host is refused
-with 421 (DNS rebinding). A malformed request gets its 4xx
-(asyncoll.coordinator.request) and one log line, at most one per period.
+refused with 401. Without a token or mutual TLS, only clients on this host
+(loopback) get the page and the API, others a 403, unless the operator made
+the server public (``--http-public``); ``/metrics`` answers every client, for
+Prometheus, which scrapes from elsewhere and reads counts, not addresses. With allowed
+hosts, a request for another Host is refused with 421 (DNS rebinding). A
+malformed request gets its 4xx (asyncoll.coordinator.request) and one log
+line, at most one per period.
 Every answer forbids framing and sniffing, and its Content-Security-Policy
 lets only the page's own script and style run (by their hashes).
 """
@@ -36,7 +40,7 @@ from asyncoll._compat import close_server, timeout as timeout_after
 from asyncoll._defaults import HANDSHAKE_TIMEOUT_S
 from asyncoll._rendezvous.state import RendezvousState
 from asyncoll._tls.context import Tls
-from asyncoll._wire.endpoint import join_host_port
+from asyncoll._wire.endpoint import is_loopback, join_host_port
 from asyncoll.coordinator import api
 from asyncoll.coordinator.admission import (
     HTTP_SHARE,
@@ -65,6 +69,9 @@ KINDS = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=u
 #: Seconds a refused request's rest is read and dropped before closing, so that its
 #: sender reads the refusal instead of a reset.
 LINGER_S = 1.0
+#: What a client on another host may read from a server without a token or mutual TLS that
+#: is not public: Prometheus' scrapes come from elsewhere, and read counts, not addresses.
+OPEN_TO_THE_NETWORK = frozenset({"/metrics"})
 #: A whole number of at most 18 digits (what offset, limit and since take).
 _WHOLE = re.compile(r"-?[0-9]{1,18}")
 
@@ -84,14 +91,19 @@ class HttpServer:
         address: the coordinator's own address, for the page.
         budget: the coordinator's connections (None: this server's own).
         allowed_hosts: the names a request's Host may give (empty: any).
+        public: without a token or mutual TLS, answer every client, not only this
+            host's (``/metrics`` answers every client in any case).
     """
 
     def __init__(self, state: RendezvousState, host: str, port: int, token: bytes | None,
                  tls: Tls | None, metrics: bool, address: Callable[[], str],
-                 budget: Budget | None = None, allowed_hosts: Sequence[str] = ()) -> None:
+                 budget: Budget | None = None, allowed_hosts: Sequence[str] = (),
+                 public: bool = False) -> None:
         self.host, self.port = host, port
         self._state = state
         self._token = token
+        #: Whether every client may read everything (it proves who it is, or may not need to).
+        self.public = public or token is not None or (tls is not None and tls.mutual)
         self._tls = tls
         self._address = address
         self._metrics = Metrics.of(state, required=metrics)
@@ -173,7 +185,7 @@ class HttpServer:
         """
         try:
             request = parse(await _read_head(reader))
-            refusal = self._refusal(request)
+            refusal = self._refusal(request, peer)
             if refusal is not None:
                 return refusal
             self._door.admit(ticket)
@@ -191,13 +203,20 @@ class HttpServer:
             return _error("500 Internal Server Error", "the coordinator failed to answer; "
                           "its log says why")
 
-    def _refusal(self, request: Request) -> Answer | None:
-        """The answer that refuses ``request`` for its host or its credentials, or None."""
+    def _refusal(self, request: Request, peer: object) -> Answer | None:
+        """The answer that refuses ``request``, from ``peer``, for its host, its client or
+        its credentials, or None."""
         if self._allowed and request.host not in self._allowed:
             raise Refusal("421 Misdirected Request", f"this coordinator answers requests for "
                           f"{', '.join(sorted(self._allowed))}, and this one is for "
                           f"{request.host or 'no host'}: use one of those names, or add it "
                           "with --allowed-host")
+        if not (self.public or served_to(peer, request.path)):
+            raise Refusal("403 Forbidden", "this coordinator has no token, so it shows its "
+                          "dashboard and /api only to clients on its own host, and this one "
+                          f"is {_peer(peer)}: reach it through an SSH tunnel or a reverse "
+                          "proxy on that host, give the coordinator a token (--token-file), "
+                          "or start it with --http-public to serve every client")
         if self._token is None or any(hmac.compare_digest(given, self._token)
                                       for given in request.credentials):
             return None
@@ -281,6 +300,13 @@ async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
         async with timeout_after(LINGER_S):
             while await reader.read(MAX_HEAD_BYTES):
                 pass
+
+
+def served_to(peer: object, path: str) -> bool:
+    """Whether a server that is not public answers ``path`` to a client at ``peer`` (its
+    socket address): a client on this host anything, another one :data:`OPEN_TO_THE_NETWORK`."""
+    host = peer[0] if isinstance(peer, tuple) and peer else None
+    return path in OPEN_TO_THE_NETWORK or (isinstance(host, str) and is_loopback(host))
 
 
 def _whole(query: dict[str, str], name: str, default: int) -> int:

@@ -46,7 +46,7 @@ class Coordinator:
                  metrics_port: int | None = None,
                  ports_in_welcome_up_to: int = PORTS_IN_WELCOME_UP_TO,
                  http_port: int | None = None, http_host: str = "127.0.0.1",
-                 allowed_hosts: Sequence[str] = ()) -> None:
+                 allowed_hosts: Sequence[str] = (), http_public: bool = False) -> None:
         """Serve on ``host:port``; with ``token``, every connection must prove it; with
         ``tls``, every connection speaks TLS (mutual with a CA).
 
@@ -56,7 +56,9 @@ class Coordinator:
         With ``http_port`` (0: a free one), the dashboard, its JSON and the
         Prometheus metrics are served on ``http_host:http_port`` (see
         asyncoll.coordinator.http), under the coordinator's token and TLS, to
-        requests whose Host header is one of ``allowed_hosts`` (empty: any).
+        requests whose Host header is one of ``allowed_hosts`` (empty: any). Without
+        a token or mutual TLS it shows the page and the JSON only to clients on this
+        host, unless ``http_public``.
         ``metrics_port`` is the same server on ``host``, as it was before the
         dashboard, and needs the metrics.
 
@@ -91,7 +93,7 @@ class Coordinator:
         self.http = None if served is None else HttpServer(
             self._state, host if metrics_port is not None else http_host, served, token, tls,
             metrics=metrics_port is not None, address=lambda: join_host_port(host, self.port),
-            budget=budget, allowed_hosts=allowed_hosts)
+            budget=budget, allowed_hosts=allowed_hosts, public=http_public)
 
     async def start(self) -> None:
         """Bind and start serving; ``self.port`` is then the bound port.

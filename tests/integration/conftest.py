@@ -102,6 +102,13 @@ def wait_ready(procs: list[subprocess.Popen[str]]) -> None:
         assert line.strip() == "READY", (line, proc.stderr.read() if proc.poll() else "")
 
 
+def tell(proc: subprocess.Popen[str], line: str = "") -> None:
+    """Write ``line`` and a newline to a worker's stdin (what it waits for to go on)."""
+    assert proc.stdin is not None
+    proc.stdin.write(f"{line}\n")
+    proc.stdin.flush()
+
+
 def end_all(procs: list[subprocess.Popen[str]], daemon: Daemon) -> None:
     """Kill every worker still running (or stopped), then stop ``daemon``."""
     for proc in procs:

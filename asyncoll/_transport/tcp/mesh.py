@@ -325,8 +325,8 @@ class TcpMesh:
         return PeerLostError(f"rank {peer} on host {host} was lost: its data connection is "
                              "closed", rank=peer, host=host)
 
-    async def close(self) -> None:
-        """Close every connection and the listener; pending operations fail."""
+    async def close(self, goodbye: bool = True) -> None:
+        """Close every connection and the listener; pending operations fail (no goodbye: lost)."""
         if self._closed:
             return
         error = ClosedError("the process group was destroyed on this rank while this "
@@ -348,7 +348,7 @@ class TcpMesh:
                 continue
             tls = self.settings.tls is not None
             if (connection.ready.done() and (transport.can_write_eof() or tls)
-                    and id(state) not in lost):
+                    and id(state) not in lost and goodbye):  # else: it is lost for them
                 # GOODBYE after this rank's last frames, so the peer can tell
                 # leaving from dying; then half-close and keep reading (and
                 # discarding) until the peer closes too. Closing with unread
