@@ -297,6 +297,14 @@ class CoordinatorClient:
         if self._up.is_set() and not self._writer.is_closing():
             write_message(self._writer, message, 0)
 
+    def end(self) -> None:
+        """This member has left its job: from now on the link's end, the coordinator's
+        going included, is expected, and nothing is dialled again (a coordinator reached
+        again would count this member lost). Outstanding requests fail with
+        RendezvousError; :meth:`close` still closes the connection."""
+        self._fail_pending(RendezvousError(f"this process left its job at the coordinator "
+                                           f"at {self.address}"))
+
     async def close(self) -> None:
         """Close the link; outstanding requests fail with RendezvousError."""
         self._fail_pending(RendezvousError(f"the connection to the coordinator at "
