@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from asyncoll._group import flight, waits
+from asyncoll._group import recorder as recorder_module
 from asyncoll._group.recorder import UNTIMED, Recorder
 from asyncoll._runtime.settings import Settings
 from asyncoll._wire.frames import Fingerprint
@@ -299,6 +300,24 @@ def test_a_report_shows_the_oldest_running_operation_and_the_new_samples(
     assert samples[:2] == [7, 24]  # only what came after the last report
     assert len(samples) == 3
     assert recorder.report(mark, 1, {0, 7})[2] == samples  # the newest, at most 1
+
+
+def test_a_report_of_a_long_run_gives_its_last_operation_a_recent_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One operation a second for 300 s: the last one started at most SAMPLE_EVERY s ago,
+    not when the run's first did (issue 59: "done, started 32 s ago" at 10 calls/s)."""
+    clock = [10**18]
+    monkeypatch.setattr(recorder_module, "_now", lambda: clock[0])
+    recorder = Recorder(100, 0, str(tmp_path))
+    group = Group(recorder, 0)
+    for _ in range(300):
+        group.end(group.begin())
+        clock[0] += 10**9
+
+    doing, _, _ = recorder.report(-1, 256, {0})
+
+    assert doing is not None and doing[:4] == (0, 300, "all_reduce", False)
+    assert 0 < clock[0] - doing[4] <= (SAMPLE_EVERY + 1) * 10**9
 
 
 def test_a_refused_operation_is_forgotten(tmp_path: Path) -> None:
