@@ -426,6 +426,19 @@ def test_trace_table_names_the_rank_the_others_wait_for(tmp_path: Path) -> None:
     assert lines[-1].startswith("ranks 0, 1 wait for rank 2, which did not reach")
 
 
+def test_trace_says_a_rank_without_a_dump_left_none_not_that_it_ran_nothing(
+        tmp_path: Path) -> None:
+    """Rank 2 ran 101 operations and crashed, writing no dump (issue 59)."""
+    job_of(tmp_path, ops=102)
+    (tmp_path / f"{flight.PREFIX}2").unlink()
+
+    verdict = waits.summary(flight.read_dir(str(tmp_path))).splitlines()[-1]
+
+    assert verdict.startswith("ranks 0, 1 wait for rank 2, which did not reach")
+    assert "it left no dump here, so what it ran is not known" in verdict
+    assert "recorded no operation" not in verdict
+
+
 def test_trace_table_says_so_when_no_one_waits(tmp_path: Path) -> None:
     job_of(tmp_path, behind=-1)
 
