@@ -47,6 +47,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asyncoll._version import add_version_option
+from asyncoll._stdout import ends_quietly_on_a_closed_pipe
 
 #: nccl-tests' bus bandwidth factor of each collective, for n ranks.
 BUS_FACTORS: dict[str, Callable[[int], float]] = {
@@ -400,6 +401,7 @@ def _plot(rows: list[dict[str, Any]], path: str) -> None:
     figure.savefig(path, dpi=110)
 
 
+@ends_quietly_on_a_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``asyncoll-bench``."""
     parser = argparse.ArgumentParser(prog="asyncoll-bench", description=__doc__,

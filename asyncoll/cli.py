@@ -14,6 +14,7 @@ from dataclasses import asdict
 from asyncoll import _auth
 from asyncoll._compat import loop_factory
 from asyncoll._version import add_version_option
+from asyncoll._stdout import ends_quietly_on_a_closed_pipe
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._runtime.settings import tls_from_environment
 from asyncoll._defaults import DEFAULT_PORT
@@ -105,6 +106,7 @@ def _straggler_text(s: StragglerStatus) -> str:
     return Straggler(s.group_id, s.rank, s.last, s.operations, s.median_late_s * 1e6).text()
 
 
+@ends_quietly_on_a_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``asyncoll``."""
     args = _parser().parse_args(argv)

@@ -55,6 +55,7 @@ from asyncoll._wire.endpoint import host_literal, join_addresses, join_host_port
 from asyncoll.coordinator import Coordinator
 from asyncoll.errors import ConfigurationError
 from asyncoll._version import add_version_option
+from asyncoll._stdout import ends_quietly_on_a_closed_pipe
 
 #: Seconds the other workers get to exit after SIGTERM before SIGKILL.
 _GRACE_S = 5.0
@@ -257,6 +258,7 @@ def _start_coordinator(args: argparse.Namespace, token: bytes | None) -> Coordin
                          f"{join_host_port(host, port)}: {exc}") from exc
 
 
+@ends_quietly_on_a_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``asyncoll-run``."""
     args = _parser().parse_args(argv)

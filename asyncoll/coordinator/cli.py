@@ -23,6 +23,7 @@ from asyncoll.coordinator.admission import raise_descriptor_limit
 from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import ConfigurationError
 from asyncoll._version import add_version_option
+from asyncoll._stdout import ends_quietly_on_a_closed_pipe
 
 log = logging.getLogger("asyncoll.coordinator")
 
@@ -155,6 +156,7 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+@ends_quietly_on_a_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``asyncoll-coordinator``."""
     args = _parser().parse_args(argv)

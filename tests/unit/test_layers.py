@@ -355,6 +355,7 @@ def test_unknown_attribute_raises_attribute_error_naming_it() -> None:
 LAYERS: dict[str, int] = {
     "asyncoll._wire": 0, "asyncoll.errors": 0, "asyncoll.types": 0,
     "asyncoll._defaults": 0, "asyncoll._version": 0, "asyncoll._compat": 0, "asyncoll._auth": 0,
+    "asyncoll._stdout": 0,
     "asyncoll._tls": 0, "asyncoll._policy": 0, "asyncoll._native": 0,
     "asyncoll._transport": 1,
     "asyncoll._algorithms": 2,
