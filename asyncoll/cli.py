@@ -21,7 +21,12 @@ from asyncoll._defaults import DEFAULT_PORT
 from asyncoll._rendezvous.stragglers import Straggler
 from asyncoll._wire.messages import DumpTrace, JobStatus, Status, StatusReply, StragglerStatus
 from asyncoll._wire.endpoint import join_host_port, split_host_port
-from asyncoll.errors import AsyncollError, ConfigurationError
+from asyncoll.errors import (
+    AsyncollError,
+    ConfigurationError,
+    RendezvousError,
+    RendezvousTimeoutError,
+)
 
 _COLUMNS = ("JOB", "STATE", "RANK", "HOST", "DATA ADDRESS", "PID", "MEMBER", "GROUPS", "OPS",
             "HEARTBEAT", "OPERATION")
@@ -41,7 +46,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="print each group's straggler instead: the rank its other "
                              "members wait for, from the heartbeats' sampled arrival times")
     status.add_argument("--timeout", type=float, default=5.0,
-                        help="seconds to wait for the coordinator (default 5)")
+                        help="seconds to wait for the coordinator's answer (default 5); a "
+                             "refused connection fails at once")
+    status.add_argument("--token-file",
+                        help="file holding the coordinator's shared secret (default: "
+                             "ASYNCOLL_TOKEN, if set)")
     status.add_argument("--dump", action="store_true",
                         help="also ask every running member to write out its flight "
                         "recorder (to its ASYNCOLL_TRACE_DIR)")
@@ -51,12 +60,25 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _fetch(host: str, port: int, job: str, timeout: float,
+async def _fetch(host: str, port: int, job: str, timeout: float, token: bytes | None,
                  dump: bool = False) -> tuple[JobStatus, ...]:
     # Only a client: a CA alone is enough to check the coordinator's certificate.
-    client = await CoordinatorClient.connect(host, port, timeout,
-                                             _auth.token_from_environment(os.environ),
-                                             tls=tls_from_environment(os.environ, listens=False))
+    tls = tls_from_environment(os.environ, listens=False)
+    where = join_host_port(host, port)
+    try:
+        # Not patient: a coordinator asked for its status should be running already.
+        client = await CoordinatorClient.connect(host, port, timeout, token, tls=tls,
+                                                 patient=False)
+    except RendezvousTimeoutError as exc:
+        raise RendezvousTimeoutError(
+            f"no coordinator answered at {where} within {timeout:g} s (last error: "
+            f"{exc.__cause__}); give its address with --coordinator HOST:PORT, or a "
+            "longer --timeout") from exc
+    except RendezvousError as exc:
+        if not isinstance(exc.__cause__, ConnectionRefusedError):
+            raise
+        raise RendezvousError(f"{exc}: is asyncoll-coordinator running there? Give its "
+                              "address with --coordinator HOST:PORT") from exc
     try:
         request = DumpTrace(job=job) if dump else Status(job=job)
         reply = await client.request(request, timeout, "status")
@@ -114,12 +136,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _trace(args.directory)
     try:
         host, port = split_host_port(args.coordinator, "--coordinator")
+        token = (_auth.read_token_file(args.token_file) if args.token_file else
+                 _auth.token_from_environment(os.environ))
     except ConfigurationError as exc:
         print(f"asyncoll: {exc}", file=sys.stderr)
         return 2
     loop = loop_factory()()
     try:
-        jobs = loop.run_until_complete(_fetch(host, port, args.job, args.timeout, args.dump))
+        jobs = loop.run_until_complete(_fetch(host, port, args.job, args.timeout, token,
+                                              args.dump))
     except AsyncollError as exc:
         print(f"asyncoll: {exc}", file=sys.stderr)
         return 1

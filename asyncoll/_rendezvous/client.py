@@ -56,7 +56,8 @@ log = logging.getLogger("asyncoll.rendezvous")
 
 
 async def open_with_retry(host: str, port: int, timeout: float,
-                          fallbacks: Sequence[tuple[str, int]] = (), tls: Tls | None = None
+                          fallbacks: Sequence[tuple[str, int]] = (), tls: Tls | None = None,
+                          patient: bool = True
                           ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
     """Connect to ``host:port`` or one of ``fallbacks``, retrying while they refuse, for up
     to ``timeout`` seconds; return the streams and which address answered (0: the first).
@@ -64,9 +65,12 @@ async def open_with_retry(host: str, port: int, timeout: float,
     A coordinator may start after its workers (torch's store behaves the same),
     so a refused connection is retried until the deadline, each address in turn.
     With ``tls``, the connection speaks TLS; a failed TLS handshake is not retried.
+    Not ``patient`` (a tool asking a coordinator that should be running), a refusal by
+    the last address is final.
 
     Raises:
         RendezvousTimeoutError: nothing accepted the connection in time.
+        RendezvousError: not ``patient``, and every address refused the connection.
         AuthenticationError: the TLS handshake failed (the message says why).
     """
     loop = asyncio.get_running_loop()
@@ -92,6 +96,11 @@ async def open_with_retry(host: str, port: int, timeout: float,
                                         mutual=tls is not None and tls.mutual) from exc
         except (OSError, TimeoutError) as exc:
             last = exc if isinstance(exc, OSError) else OSError(f"connect timed out: {exc}")
+            if not patient and index == len(addresses) - 1 and isinstance(
+                    exc, ConnectionRefusedError):
+                where = " or ".join(join_host_port(*a) for a in addresses)
+                raise RendezvousError(f"nothing listens at {where} ({exc.strerror or exc})"
+                                      ) from exc
         if index == len(addresses) - 1:
             await asyncio.sleep(min(CONNECT_RETRY_INTERVAL_S,
                                     max(0.0, deadline - loop.time())))
@@ -144,7 +153,7 @@ async def _answer_challenge(reader: asyncio.StreamReader, writer: asyncio.Stream
             if token is None:
                 raise AuthenticationError(
                     f"the coordinator at {address} requires the job's shared secret: set "
-                    "ASYNCOLL_TOKEN (or pass --token-file to asyncoll-run)")
+                    "ASYNCOLL_TOKEN (asyncoll-run and asyncoll status take --token-file)")
             mine = _auth.new_nonce()
             write_message(writer, Proof(response=_auth.answer(token, "coordinator",
                                                               challenge.nonce), nonce=mine), 1)
@@ -207,10 +216,10 @@ class CoordinatorClient:
 
     @classmethod
     async def connect(cls, host: str, port: int, timeout: float, token: bytes | None = None,
-                      fallbacks: Sequence[tuple[str, int]] = (), tls: Tls | None = None
-                      ) -> CoordinatorClient:
+                      fallbacks: Sequence[tuple[str, int]] = (), tls: Tls | None = None,
+                      patient: bool = True) -> CoordinatorClient:
         """Connect to the coordinator at ``host:port``, or at one of ``fallbacks`` (see
-        :func:`open_with_retry`).
+        :func:`open_with_retry`, which ``patient`` is passed to).
 
         Answers the coordinator's challenge with ``token`` (None: this peer has no secret),
         over TLS with ``tls`` (None: plain TCP).
@@ -222,7 +231,8 @@ class CoordinatorClient:
             RendezvousError: the coordinator refused the connection (out of file
                 descriptors, say) or closed it before greeting this peer.
         """
-        reader, writer, at = await open_with_retry(host, port, timeout, fallbacks, tls)
+        reader, writer, at = await open_with_retry(host, port, timeout, fallbacks, tls,
+                                                   patient)
         addresses = ((host, port), *fallbacks)
         try:
             await _answer_challenge(reader, writer, join_host_port(*addresses[at]), token, tls,
