@@ -10,7 +10,7 @@
     asyncoll-run --nnodes 2 --node-rank 1 --nproc-per-node 4 --coordinator 10.0.0.5:29500 train.py
 
 Without ``--coordinator`` an embedded coordinator is started on a free port
-of this machine. Each worker gets RANK, LOCAL_RANK, WORLD_SIZE,
+of this machine (torchrun's ``--standalone`` says the same, and is accepted). Each worker gets RANK, LOCAL_RANK, WORLD_SIZE,
 LOCAL_WORLD_SIZE, ASYNCOLL_COORDINATOR (the coordinator's HOST:PORT),
 ASYNCOLL_JOB_ID, MASTER_ADDR and MASTER_PORT; MASTER_PORT is a different,
 free port (the coordinator's + 1 with several nodes), so a torch.distributed
@@ -77,6 +77,10 @@ def _parser() -> argparse.ArgumentParser:
                              "(default 1)")
     parser.add_argument("--node-rank", "--node_rank", type=int, default=0,
                         help="this machine's index, 0 to nnodes-1 (default 0)")
+    parser.add_argument("--standalone", action="store_true",
+                        help="one machine, on an embedded coordinator on a free port, as "
+                             "torchrun's --standalone (what asyncoll-run does on one node "
+                             "without --coordinator anyway)")
     parser.add_argument("--coordinator", metavar="HOST:PORT[,HOST:PORT...]",
                         help="use this coordinator instead of starting an embedded one "
                              "(required on every node but node 0); an IPv6 address goes in "
@@ -105,8 +109,10 @@ def _parser() -> argparse.ArgumentParser:
                              "the lines as the workers print them)")
     parser.add_argument("-m", dest="module", action="store_true",
                         help="run the target as a module, as python -m does")
-    parser.add_argument("script", help="the worker program (or module, with -m)")
-    parser.add_argument("script_args", nargs=argparse.REMAINDER,
+    # Optional for argparse, so that no arguments get a usage line of asyncoll-run's own
+    # (_check), not "the following arguments are required: script, script_args".
+    parser.add_argument("script", nargs="?", help="the worker program (or module, with -m)")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, default=[],
                         help="arguments passed to every worker")
     return parser
 
@@ -224,6 +230,15 @@ def _supervise(procs: list[subprocess.Popen[bytes]],
 
 
 def _check(args: argparse.Namespace) -> None:
+    if args.script is None:
+        raise SystemExit("asyncoll-run: name the worker program to start, as in\n"
+                         "  asyncoll-run --nproc-per-node 4 train.py --epochs 3\n"
+                         "(asyncoll-run --help lists the options)")
+    if args.standalone and (args.coordinator or args.nnodes > 1
+                            or args.master_port is not None):
+        raise SystemExit("asyncoll-run: --standalone runs one machine's job on an embedded "
+                         "coordinator on a free port: leave out --coordinator, --nnodes and "
+                         "--master-port with it")
     if args.max_restarts < 0:
         raise SystemExit(f"asyncoll-run: --max-restarts must be 0 or more, got "
                          f"{args.max_restarts}")

@@ -131,12 +131,14 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
             pass
 
 
-def run_example(script: Path, nproc: int, args: Sequence[str] = ()) -> dict[int, list[str]]:
-    """Run ``script args`` under asyncoll-run with ``nproc`` workers; return each rank's lines.
+def run_example(script: Path, nproc: int, args: Sequence[str] = (),
+                options: Sequence[str] = ()) -> dict[int, list[str]]:
+    """Run ``script args`` under asyncoll-run ``options`` with ``nproc`` workers; return each
+    rank's lines.
 
     Fails the test unless the job exits 0 without a traceback.
     """
-    proc = start([*launcher(), "--nproc-per-node", str(nproc), str(script), *args],
+    proc = start([*launcher(), *options, "--nproc-per-node", str(nproc), str(script), *args],
                  clean_environment())
     stdout, stderr = finish(proc)
     assert proc.returncode == 0, (f"asyncoll-run exited {proc.returncode}\n"
@@ -186,6 +188,13 @@ def processes() -> Iterator[list[subprocess.Popen[str]]]:
 @pytest.mark.timeout(TEST_TIMEOUT_S)
 def test_sum_example_prints_seed_lines_on_every_rank(form: list[str]) -> None:
     by_rank = run_example(EXAMPLES / "sum.py", nproc=2, args=form)
+
+    expect_every_rank(by_rank, SUM_LINES)
+
+
+@pytest.mark.timeout(TEST_TIMEOUT_S)
+def test_torchruns_standalone_flag_runs_the_job_on_an_embedded_coordinator() -> None:
+    by_rank = run_example(EXAMPLES / "sum.py", nproc=2, options=["--standalone"])
 
     expect_every_rank(by_rank, SUM_LINES)
 
