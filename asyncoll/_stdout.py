@@ -1,5 +1,5 @@
-"""The commands' standard output, which a reader may close early (``asyncoll --version |
-head -1``): the command then ends quietly, as Python's documentation of SIGPIPE advises,
+"""The commands' standard output, which a reader may close early (`asyncoll --version |
+head -1`): the command then ends quietly, as Python's documentation of SIGPIPE advises,
 instead of with a BrokenPipeError traceback."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ CLOSED_PIPE_STATUS = 1
 
 
 def ends_quietly_on_a_closed_pipe(main: Callable[P, int]) -> Callable[P, int]:
-    """``main``, a command's entry point, made to end with :data:`CLOSED_PIPE_STATUS` and
+    """`main`, a command's entry point, made to end with `CLOSED_PIPE_STATUS` and
     no traceback when its standard output's reader has gone."""
 
     @functools.wraps(main)

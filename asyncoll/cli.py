@@ -1,6 +1,6 @@
-"""``asyncoll``: the operator's command. ``asyncoll status`` shows a coordinator's jobs
-(``--dump``: and asks their members to write out their flight recorders); ``asyncoll trace
-DIR`` shows who waits for whom in the flight recorder dumps in DIR."""
+"""`asyncoll`: the operator's command. `asyncoll status` shows a coordinator's jobs
+(`--dump`: and asks their members to write out their flight recorders); `asyncoll trace
+DIR` shows who waits for whom in the flight recorder dumps in DIR."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def _straggler_text(s: StragglerStatus) -> str:
 
 @ends_quietly_on_a_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``asyncoll``."""
+    """Entry point of `asyncoll`."""
     args = _parser().parse_args(argv)
     if args.command == "trace":
         return _trace(args.directory)
@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _trace(directory: str) -> int:
-    """``asyncoll trace DIR``: the table of who waits for whom, from the dumps in DIR."""
+    """`asyncoll trace DIR`: the table of who waits for whom, from the dumps in DIR."""
     import pickle
 
     from asyncoll._group import flight, waits  # the data plane's: loaded only here

@@ -1,28 +1,28 @@
-"""``asyncoll-run``: start N worker processes of one job, as torchrun does.
+"""`asyncoll-run`: start N worker processes of one job, as torchrun does.
 
-::
+```bash
+asyncoll-run --nproc-per-node 4 train.py --epochs 3
+asyncoll-run --nproc-per-node 2 --coordinator 10.0.0.5:29500 -m mypkg.worker
 
-    asyncoll-run --nproc-per-node 4 train.py --epochs 3
-    asyncoll-run --nproc-per-node 2 --coordinator 10.0.0.5:29500 -m mypkg.worker
+# two machines, 4 workers each; node 0 hosts the coordinator
+asyncoll-run --nnodes 2 --node-rank 0 --nproc-per-node 4 --master-addr 10.0.0.5 train.py
+asyncoll-run --nnodes 2 --node-rank 1 --nproc-per-node 4 --coordinator 10.0.0.5:29500 train.py
+```
 
-    # two machines, 4 workers each; node 0 hosts the coordinator
-    asyncoll-run --nnodes 2 --node-rank 0 --nproc-per-node 4 --master-addr 10.0.0.5 train.py
-    asyncoll-run --nnodes 2 --node-rank 1 --nproc-per-node 4 --coordinator 10.0.0.5:29500 train.py
+Without `--coordinator` an embedded coordinator is started on a free port of
+this machine (torchrun's `--standalone` says the same, and is accepted). Each
+worker gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+ASYNCOLL_COORDINATOR (the coordinator's HOST:PORT), ASYNCOLL_JOB_ID,
+MASTER_ADDR and MASTER_PORT; MASTER_PORT is a different, free port (the
+coordinator's + 1 with several nodes), so a torch.distributed program, whose
+rank 0 binds its store there, runs unchanged too. Its output passes through
+asyncoll-run a whole line at a time, in order per worker, so that lines of
+workers printing at once never mix (`--prefix`: each line starts `[rank N]`);
+workers get PYTHONUNBUFFERED=1 unless it is set, so that a Python worker's
+lines come out as it prints them. When a worker fails, the others are stopped
+and asyncoll-run exits non-zero, saying which rank failed and how.
 
-Without ``--coordinator`` an embedded coordinator is started on a free port
-of this machine (torchrun's ``--standalone`` says the same, and is accepted). Each worker gets RANK, LOCAL_RANK, WORLD_SIZE,
-LOCAL_WORLD_SIZE, ASYNCOLL_COORDINATOR (the coordinator's HOST:PORT),
-ASYNCOLL_JOB_ID, MASTER_ADDR and MASTER_PORT; MASTER_PORT is a different,
-free port (the coordinator's + 1 with several nodes), so a torch.distributed
-program, whose rank 0 binds its store there, runs unchanged too. Its output
-passes through asyncoll-run a whole line at a time, in order per worker, so
-that lines of workers printing at once never mix (``--prefix``: each line
-starts ``[rank N]``); workers get PYTHONUNBUFFERED=1 unless it is set, so that
-a Python worker's lines come out as it prints them. When a worker fails, the
-others are stopped and asyncoll-run exits non-zero, saying which rank failed
-and how.
-
-With ``--max-restarts N`` (torchrun's name) the job is elastic
+With `--max-restarts N` (torchrun's name) the job is elastic
 (ASYNCOLL_ELASTIC=1 for every worker) and a worker that fails is not the
 end: the others go on (the program calls asyncoll.reconfigure(), see
 examples/elastic_training.py) and asyncoll-run starts one replacement, which
@@ -125,7 +125,7 @@ def _split_address(text: str) -> tuple[tuple[str, int], ...]:
 
 
 def _free_port(host: str) -> int:
-    """A port of ``host`` that nothing listens on now (torch's store binds it later).
+    """A port of `host` that nothing listens on now (torch's store binds it later).
 
     It is taken below the kernel's ephemeral range where it can: until rank 0
     listens there, another rank's attempt to connect could otherwise get the
@@ -203,8 +203,8 @@ def _supervise(procs: list[subprocess.Popen[bytes]],
                exited: Callable[[subprocess.Popen[bytes]], None] = lambda proc: None) -> int:
     """Wait for every worker; on the first failure stop the rest. Return the exit code.
 
-    With ``replace``, the first ``restarts`` failures start ``replace(slot)`` in the
-    failed worker's place instead. ``exited(proc)`` runs as each worker is found
+    With `replace`, the first `restarts` failures start `replace(slot)` in the
+    failed worker's place instead. `exited(proc)` runs as each worker is found
     to have exited, before anything is said of it.
     """
     while (proc := _wait_any(procs)) is not None:
@@ -275,7 +275,7 @@ def _start_coordinator(args: argparse.Namespace, token: bytes | None) -> Coordin
 
 @ends_quietly_on_a_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``asyncoll-run``."""
+    """Entry point of `asyncoll-run`."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="asyncoll-run: %(name)s: %(message)s")

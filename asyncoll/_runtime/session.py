@@ -467,9 +467,7 @@ class Session:
         with contextlib.suppress(AsyncollError, OSError):
             await self.client.request(Leave(), LEAVE_TIMEOUT_S if self.client.up else
                                       RECONNECT_BACKOFF_CAP_S, "leave")
-        # Left: the coordinator may stop before this process closes the link (rank 0's
-        # embedded one, once every member left), and that is no loss to recover from.
-        self.client.end()
+        self.client.end()  # left: its coordinator may now stop first (rank 0's, say)
         self._stop_groups("this rank destroyed its process group (destroy_process_group)")
         await _close_quietly(self.client, self.mesh, self._embedded, self.job)
 

@@ -1,4 +1,4 @@
-"""``asyncoll-coordinator``: run the coordinator daemon until SIGTERM or SIGINT."""
+"""`asyncoll-coordinator`: run the coordinator daemon until SIGTERM or SIGINT."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
 @ends_quietly_on_a_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``asyncoll-coordinator``."""
+    """Entry point of `asyncoll-coordinator`."""
     args = _parser().parse_args(argv)
     gc.set_threshold(*GC_THRESHOLDS)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,

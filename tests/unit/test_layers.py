@@ -203,10 +203,11 @@ def test_coordinator_reaches_algorithms_through_no_chain_of_imports() -> None:
 # What the daemon may import: the wire format, the rendezvous state machine and its
 # control-message framing (not the peer-side client), errors, settings, the asyncio
 # compatibility shims, the shared secret's challenge-response (_auth), TLS, and the
-# version (which imports only the standard library).
+# version and the commands' output (which import only the standard library).
 COORDINATOR_MAY_IMPORT = ("asyncoll._wire", "asyncoll._rendezvous", "asyncoll.errors",
                           "asyncoll._defaults", "asyncoll._compat", "asyncoll._auth",
-                          "asyncoll._tls", "asyncoll._version", "asyncoll.coordinator")
+                          "asyncoll._tls", "asyncoll._version", "asyncoll._stdout",
+                          "asyncoll.coordinator")
 COORDINATOR_MAY_NOT_IMPORT = ("asyncoll._rendezvous.client",)
 
 # The data plane, by name, as the issue lists it.
