@@ -1,10 +1,12 @@
-"""The SEED.md example programs, run as real processes, print what real torch prints.
+"""The example programs, run as real processes, print what real torch prints.
 
-Each example runs under ``asyncoll-run`` on numpy arrays and, where torch is
-installed, on torch tensors (``--torch``: the program SEED.md shows). The
-workers of one job share the launcher's stdout, so their lines can arrive in
-any order: each rank's lines are picked out by their "Process R" prefix and
-compared with SEED.md's, rank by rank.
+Each example is one of the four torch.distributed programs asyncoll was first
+built to run (tests/torch_backend/test_seed_programs.py runs them verbatim).
+It runs under `asyncoll-run` on numpy arrays and, where torch is installed,
+on torch tensors (`--torch`: the torch program's own form). The workers of
+one job share the launcher's stdout, so their lines can arrive in any order:
+each rank's lines are picked out by their "Process R" prefix and compared
+with what torch prints with gloo, rank by rank.
 
 The last tests start examples/sum.py by hand with env:// variables and no
 launcher or daemon, so rank 0 hosts the coordinator itself.
@@ -64,7 +66,7 @@ CUSTOM_GROUP_MAX_LINES: dict[int, list[str]] = {
     2: ["Process 2 before all_reduce: tensor([3., 4.])",
         "Process 2 after all_reduce: tensor([3., 4.])"],
 }
-# What real torch prints (SEED.md), not the reference page's wrong numbers.
+# What real torch prints with gloo for this program.
 AVERAGE_ACCURACY_LINES = {
     rank: [f"Process {rank} local accuracy: {local}",
            f"Process {rank} global average accuracy: 0.88"]
@@ -231,7 +233,7 @@ def start_sum_rank(rank: int, port: int) -> subprocess.Popen[str]:
 
 
 def expect_sum_job_output(ranks: Mapping[int, subprocess.Popen[str]]) -> None:
-    """Assert every rank of the sum job exits 0 after printing its own SEED.md lines."""
+    """Assert every rank of the sum job exits 0 after printing its own lines."""
     # Wait for every rank before judging any, so a failure shows all their output.
     outputs = {rank: finish(proc) for rank, proc in ranks.items()}
     report = "\n".join(f"rank {rank} exited {ranks[rank].returncode}\nstdout:\n{stdout}\n"
