@@ -70,6 +70,8 @@ async def _fetch(host: str, port: int, job: str, timeout: float, token: bytes | 
         client = await CoordinatorClient.connect(host, port, timeout, token, tls=tls,
                                                  patient=False)
     except RendezvousTimeoutError as exc:
+        if not isinstance(exc.__cause__, OSError):
+            raise  # the handshake's, not the connection's: its own words say it
         raise RendezvousTimeoutError(
             f"no coordinator answered at {where} within {timeout:g} s (last error: "
             f"{exc.__cause__}); give its address with --coordinator HOST:PORT, or a "
