@@ -1,9 +1,9 @@
 """asyncoll: collective communication for Python processes, over TCP.
 
 The blocking API has torch.distributed's names and semantics, so
-``import asyncoll as dist`` can replace ``import torch.distributed as dist``
+`import asyncoll as dist` can replace `import torch.distributed as dist`
 in CPU programs. It is a thin face over the asyncio implementation
-(:mod:`asyncoll.aio`), which runs on one background event loop thread.
+(`asyncoll.aio`), which runs on one background event loop thread.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import typing as _typing
 # The errors and ReduceOp import nothing of ours or of the data plane, so they
 # load eagerly; everything else loads on first use (PEP 562 __getattr__ below),
 # because Python runs this file before any submodule: the coordinator daemon
-# (``import asyncoll.coordinator``) must not pay for, or depend on, the groups,
+# (`import asyncoll.coordinator`) must not pay for, or depend on, the groups,
 # algorithms and transport.
 from asyncoll.errors import (
     AbortedError,
@@ -153,7 +153,7 @@ __all__ = [
 # None for the module itself; any other name of __all__ is the blocking API's.
 # all_reduce and barrier are the blocking API's too, fronted by the compiled
 # entry where it is built (asyncoll._api.front).
-# aio and coordinator are not in __all__, but ``import asyncoll`` has always
+# aio and coordinator are not in __all__, but `import asyncoll` has always
 # made them reachable as attributes.
 _ELSEWHERE: dict[str, tuple[str, str | None]] = {
     "AsyncProcessGroup": ("asyncoll.group", "AsyncProcessGroup"),
@@ -187,7 +187,7 @@ def __dir__() -> list[str]:
 
 if not _typing.TYPE_CHECKING:
     # Hidden from type checkers, which see the imports above instead: with a
-    # visible __getattr__, a misspelt ``asyncoll.all_reduse`` would type-check.
+    # visible __getattr__, a misspelt `asyncoll.all_reduse` would type-check.
     __getattr__ = _load
 
 

@@ -1,4 +1,4 @@
-"""asyncoll's version, written here only, and what ``--version`` says of this install."""
+"""asyncoll's version, written here only, and what `--version` says of this install."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ _OPTIONAL = (("torch", "the torch backend"),
 
 
 def _installed(distribution: str) -> str | None:
-    """The installed version of ``distribution``, found without importing it; None: absent."""
+    """The installed version of `distribution`, found without importing it; None: absent."""
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
@@ -35,7 +35,7 @@ def _tls() -> str:
 
 
 def describe(command: str) -> str:
-    """What ``command --version`` prints: the version, the Python, and the optional parts."""
+    """What `command --version` prints: the version, the Python, and the optional parts."""
     lines = [f"{command} (asyncoll) {__version__}",
              f"Python {sys.version.split()[0]} ({sys.implementation.name})"]
     for distribution, brings in _OPTIONAL:
@@ -54,7 +54,7 @@ def _kernels() -> str:
 
 
 def add_version_option(parser: argparse.ArgumentParser, command: str) -> None:
-    """Give ``parser`` a ``--version`` that prints :func:`describe` and exits."""
+    """Give `parser` a `--version` that prints `describe` and exits."""
     parser.add_argument("--version", action=_PrintVersion, command=command,
                         help="print the version, the Python and which optional parts "
                              "are installed, and exit")

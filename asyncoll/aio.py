@@ -1,15 +1,15 @@
 """The asyncio face of asyncoll: the same operations as coroutines.
 
-::
+```python
+from asyncoll import aio
 
-    from asyncoll import aio
-
-    async def main():
-        async with await aio.init_process_group(init_method="tcp://127.0.0.1:29500",
-                                                world_size=2, rank=rank) as world:
-            await world.all_reduce(x)
-            pair = await world.new_group([0, 1])
-            await pair.all_reduce(y, op=aio.ReduceOp.MAX)
+async def main():
+    async with await aio.init_process_group(init_method="tcp://127.0.0.1:29500",
+                                            world_size=2, rank=rank) as world:
+        await world.all_reduce(x)
+        pair = await world.new_group([0, 1])
+        await pair.all_reduce(y, op=aio.ReduceOp.MAX)
+```
 
 Everything runs in the caller's event loop; nothing here blocks it.
 """
@@ -44,7 +44,7 @@ class World(AsyncProcessGroup):
 
     async def new_group(self, ranks: Sequence[int] | None = None,
                         timeout: float | timedelta | None = None) -> AsyncProcessGroup:
-        """Create a group of ``ranks`` (all ranks when None); every rank must call it.
+        """Create a group of `ranks` (all ranks when None); every rank must call it.
 
         Every rank calls new_group in the same order with the same ranks, members
         or not, as in torch. The group's ranks keep the order given.

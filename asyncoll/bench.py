@@ -1,11 +1,9 @@
-"""``asyncoll-bench``: collective benchmarks in the nccl-tests format, beside gloo's.
-
-::
+"""`asyncoll-bench`: collective benchmarks in the nccl-tests format, beside gloo's. For example:
 
     asyncoll-bench --collectives all_reduce,broadcast --world-sizes 2,4 \\
         --sizes 4,1K,64K,1M,16M,64M --compare gloo --csv out.csv --plot out.png
 
-For every world size and every system (asyncoll, then each ``--compare``
+For every world size and every system (asyncoll, then each `--compare`
 one), it starts that many ranks on this machine and times
 float32 operations size by size, one op at a time: each op's time is the
 maximum over ranks, and the table shows the median, as nccl-tests does.
@@ -14,19 +12,19 @@ output, reduce_scatter's input), count (elements per rank's input), type,
 redop, root, time (us), algbw = size / time and busbw = algbw x the
 collective's bus factor (GB/s, 1e9 bytes), and #wrong (ranks whose check
 failed; each size is checked once before it is timed). Each row also carries
-the ranks' open file descriptors once the size's ops are timed (``FD_COLUMNS``,
+the ranks' open file descriptors once the size's ops are timed (`FD_COLUMNS`,
 in the CSV; Linux only).
 
-Systems: ``asyncoll`` with its default paths (shared memory between ranks
+Systems: `asyncoll` with its default paths (shared memory between ranks
 on one host, unless ASYNCOLL_SHM=0: small and medium collectives in each
 caller's thread through a group arena, larger ones through rings),
-``asyncoll-loop`` (the same with both calling-thread paths off: every
+`asyncoll-loop` (the same with both calling-thread paths off: every
 operation through the event loop thread, as before they existed),
-``asyncoll-tcp`` (loopback TCP only), ``asyncoll-python`` (the default
-paths with the compiled extension off: ASYNCOLL_PURE_PYTHON=1), ``gloo`` (torch.distributed over
-loopback TCP; needs torch) and ``mpi`` (Open MPI through mpi4py, started
-with mpirun; it uses shared memory on one host). ``--plot`` needs matplotlib (``pip install
-asyncoll[plot]``).
+`asyncoll-tcp` (loopback TCP only), `asyncoll-python` (the default
+paths with the compiled extension off: ASYNCOLL_PURE_PYTHON=1), `gloo` (torch.distributed over
+loopback TCP; needs torch) and `mpi` (Open MPI through mpi4py, started
+with mpirun; it uses shared memory on one host). `--plot` needs matplotlib (`pip install
+asyncoll[plot]`).
 """
 
 from __future__ import annotations
@@ -47,6 +45,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asyncoll._version import add_version_option
+from asyncoll._stdout import ends_quietly_on_a_closed_pipe
 
 #: nccl-tests' bus bandwidth factor of each collective, for n ranks.
 BUS_FACTORS: dict[str, Callable[[int], float]] = {
@@ -142,7 +141,7 @@ class _Rank:
         return out
 
     def descriptors(self) -> dict[str, int]:
-        """``FD_COLUMNS`` across the ranks (one all_reduce); {} without /proc."""
+        """`FD_COLUMNS` across the ranks (one all_reduce); {} without /proc."""
         counts = open_descriptors()
         if counts is None:
             return {}
@@ -201,7 +200,7 @@ class _Rank:
 
         As OSU's micro-benchmarks do, small ops warm up longer (100 ops to
         64 KiB, 10 to 1 MiB, 2 above) and are timed more often (up to 10000
-        ops, as many as ``target_s`` allows): a few ms of timing left the
+        ops, as many as `target_s` allows): a few ms of timing left the
         first size of a run to the processor's and caches' warming up.
         """
         warmup = 100 if size <= (64 << 10) else 10 if size <= (1 << 20) else 2
@@ -304,7 +303,7 @@ def _free_port() -> int:
 
 
 def _run(system: str, world_size: int, argv: Sequence[str]) -> list[dict[str, Any]]:
-    """Start ``world_size`` ranks of ``system``; return rank 0's rows as they came."""
+    """Start `world_size` ranks of `system`; return rank 0's rows as they came."""
     if system == "mpi":
         return _run_mpi(world_size, argv)
     port = str(_free_port())
@@ -321,7 +320,7 @@ def _run(system: str, world_size: int, argv: Sequence[str]) -> list[dict[str, An
 
 
 def _run_mpi(world_size: int, argv: Sequence[str]) -> list[dict[str, Any]]:
-    """Start ``world_size`` mpi4py ranks under mpirun (Open MPI picks shared memory)."""
+    """Start `world_size` mpi4py ranks under mpirun (Open MPI picks shared memory)."""
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         raise SystemExit("asyncoll-bench: --compare mpi needs mpirun on PATH (Open MPI) "
@@ -338,7 +337,7 @@ def _run_mpi(world_size: int, argv: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def _collect(system: str, procs: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
-    """Print and return the rows rank 0 (``procs[0]``) writes; wait for every rank."""
+    """Print and return the rows rank 0 (`procs[0]`) writes; wait for every rank."""
     rows = []
     try:
         assert procs[0].stdout is not None
@@ -400,8 +399,9 @@ def _plot(rows: list[dict[str, Any]], path: str) -> None:
     figure.savefig(path, dpi=110)
 
 
+@ends_quietly_on_a_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``asyncoll-bench``."""
+    """Entry point of `asyncoll-bench`."""
     parser = argparse.ArgumentParser(prog="asyncoll-bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_version_option(parser, "asyncoll-bench")
@@ -447,7 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _without(argv: Sequence[str], options: Sequence[str]) -> list[str]:
-    """``argv`` less the driver-only options (and their values)."""
+    """`argv` less the driver-only options (and their values)."""
     kept, skip = [], False
     for item in argv:
         if skip:

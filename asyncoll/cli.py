@@ -1,6 +1,6 @@
-"""``asyncoll``: the operator's command. ``asyncoll status`` shows a coordinator's jobs
-(``--dump``: and asks their members to write out their flight recorders); ``asyncoll trace
-DIR`` shows who waits for whom in the flight recorder dumps in DIR."""
+"""`asyncoll`: the operator's command. `asyncoll status` shows a coordinator's jobs
+(`--dump`: and asks their members to write out their flight recorders); `asyncoll trace
+DIR` shows who waits for whom in the flight recorder dumps in DIR."""
 
 from __future__ import annotations
 
@@ -14,13 +14,19 @@ from dataclasses import asdict
 from asyncoll import _auth
 from asyncoll._compat import loop_factory
 from asyncoll._version import add_version_option
+from asyncoll._stdout import ends_quietly_on_a_closed_pipe
 from asyncoll._rendezvous.client import CoordinatorClient
 from asyncoll._runtime.settings import tls_from_environment
 from asyncoll._defaults import DEFAULT_PORT
 from asyncoll._rendezvous.stragglers import Straggler
 from asyncoll._wire.messages import DumpTrace, JobStatus, Status, StatusReply, StragglerStatus
 from asyncoll._wire.endpoint import join_host_port, split_host_port
-from asyncoll.errors import AsyncollError, ConfigurationError
+from asyncoll.errors import (
+    AsyncollError,
+    ConfigurationError,
+    RendezvousError,
+    RendezvousTimeoutError,
+)
 
 _COLUMNS = ("JOB", "STATE", "RANK", "HOST", "DATA ADDRESS", "PID", "MEMBER", "GROUPS", "OPS",
             "HEARTBEAT", "OPERATION")
@@ -40,7 +46,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="print each group's straggler instead: the rank its other "
                              "members wait for, from the heartbeats' sampled arrival times")
     status.add_argument("--timeout", type=float, default=5.0,
-                        help="seconds to wait for the coordinator (default 5)")
+                        help="seconds to wait for the coordinator's answer (default 5); a "
+                             "refused connection fails at once")
+    status.add_argument("--token-file",
+                        help="file holding the coordinator's shared secret (default: "
+                             "ASYNCOLL_TOKEN, if set)")
     status.add_argument("--dump", action="store_true",
                         help="also ask every running member to write out its flight "
                         "recorder (to its ASYNCOLL_TRACE_DIR)")
@@ -50,12 +60,27 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _fetch(host: str, port: int, job: str, timeout: float,
+async def _fetch(host: str, port: int, job: str, timeout: float, token: bytes | None,
                  dump: bool = False) -> tuple[JobStatus, ...]:
     # Only a client: a CA alone is enough to check the coordinator's certificate.
-    client = await CoordinatorClient.connect(host, port, timeout,
-                                             _auth.token_from_environment(os.environ),
-                                             tls=tls_from_environment(os.environ, listens=False))
+    tls = tls_from_environment(os.environ, listens=False)
+    where = join_host_port(host, port)
+    try:
+        # Not patient: a coordinator asked for its status should be running already.
+        client = await CoordinatorClient.connect(host, port, timeout, token, tls=tls,
+                                                 patient=False)
+    except RendezvousTimeoutError as exc:
+        if not isinstance(exc.__cause__, OSError):
+            raise  # the handshake's, not the connection's: its own words say it
+        raise RendezvousTimeoutError(
+            f"no coordinator answered at {where} within {timeout:g} s (last error: "
+            f"{exc.__cause__}); give its address with --coordinator HOST:PORT, or a "
+            "longer --timeout") from exc
+    except RendezvousError as exc:
+        if not isinstance(exc.__cause__, ConnectionRefusedError):
+            raise
+        raise RendezvousError(f"{exc}: is asyncoll-coordinator running there? Give its "
+                              "address with --coordinator HOST:PORT") from exc
     try:
         request = DumpTrace(job=job) if dump else Status(job=job)
         reply = await client.request(request, timeout, "status")
@@ -105,19 +130,23 @@ def _straggler_text(s: StragglerStatus) -> str:
     return Straggler(s.group_id, s.rank, s.last, s.operations, s.median_late_s * 1e6).text()
 
 
+@ends_quietly_on_a_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``asyncoll``."""
+    """Entry point of `asyncoll`."""
     args = _parser().parse_args(argv)
     if args.command == "trace":
         return _trace(args.directory)
     try:
         host, port = split_host_port(args.coordinator, "--coordinator")
+        token = (_auth.read_token_file(args.token_file) if args.token_file else
+                 _auth.token_from_environment(os.environ))
     except ConfigurationError as exc:
         print(f"asyncoll: {exc}", file=sys.stderr)
         return 2
     loop = loop_factory()()
     try:
-        jobs = loop.run_until_complete(_fetch(host, port, args.job, args.timeout, args.dump))
+        jobs = loop.run_until_complete(_fetch(host, port, args.job, args.timeout, token,
+                                              args.dump))
     except AsyncollError as exc:
         print(f"asyncoll: {exc}", file=sys.stderr)
         return 1
@@ -137,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _trace(directory: str) -> int:
-    """``asyncoll trace DIR``: the table of who waits for whom, from the dumps in DIR."""
+    """`asyncoll trace DIR`: the table of who waits for whom, from the dumps in DIR."""
     import pickle
 
     from asyncoll._group import flight, waits  # the data plane's: loaded only here

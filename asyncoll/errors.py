@@ -1,29 +1,31 @@
 """Exceptions raised by asyncoll.
 
-Every error asyncoll raises derives from :class:`AsyncollError`::
+Every error asyncoll raises derives from `AsyncollError`:
 
-    AsyncollError
-    |- ConfigurationError (ValueError)      bad arguments, environment, dtype/op
-    |- ClosedError                          this rank destroyed what it then used
-    |- RendezvousError                      coordinator refused or unreachable
-    |  |- RendezvousTimeoutError (TimeoutError)
-    |  `- AuthenticationError
-    |- CollectiveError                      an operation did not complete
-    |  |- PeerLostError                     .rank and .host of the peer lost
-    |  |- CollectiveTimeoutError (TimeoutError)
-    |  |- MismatchError                     ranks disagree on what they call
-    |  `- GroupBrokenError                  sticky: an earlier failure; __cause__ is it
-    |     `- GroupBrokenByPeerLossError     ... that was a lost peer (a PeerLostError too)
-    `- ProtocolError                        malformed frame or version mismatch
+```text
+AsyncollError
+|- ConfigurationError (ValueError)      bad arguments, environment, dtype/op
+|- ClosedError                          this rank destroyed what it then used
+|- RendezvousError                      coordinator refused or unreachable
+|  |- RendezvousTimeoutError (TimeoutError)
+|  `- AuthenticationError
+|- CollectiveError                      an operation did not complete
+|  |- PeerLostError                     .rank and .host of the peer lost
+|  |- CollectiveTimeoutError (TimeoutError)
+|  |- MismatchError                     ranks disagree on what they call
+|  `- GroupBrokenError                  sticky: an earlier failure; __cause__ is it
+|     `- GroupBrokenByPeerLossError     ... that was a lost peer (a PeerLostError too)
+`- ProtocolError                        malformed frame or version mismatch
+```
 
 Closed is not broken (trio's ClosedResourceError against
 BrokenResourceError): ClosedError is a programming error of this rank's,
 while the CollectiveErrors come from the outside world. After a peer is lost,
 every pending and later operation of a group containing it raises an error
-that ``except PeerLostError`` catches, with the peer's ``rank`` and ``host``.
+that `except PeerLostError` catches, with the peer's `rank` and `host`.
 
 Errors that cross the control plane travel as a stable string code and a
-sentence; :func:`error_from_code` turns them back into these classes.
+sentence; `error_from_code` turns them back into these classes.
 """
 
 from __future__ import annotations
@@ -124,21 +126,21 @@ class MismatchError(CollectiveError):
 
 
 class GroupBrokenError(CollectiveError):
-    """The group failed earlier; ``__cause__`` is the first failure."""
+    """The group failed earlier; `__cause__` is the first failure."""
 
 
 class GroupBrokenByPeerLossError(GroupBrokenError, PeerLostError):
-    """The group broke earlier because a peer was lost; ``rank`` and ``host`` name it.
+    """The group broke earlier because a peer was lost; `rank` and `host` name it.
 
-    A GroupBrokenError (sticky; ``__cause__`` is the first failure) that
-    ``except PeerLostError`` also catches, so code that recovers from a lost
+    A GroupBrokenError (sticky; `__cause__` is the first failure) that
+    `except PeerLostError` also catches, so code that recovers from a lost
     peer sees the same type whether the loss came during an operation or
     between two.
     """
 
 
 class AbortedError(CollectiveError):
-    """The group was aborted (torch's ``ProcessGroup.abort()``, or a ``shrink_group`` with
+    """The group was aborted (torch's `ProcessGroup.abort()`, or a `shrink_group` with
     SHRINK_ABORT), here or by another member: its operations fail at once."""
 
 
@@ -173,18 +175,18 @@ _BY_NUMBER = {number: code for code, number in _NUMBERS.items()}
 def timed_out_words(seconds: float) -> str:
     """What a timeout's message ends with: gloo's words, which torch's callers match on.
 
-    torch's own tests match a timeout with ``" (Timed out|closed|timeout) "``
-    (distributed_test.py, _test_barrier_timeout) and ``"Timed out waiting 1ms"``
+    torch's own tests match a timeout with `" (Timed out|closed|timeout) "`
+    (distributed_test.py, _test_barrier_timeout) and `"Timed out waiting 1ms"`
     on gloo's "Timed out waiting 1000ms for recv operation to complete".
     """
     return f"Timed out waiting {round(seconds * 1000)}ms"
 
 
 def broken_by(what: str, first: AsyncollError) -> AsyncollError:
-    """The sticky error of a call on ``what`` after ``first`` broke it.
+    """The sticky error of a call on `what` after `first` broke it.
 
     A lost peer's stays a PeerLostError too, naming the rank and its host, so
-    ``except PeerLostError`` catches it whether the loss came during an
+    `except PeerLostError` catches it whether the loss came during an
     operation or between two. An exclusion from an elastic job stays an
     ExcludedError.
     """
@@ -206,12 +208,12 @@ def error_code(exc_type: type[AsyncollError]) -> str:
 
 
 def error_number(exc_type: type[AsyncollError]) -> int:
-    """The number of an exception class's code (see :func:`error_code`), for binary records."""
+    """The number of an exception class's code (see `error_code`), for binary records."""
     return _NUMBERS[error_code(exc_type)]
 
 
 def code_of_number(number: int) -> str:
-    """The code a number stands for (:func:`error_number`); "collective" for an unknown one."""
+    """The code a number stands for (`error_number`); "collective" for an unknown one."""
     return _BY_NUMBER.get(number, "collective")
 
 

@@ -1,6 +1,6 @@
-"""Group handles: :class:`AsyncProcessGroup` (torch's ProcessGroup) and :data:`WORLD`.
+"""Group handles: `AsyncProcessGroup` (torch's ProcessGroup) and `WORLD`.
 
-``asyncoll.group.WORLD`` is torch's ``dist.group.WORLD``. The collectives
+`asyncoll.group.WORLD` is torch's `dist.group.WORLD`. The collectives
 themselves live in the group layer (asyncoll._group.group).
 """
 

@@ -1,28 +1,28 @@
-"""``asyncoll-run``: start N worker processes of one job, as torchrun does.
+"""`asyncoll-run`: start N worker processes of one job, as torchrun does.
 
-::
+```bash
+asyncoll-run --nproc-per-node 4 train.py --epochs 3
+asyncoll-run --nproc-per-node 2 --coordinator 10.0.0.5:29500 -m mypkg.worker
 
-    asyncoll-run --nproc-per-node 4 train.py --epochs 3
-    asyncoll-run --nproc-per-node 2 --coordinator 10.0.0.5:29500 -m mypkg.worker
+# two machines, 4 workers each; node 0 hosts the coordinator
+asyncoll-run --nnodes 2 --node-rank 0 --nproc-per-node 4 --master-addr 10.0.0.5 train.py
+asyncoll-run --nnodes 2 --node-rank 1 --nproc-per-node 4 --coordinator 10.0.0.5:29500 train.py
+```
 
-    # two machines, 4 workers each; node 0 hosts the coordinator
-    asyncoll-run --nnodes 2 --node-rank 0 --nproc-per-node 4 --master-addr 10.0.0.5 train.py
-    asyncoll-run --nnodes 2 --node-rank 1 --nproc-per-node 4 --coordinator 10.0.0.5:29500 train.py
+Without `--coordinator` an embedded coordinator is started on a free port of
+this machine (torchrun's `--standalone` says the same, and is accepted). Each
+worker gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+ASYNCOLL_COORDINATOR (the coordinator's HOST:PORT), ASYNCOLL_JOB_ID,
+MASTER_ADDR and MASTER_PORT; MASTER_PORT is a different, free port (the
+coordinator's + 1 with several nodes), so a torch.distributed program, whose
+rank 0 binds its store there, runs unchanged too. Its output passes through
+asyncoll-run a whole line at a time, in order per worker, so that lines of
+workers printing at once never mix (`--prefix`: each line starts `[rank N]`);
+workers get PYTHONUNBUFFERED=1 unless it is set, so that a Python worker's
+lines come out as it prints them. When a worker fails, the others are stopped
+and asyncoll-run exits non-zero, saying which rank failed and how.
 
-Without ``--coordinator`` an embedded coordinator is started on a free port
-of this machine. Each worker gets RANK, LOCAL_RANK, WORLD_SIZE,
-LOCAL_WORLD_SIZE, ASYNCOLL_COORDINATOR (the coordinator's HOST:PORT),
-ASYNCOLL_JOB_ID, MASTER_ADDR and MASTER_PORT; MASTER_PORT is a different,
-free port (the coordinator's + 1 with several nodes), so a torch.distributed
-program, whose rank 0 binds its store there, runs unchanged too. Its output
-passes through asyncoll-run a whole line at a time, in order per worker, so
-that lines of workers printing at once never mix (``--prefix``: each line
-starts ``[rank N]``); workers get PYTHONUNBUFFERED=1 unless it is set, so that
-a Python worker's lines come out as it prints them. When a worker fails, the
-others are stopped and asyncoll-run exits non-zero, saying which rank failed
-and how.
-
-With ``--max-restarts N`` (torchrun's name) the job is elastic
+With `--max-restarts N` (torchrun's name) the job is elastic
 (ASYNCOLL_ELASTIC=1 for every worker) and a worker that fails is not the
 end: the others go on (the program calls asyncoll.reconfigure(), see
 examples/elastic_training.py) and asyncoll-run starts one replacement, which
@@ -55,6 +55,7 @@ from asyncoll._wire.endpoint import host_literal, join_addresses, join_host_port
 from asyncoll.coordinator import Coordinator
 from asyncoll.errors import ConfigurationError
 from asyncoll._version import add_version_option
+from asyncoll._stdout import ends_quietly_on_a_closed_pipe
 
 #: Seconds the other workers get to exit after SIGTERM before SIGKILL.
 _GRACE_S = 5.0
@@ -76,6 +77,10 @@ def _parser() -> argparse.ArgumentParser:
                              "(default 1)")
     parser.add_argument("--node-rank", "--node_rank", type=int, default=0,
                         help="this machine's index, 0 to nnodes-1 (default 0)")
+    parser.add_argument("--standalone", action="store_true",
+                        help="one machine, on an embedded coordinator on a free port, as "
+                             "torchrun's --standalone (what asyncoll-run does on one node "
+                             "without --coordinator anyway)")
     parser.add_argument("--coordinator", metavar="HOST:PORT[,HOST:PORT...]",
                         help="use this coordinator instead of starting an embedded one "
                              "(required on every node but node 0); an IPv6 address goes in "
@@ -104,8 +109,10 @@ def _parser() -> argparse.ArgumentParser:
                              "the lines as the workers print them)")
     parser.add_argument("-m", dest="module", action="store_true",
                         help="run the target as a module, as python -m does")
-    parser.add_argument("script", help="the worker program (or module, with -m)")
-    parser.add_argument("script_args", nargs=argparse.REMAINDER,
+    # Optional for argparse, so that no arguments get a usage line of asyncoll-run's own
+    # (_check), not "the following arguments are required: script, script_args".
+    parser.add_argument("script", nargs="?", help="the worker program (or module, with -m)")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, default=[],
                         help="arguments passed to every worker")
     return parser
 
@@ -118,7 +125,7 @@ def _split_address(text: str) -> tuple[tuple[str, int], ...]:
 
 
 def _free_port(host: str) -> int:
-    """A port of ``host`` that nothing listens on now (torch's store binds it later).
+    """A port of `host` that nothing listens on now (torch's store binds it later).
 
     It is taken below the kernel's ephemeral range where it can: until rank 0
     listens there, another rank's attempt to connect could otherwise get the
@@ -196,8 +203,8 @@ def _supervise(procs: list[subprocess.Popen[bytes]],
                exited: Callable[[subprocess.Popen[bytes]], None] = lambda proc: None) -> int:
     """Wait for every worker; on the first failure stop the rest. Return the exit code.
 
-    With ``replace``, the first ``restarts`` failures start ``replace(slot)`` in the
-    failed worker's place instead. ``exited(proc)`` runs as each worker is found
+    With `replace`, the first `restarts` failures start `replace(slot)` in the
+    failed worker's place instead. `exited(proc)` runs as each worker is found
     to have exited, before anything is said of it.
     """
     while (proc := _wait_any(procs)) is not None:
@@ -223,6 +230,15 @@ def _supervise(procs: list[subprocess.Popen[bytes]],
 
 
 def _check(args: argparse.Namespace) -> None:
+    if args.script is None:
+        raise SystemExit("asyncoll-run: name the worker program to start, as in\n"
+                         "  asyncoll-run --nproc-per-node 4 train.py --epochs 3\n"
+                         "(asyncoll-run --help lists the options)")
+    if args.standalone and (args.coordinator or args.nnodes > 1
+                            or args.master_port is not None):
+        raise SystemExit("asyncoll-run: --standalone runs one machine's job on an embedded "
+                         "coordinator on a free port: leave out --coordinator, --nnodes and "
+                         "--master-port with it")
     if args.max_restarts < 0:
         raise SystemExit(f"asyncoll-run: --max-restarts must be 0 or more, got "
                          f"{args.max_restarts}")
@@ -257,8 +273,9 @@ def _start_coordinator(args: argparse.Namespace, token: bytes | None) -> Coordin
                          f"{join_host_port(host, port)}: {exc}") from exc
 
 
+@ends_quietly_on_a_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``asyncoll-run``."""
+    """Entry point of `asyncoll-run`."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="asyncoll-run: %(name)s: %(message)s")

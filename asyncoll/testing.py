@@ -1,13 +1,13 @@
 """Helpers for testing code that uses asyncoll: N ranks in one event loop.
 
-::
+```python
+async def body(world):
+    x = np.full(4, world.rank, dtype=np.int64)
+    await world.all_reduce(x)
+    return x
 
-    async def body(world):
-        x = np.full(4, world.rank, dtype=np.int64)
-        await world.all_reduce(x)
-        return x
-
-    results = await run_ranks(3, body)   # one result per rank, rank order
+results = await run_ranks(3, body)   # one result per rank, rank order
+```
 
 The ranks are real peers over loopback TCP with a real coordinator; only
 the processes are shared.
@@ -39,12 +39,12 @@ _jobs = itertools.count(1)
 #: set it to run every test across hosts).
 PRETEND_HOSTS = 1
 #: The loopback address run_ranks' coordinator and ranks use, unless told (a
-#: test suite may set it to ``"::1"`` to run every test over IPv6).
+#: test suite may set it to `"::1"` to run every test over IPv6).
 LOOPBACK = "127.0.0.1"
 
 
 def has_ipv6_loopback() -> bool:
-    """Whether this host can bind its IPv6 loopback address (``::1``)."""
+    """Whether this host can bind its IPv6 loopback address (`::1`)."""
     try:
         with socket.socket(socket.AF_INET6) as probe:
             probe.bind(("::1", 0))
@@ -56,7 +56,7 @@ def has_ipv6_loopback() -> bool:
 async def run_ranks(world_size: int, body: Callable[[World], Awaitable[T]], *,
                     timeout: float = 60.0, op_timeout: float = 30.0,
                     hosts: int | None = None, loopback: str | None = None) -> list[T]:
-    """Run ``body(world)`` on ``world_size`` ranks at once; return their results by rank.
+    """Run `body(world)` on `world_size` ranks at once; return their results by rank.
 
     Args:
         world_size: number of ranks.
@@ -65,10 +65,10 @@ async def run_ranks(world_size: int, body: Callable[[World], Awaitable[T]], *,
         op_timeout: the ranks' rendezvous and per-operation timeout.
         hosts: the hosts the ranks pretend to run on, consecutive ranks on each
             (their hostnames differ, as ASYNCOLL_HOSTNAME makes them): ranks of
-            different hosts share no memory. By default :data:`PRETEND_HOSTS`.
+            different hosts share no memory. By default `PRETEND_HOSTS`.
         loopback: the address the coordinator listens on, which the ranks join
-            and so advertise to each other (``"::1"``: IPv6). By default
-            :data:`LOOPBACK`.
+            and so advertise to each other (`"::1"`: IPv6). By default
+            `LOOPBACK`.
 
     Raises:
         Exception: whatever the first failing rank raised; the others are cancelled.
@@ -97,7 +97,7 @@ async def run_ranks(world_size: int, body: Callable[[World], Awaitable[T]], *,
 
 
 def _on_host(settings: Settings, host: int, hosts: int) -> Settings:
-    """``settings`` of a rank on pretend host ``host`` of ``hosts`` (1: the real one)."""
+    """`settings` of a rank on pretend host `host` of `hosts` (1: the real one)."""
     if hosts == 1:
         return settings
     return dataclasses.replace(settings, hostname=f"{socket.gethostname()}~{host}")

@@ -10,7 +10,7 @@ __all__ = ["ReduceOp"]
 class ReduceOp(enum.Enum):
     """How all_reduce combines the ranks' values, as torch.distributed.ReduceOp.
 
-    ``AVG`` sums then divides by the group size. Like torch's gloo backend,
+    `AVG` sums then divides by the group size. Like torch's gloo backend,
     which fails with "result type Float can't be cast to the desired output
     type" after communicating, it is defined for floating and complex arrays
     only; asyncoll refuses integer and bool arrays with ConfigurationError

@@ -1,4 +1,4 @@
-"""SEED.md example 4: the average accuracy of a model across ranks.
+"""The average accuracy of a model across ranks, a torch.distributed program on asyncoll.
 
     asyncoll-run --nproc-per-node 4 examples/average_accuracy.py            # numpy arrays
     asyncoll-run --nproc-per-node 4 examples/average_accuracy.py --torch    # torch tensors
@@ -6,7 +6,7 @@
 Each rank draws its local accuracy as torch.randint(70, 100, (1,)) does
 after torch.manual_seed(rank) (in numpy without --torch), so both forms
 print local accuracies 0.84, 0.95, 0.88 and 0.86 and a global average of
-0.88, as real torch does; the reference page's numbers are wrong (see SEED.md).
+0.88, as the same program prints on torch with gloo.
 """
 
 import numpy as np
@@ -25,7 +25,7 @@ def torch_randint(seed: int, low: int, high: int) -> int:
     return low + int(draw) % (high - low)
 
 
-dist.init_process_group(backend="gloo", init_method="env://")
+dist.init_process_group(init_method="env://")  # no backend=: asyncoll is its own
 rank = dist.get_rank()
 world_size = dist.get_world_size()
 accuracy = tensor([torch_randint(rank, 70, 100) / 100.0])

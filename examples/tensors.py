@@ -1,7 +1,8 @@
-"""The examples' arrays: numpy's, or torch's with ``--torch``, printed as torch prints them.
+"""The examples' arrays: numpy's, or torch's with `--torch`, printed as torch prints them.
 
-Each SEED.md example runs on numpy arrays by default, and on torch tensors,
-as SEED.md writes it, when given ``--torch``; both print the same lines.
+Each example runs on numpy arrays by default, and on torch tensors, as the
+torch.distributed program it comes from writes it, when given `--torch`; both
+print the same lines.
 """
 
 import sys
@@ -13,7 +14,7 @@ TORCH = "--torch" in sys.argv[1:]
 
 
 def tensor(values: list[float]):
-    """A float32 tensor of ``values``: torch's with --torch, else a numpy array."""
+    """A float32 tensor of `values`: torch's with --torch, else a numpy array."""
     if TORCH:
         import torch
         return torch.tensor(values, dtype=torch.float32)
@@ -21,7 +22,7 @@ def tensor(values: list[float]):
 
 
 def tensor_str(t) -> str:
-    """``t`` as print() shows a float32 torch tensor: ``tensor([1., 2.])``."""
+    """`t` as print() shows a float32 torch tensor: `tensor([1., 2.])`."""
     if TORCH:
         return str(t)
     # torch drops the decimals of whole numbers and shows four of anything else.

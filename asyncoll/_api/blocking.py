@@ -2,13 +2,13 @@
 
 Every function converts its arguments, has the group check them and make
 the call's plan (asyncoll.group), and hands the plan to the group's
-``execute`` (blocking) or ``submit`` (``async_op``: a Work), which decides
+`execute` (blocking) or `submit` (`async_op`: a Work), which decides
 where it runs: in the caller's thread where the group's fast path takes it
 (its Work then done before the call returns), else on the runtime's loop
 thread. A blocking call on numpy arrays with the signature of one made
-before runs again without being made anew (:func:`_ran_again`, GroupCore.again).
-``src`` and ``dst`` are global ranks; ``group_src`` and ``group_dst`` are
-ranks within ``group``, as in torch.
+before runs again without being made anew (`_ran_again`, GroupCore.again).
+`src` and `dst` are global ranks; `group_src` and `group_dst` are
+ranks within `group`, as in torch.
 """
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
                        min_size: int | None = None, max_size: int | None = None) -> None:
     """Join the job and make its world the default group (see aio.init_process_group).
 
-    ``store``, ``pg_options`` and ``device_id`` are torch's; asyncoll refuses a
+    `store`, `pg_options` and `device_id` are torch's; asyncoll refuses a
     store (it has its own coordinator) and ignores the others. With
-    ``elastic=True`` (or ASYNCOLL_ELASTIC=1), joining a job that already runs
-    blocks until its members call :func:`reconfigure`, which admits this process.
+    `elastic=True` (or ASYNCOLL_ELASTIC=1), joining a job that already runs
+    blocks until its members call `reconfigure`, which admits this process.
 
     Raises:
         ConfigurationError: already initialized, or bad arguments or environment.
@@ -160,12 +160,12 @@ def is_initialized() -> bool:
 
 
 def get_rank(group: Group = None) -> int:
-    """This process's rank in ``group`` (the world by default); -1 if not a member."""
+    """This process's rank in `group` (the world by default); -1 if not a member."""
     return world.resolve(group).rank
 
 
 def get_world_size(group: Group = None) -> int:
-    """The number of ranks in ``group``; -1 on a process that is not a member, as torch."""
+    """The number of ranks in `group`; -1 on a process that is not a member, as torch."""
     resolved = world.resolve(group)
     return resolved.size if resolved.is_member else -1
 
@@ -180,7 +180,7 @@ def new_group(ranks: Sequence[int] | None = None, timeout: float | timedelta | N
               backend: str | None = None, pg_options: Any = None,
               use_local_synchronization: bool = False, group_desc: str | None = None,
               device_id: Any = None) -> AsyncProcessGroup:
-    """Create a group of ``ranks``; every rank of the job must call it, in the same order.
+    """Create a group of `ranks`; every rank of the job must call it, in the same order.
 
     Returns the group on every rank; on a rank outside it, collectives on it warn
     and do nothing, as torch's do.
@@ -196,7 +196,7 @@ def new_group(ranks: Sequence[int] | None = None, timeout: float | timedelta | N
 
 def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Group = None,
                async_op: bool = False) -> Work | None:
-    """Reduce ``tensor`` in place across ``group``; every member gets the result.
+    """Reduce `tensor` in place across `group`; every member gets the result.
 
     Args:
         tensor: a numpy array or CPU torch tensor of a supported dtype.
@@ -205,7 +205,7 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Group = None,
         async_op: return a Work handle instead of blocking.
 
     Returns:
-        None, or a Work when ``async_op`` is True. A process outside ``group``
+        None, or a Work when `async_op` is True. A process outside `group`
         gets a warning and None, and its tensor is untouched; so for every
         collective below.
 
@@ -223,7 +223,7 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Group = None,
 
 def broadcast(tensor: Any, src: int | None = None, group: Group = None, async_op: bool = False,
               group_src: int | None = None) -> Work | None:
-    """Copy global rank ``src``'s ``tensor`` (or group rank ``group_src``'s) to every member."""
+    """Copy global rank `src`'s `tensor` (or group rank `group_src`'s) to every member."""
     if (not async_op and group_src is None and type(src) is int
             and _ran_again(group, tensor, "broadcast", None, src)):
         return None
@@ -233,7 +233,7 @@ def broadcast(tensor: Any, src: int | None = None, group: Group = None, async_op
 
 def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: Group = None,
            async_op: bool = False, group_dst: int | None = None) -> Work | None:
-    """Reduce ``tensor`` across ``group`` into ``dst``'s tensor; the others' are unchanged."""
+    """Reduce `tensor` across `group` into `dst`'s tensor; the others' are unchanged."""
     if (not async_op and group_dst is None and type(dst) is int
             and _ran_again(group, tensor, "reduce", op, dst)):
         return None
@@ -243,14 +243,14 @@ def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: G
 
 def all_gather(tensor_list: list[Any], tensor: Any, group: Group = None,
                async_op: bool = False) -> Work | None:
-    """Copy member i's ``tensor`` into ``tensor_list[i]`` on every member (sizes may differ)."""
+    """Copy member i's `tensor` into `tensor_list[i]` on every member (sizes may differ)."""
     return world.collective("all_gather", group, async_op,
                        lambda g: g.all_gather(tensor_list, tensor))
 
 
 def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Group = None,
                            async_op: bool = False) -> Work | None:
-    """Gather every member's ``input_tensor`` into ``output_tensor``, in member order."""
+    """Gather every member's `input_tensor` into `output_tensor`, in member order."""
     if not async_op and _ran_again_on_two(group, output_tensor, input_tensor,
                                           "all_gather_into_tensor"):
         return None
@@ -260,14 +260,14 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Group =
 
 def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM,
                    group: Group = None, async_op: bool = False) -> Work | None:
-    """Reduce ``input_list[i]`` across ``group`` into member i's ``output``."""
+    """Reduce `input_list[i]` across `group` into member i's `output`."""
     return world.collective("reduce_scatter", group, async_op,
                        lambda g: g.reduce_scatter(output, input_list, op))
 
 
 def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM, group: Group = None,
                           async_op: bool = False) -> Work | None:
-    """Reduce ``input`` across ``group``; member i gets block i of the result in ``output``."""
+    """Reduce `input` across `group`; member i gets block i of the result in `output`."""
     if not async_op and _ran_again_on_two(group, output, input, "reduce_scatter_tensor", op):
         return None
     return world.collective("reduce_scatter_tensor", group, async_op,
@@ -277,7 +277,7 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM, group
 def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = None,
            group: Group = None, async_op: bool = False,
            group_dst: int | None = None) -> Work | None:
-    """Copy every member's ``tensor`` into ``gather_list`` on ``dst`` (None elsewhere)."""
+    """Copy every member's `tensor` into `gather_list` on `dst` (None elsewhere)."""
     return world.collective("gather", group, async_op, lambda g: g.gather(
         tensor, gather_list, world.root(g, dst, group_dst, "dst")))
 
@@ -285,14 +285,14 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
 def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None = None,
             group: Group = None, async_op: bool = False,
             group_src: int | None = None) -> Work | None:
-    """Copy ``scatter_list[i]`` on ``src`` into member i's ``tensor``."""
+    """Copy `scatter_list[i]` on `src` into member i's `tensor`."""
     return world.collective("scatter", group, async_op, lambda g: g.scatter(
         tensor, scatter_list, world.root(g, src, group_src, "src")))
 
 
 def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
                group: Group = None, async_op: bool = False) -> Work | None:
-    """Copy member i's ``input_tensor_list[j]`` into member j's ``output_tensor_list[i]``."""
+    """Copy member i's `input_tensor_list[j]` into member j's `output_tensor_list[i]`."""
     return world.collective("all_to_all", group, async_op,
                        lambda g: g.all_to_all(output_tensor_list, input_tensor_list))
 
@@ -300,13 +300,13 @@ def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
 def all_to_all_single(output: Any, input: Any, output_split_sizes: list[int] | None = None,
                       input_split_sizes: list[int] | None = None, group: Group = None,
                       async_op: bool = False) -> Work | None:
-    """Send rows of ``input`` to each member and gather theirs into ``output`` (dim 0 splits)."""
+    """Send rows of `input` to each member and gather theirs into `output` (dim 0 splits)."""
     return world.collective("all_to_all_single", group, async_op, lambda g: g.all_to_all_single(
         output, input, output_split_sizes, input_split_sizes))
 
 
 def barrier(group: Group = None, async_op: bool = False, device_ids: Any = None) -> Work | None:
-    """Block until every member of ``group`` has called barrier."""
+    """Block until every member of `group` has called barrier."""
     if not async_op:
         # Resolved here, not by world.resolve: this runs on every blocking barrier.
         resolved = world.current if group is None or group is WORLD else group
@@ -328,16 +328,16 @@ def monitored_barrier(group: Group = None, timeout: float | timedelta | None = N
 
 def send(tensor: Any, dst: int | None = None, group: Group = None, tag: int = 0,
          group_dst: int | None = None) -> None:
-    """Send ``tensor`` to ``dst``, which receives it with recv and the same tag."""
+    """Send `tensor` to `dst`, which receives it with recv and the same tag."""
     world.collective("send", group, False, lambda g: g.send(
         tensor, world.root(g, dst, group_dst, "dst"), tag))
 
 
 def recv(tensor: Any, src: int | None = None, group: Group = None, tag: int = 0,
          group_src: int | None = None) -> int:
-    """Receive into ``tensor`` what ``src`` sends with ``tag``; return the sender's rank.
+    """Receive into `tensor` what `src` sends with `tag`; return the sender's rank.
 
-    A process outside ``group`` gets a warning and -1, as in torch.
+    A process outside `group` gets a warning and -1, as in torch.
     """
     resolved = world.resolve(group)
     if not resolved.is_member:
@@ -350,14 +350,14 @@ def recv(tensor: Any, src: int | None = None, group: Group = None, tag: int = 0,
 
 def isend(tensor: Any, dst: int | None = None, group: Group = None, tag: int = 0,
           group_dst: int | None = None) -> Work | None:
-    """Start sending ``tensor`` to ``dst``; return its Work."""
+    """Start sending `tensor` to `dst`; return its Work."""
     return world.collective("isend", group, True, lambda g: g.send(
         tensor, world.root(g, dst, group_dst, "dst"), tag))
 
 
 def irecv(tensor: Any, src: int | None = None, group: Group = None, tag: int = 0,
           group_src: int | None = None) -> Work | None:
-    """Start receiving into ``tensor`` from ``src``; return its Work."""
+    """Start receiving into `tensor` from `src`; return its Work."""
     return world.collective("irecv", group, True, lambda g: g.recv(
         tensor, world.root(g, src, group_src, "src", None), tag))
 
@@ -406,14 +406,14 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
 
 
 def all_gather_object(object_list: list[Any], obj: Any, group: Group = None) -> None:
-    """Set ``object_list[i]`` to member i's ``obj`` on every member (pickled, as torch)."""
+    """Set `object_list[i]` to member i's `obj` on every member (pickled, as torch)."""
     world.collective("all_gather_object", group, False,
                 lambda g: g.all_gather_object(object_list, obj))
 
 
 def broadcast_object_list(object_list: list[Any], src: int | None = None, group: Group = None,
                           device: Any = None, group_src: int | None = None) -> None:
-    """Replace ``object_list``'s items with ``src``'s on every member (same length everywhere)."""
+    """Replace `object_list`'s items with `src`'s on every member (same length everywhere)."""
     world.collective("broadcast_object_list", group, False, lambda g: g.broadcast_object_list(
         object_list, world.root(g, src, group_src, "src")))
 
@@ -421,7 +421,7 @@ def broadcast_object_list(object_list: list[Any], src: int | None = None, group:
 def gather_object(obj: Any, object_gather_list: list[Any] | None = None,
                   dst: int | None = None, group: Group = None,
                   group_dst: int | None = None) -> None:
-    """Set ``object_gather_list[i]`` on ``dst`` to member i's ``obj``."""
+    """Set `object_gather_list[i]` on `dst` to member i's `obj`."""
     world.collective("gather_object", group, False, lambda g: g.gather_object(
         obj, object_gather_list, world.root(g, dst, group_dst, "dst")))
 
@@ -430,7 +430,7 @@ def scatter_object_list(scatter_object_output_list: list[Any],
                         scatter_object_input_list: list[Any] | None = None,
                         src: int | None = None, group: Group = None,
                         group_src: int | None = None) -> None:
-    """Set ``scatter_object_output_list[0]`` on member i to ``src``'s input item i."""
+    """Set `scatter_object_output_list[0]` on member i to `src`'s input item i."""
     world.collective("scatter_object_list", group, False, lambda g: g.scatter_object_list(
         scatter_object_output_list, scatter_object_input_list,
         world.root(g, src, group_src, "src")))
@@ -438,7 +438,7 @@ def scatter_object_list(scatter_object_output_list: list[Any],
 
 def _ran_again(group: Group, tensor: Any, what: str, op: Any = None, root: int = -1) -> bool:
     """Whether a blocking call on a numpy array ran in this thread as a repeat of an
-    earlier one (the same collective, dtype, size, ``op`` and ``root``: GroupCore.again).
+    earlier one (the same collective, dtype, size, `op` and `root`: GroupCore.again).
 
     False, having done nothing, for anything else: the full path then checks
     the call and runs it (and remembers it for next time).
@@ -464,7 +464,7 @@ def _ran_compiled(group: Group, tensor: Any, op: Any) -> bool:
 
 def _ran_again_on_two(group: Group, output: Any, input: Any, what: str,
                       op: Any = None) -> bool:
-    """As :func:`_ran_again`, for a call that writes ``output`` and reads ``input``."""
+    """As `_ran_again`, for a call that writes `output` and reads `input`."""
     out, source = _flat(output, writing=True), _flat(input, writing=False)
     resolved = world.current if group is None or group is WORLD else group
     return out is not None and source is not None and isinstance(
@@ -472,7 +472,7 @@ def _ran_again_on_two(group: Group, output: Any, input: Any, what: str,
 
 
 def _flat(tensor: Any, writing: bool) -> NDArray[Any] | None:
-    """A C-contiguous numpy array (writable if ``writing``) as a 1-D view, or None."""
+    """A C-contiguous numpy array (writable if `writing`) as a 1-D view, or None."""
     if type(tensor) is not np.ndarray:
         return None
     flags = tensor.flags

@@ -1,12 +1,12 @@
-"""``dist.all_reduce`` and ``dist.barrier`` as the package offers them.
+"""`dist.all_reduce` and `dist.barrier` as the package offers them.
 
 Where the compiled extension is built, each is a Front (asyncoll/_native/front.c)
-of the function in :mod:`asyncoll._api.blocking`: a call it can take
-(``all_reduce(tensor)``, ``all_reduce(tensor, op)``, ``barrier()``, on the
+of the function in `asyncoll._api.blocking`: a call it can take
+(`all_reduce(tensor)`, `all_reduce(tensor, op)`, `barrier()`, on the
 world) goes straight to the world group's compiled entry
 (asyncoll._group.express), so a repeated small call is one C call from the
 caller to its result; any other call, or one the entry declines, runs the
-function itself, unchanged. A Front's ``__wrapped__``, name, docstring and
+function itself, unchanged. A Front's `__wrapped__`, name, docstring and
 signature are the function's. Without the extension, these are the functions.
 """
 

@@ -1,4 +1,4 @@
-"""Work: the handle an ``async_op=True`` call returns, as torch's Work."""
+"""Work: the handle an `async_op=True` call returns, as torch's Work."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from asyncoll.errors import CollectiveTimeoutError, timed_out_words
 class Work:
     """A collective running in the background.
 
-    ``wait()`` blocks until it completes and re-raises its error;
-    ``is_completed()`` polls; ``get_future()`` gives the underlying
+    `wait()` blocks until it completes and re-raises its error;
+    `is_completed()` polls; `get_future()` gives the underlying
     concurrent.futures.Future.
     """
 
@@ -27,7 +27,7 @@ class Work:
                 operation's own deadline allows.
 
         Raises:
-            CollectiveTimeoutError: still running after ``timeout`` seconds (it goes on).
+            CollectiveTimeoutError: still running after `timeout` seconds (it goes on).
             CollectiveError: the operation failed.
         """
         try:

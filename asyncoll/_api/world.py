@@ -1,7 +1,7 @@
-"""The blocking API's world: the default group, and resolving ``group=`` and roots.
+"""The blocking API's world: the default group, and resolving `group=` and roots.
 
-The world made by init_process_group is held here (:data:`current`), read
-by every blocking call; :func:`collective` is how the blocking functions
+The world made by init_process_group is held here (`current`), read
+by every blocking call; `collective` is how the blocking functions
 hand a group's plan to it to run.
 """
 
@@ -17,7 +17,7 @@ from asyncoll._runtime.runtime import runtime
 from asyncoll.errors import ConfigurationError
 from asyncoll.group import WORLD, AsyncProcessGroup, WorldGroup
 
-#: What ``group=`` accepts: a group, None or ``asyncoll.group.WORLD`` for the world.
+#: What `group=` accepts: a group, None or `asyncoll.group.WORLD` for the world.
 Group = Union[AsyncProcessGroup, WorldGroup, None]
 
 #: The default group (torch's default process group), set by init_process_group.
@@ -25,12 +25,12 @@ current: aio.World | None = None
 
 
 def get_process_group_ranks(group: Group) -> list[int]:
-    """The global ranks of ``group``'s members, in group-rank order."""
+    """The global ranks of `group`'s members, in group-rank order."""
     return list(resolve(group).ranks)
 
 
 def get_global_rank(group: Group, group_rank: int) -> int:
-    """The global rank of ``group``'s member ``group_rank``."""
+    """The global rank of `group`'s member `group_rank`."""
     ranks = resolve(group).ranks
     if isinstance(group_rank, bool) or not isinstance(group_rank, int) or not (
             0 <= group_rank < len(ranks)):
@@ -40,7 +40,7 @@ def get_global_rank(group: Group, group_rank: int) -> int:
 
 
 def get_group_rank(group: Group, global_rank: int) -> int:
-    """The rank within ``group`` of global rank ``global_rank``."""
+    """The rank within `group` of global rank `global_rank`."""
     ranks = resolve(group).ranks
     if global_rank not in ranks:
         raise ConfigurationError(f"global rank {global_rank!r} is not a member of the group "
@@ -62,7 +62,7 @@ def default() -> aio.World:
 
 
 def resolve(group: Group) -> AsyncProcessGroup:
-    """The group ``group=`` names (None and WORLD: the default group).
+    """The group `group=` names (None and WORLD: the default group).
 
     Raises:
         ConfigurationError: not initialized, or not a group.
@@ -80,7 +80,7 @@ def root(group: AsyncProcessGroup, rank: int | None, group_rank: int | None,
          role: str, default: int | None = 0) -> Any:
     """The global rank of a src/dst given either as a global rank or as a group rank.
 
-    Neither given means ``default``: global rank 0, as torch, or None for recv.
+    Neither given means `default`: global rank 0, as torch, or None for recv.
     """
     if rank is not None and group_rank is not None:
         raise ConfigurationError(f"pass {role} or group_{role}, not both ({role}={rank}, "
@@ -92,7 +92,7 @@ def root(group: AsyncProcessGroup, rank: int | None, group_rank: int | None,
 
 def collective(what: str, group: Group, async_op: bool,
                make: Callable[[AsyncProcessGroup], Awaitable[Any]]) -> Work | None:
-    """Check ``make(group)`` and have the group run it; wait for it unless ``async_op``."""
+    """Check `make(group)` and have the group run it; wait for it unless `async_op`."""
     resolved = resolve(group)
     if not resolved.is_member:
         warn_not_member(what, resolved, stacklevel=4)
@@ -105,7 +105,7 @@ def collective(what: str, group: Group, async_op: bool,
 
 
 def warn_not_member(what: str, group: AsyncProcessGroup, stacklevel: int = 3) -> None:
-    """Warn, as torch does, that a process outside ``group`` called ``what`` on it."""
+    """Warn, as torch does, that a process outside `group` called `what` on it."""
     warnings.warn(f"Running {what} on global rank {group.global_rank} which does not belong "
                   f"to the given group {list(group.ranks)}; the call does nothing.",
                   stacklevel=stacklevel)

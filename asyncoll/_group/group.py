@@ -3,8 +3,8 @@
 Every collective method checks its arguments at once, in the caller's
 thread, so bad input raises before anything is sent, and returns the call's
 Plan (asyncoll._group.plan): awaiting it runs it in the group's turn, and
-the blocking front doors hand it to ``execute`` or ``submit``. ``src`` and
-``dst`` are global ranks, as in torch. Point-to-point messages (send, recv)
+the blocking front doors hand it to `execute` or `submit`. `src` and
+`dst` are global ranks, as in torch. Point-to-point messages (send, recv)
 are not sequenced with the collectives; they are matched per (peer, tag) in
 call order, as MPI's are.
 
@@ -44,13 +44,13 @@ Timeout = float | timedelta | None
 
 
 class WorldGroup:
-    """The type of :data:`WORLD`."""
+    """The type of `WORLD`."""
 
     def __repr__(self) -> str:
         return "asyncoll.group.WORLD"
 
 
-#: torch's ``dist.group.WORLD``: as ``group=``, the world of the blocking API.
+#: torch's `dist.group.WORLD`: as `group=`, the world of the blocking API.
 WORLD = WorldGroup()
 
 
@@ -58,7 +58,7 @@ class AsyncProcessGroup:
     """A set of ranks that run collectives together (torch's ProcessGroup).
 
     Every rank of the job holds one for each group created, members or not;
-    on a non-member, :attr:`rank` is -1 and collectives refuse to run. Its
+    on a non-member, `rank` is -1 and collectives refuse to run. Its
     object collectives and its send and recv are those of its parts,
     ObjectCollectives (asyncoll._group.objects) and PointToPoint
     (asyncoll._group.point_to_point).
@@ -107,7 +107,7 @@ class AsyncProcessGroup:
         return f"<AsyncProcessGroup {self.group_id} ranks={list(self.ranks)}>"
 
     def abort(self, error: AsyncollError) -> None:
-        """Fail every operation of this group, running or to come, with ``error``, here and
+        """Fail every operation of this group, running or to come, with `error`, here and
         (told by this rank) on its other members. On the loop."""
         self._core.abort(error)
         self._p2p.abort(error)
@@ -142,7 +142,7 @@ class AsyncProcessGroup:
 
     def all_reduce(self, tensor: Any, op: Any = ReduceOp.SUM, timeout: Timeout = None,
                    algorithm: str | None = None) -> Plan:
-        """Reduce ``tensor`` across the group, in place, on every member.
+        """Reduce `tensor` across the group, in place, on every member.
 
         Args:
             tensor: a numpy array or CPU torch tensor; holds the result afterwards,
@@ -169,7 +169,7 @@ class AsyncProcessGroup:
 
     def reduce(self, tensor: Any, dst: int, op: Any = ReduceOp.SUM, timeout: Timeout = None,
                algorithm: str | None = None) -> Plan:
-        """Reduce ``tensor`` across the group into global rank ``dst``'s tensor.
+        """Reduce `tensor` across the group into global rank `dst`'s tensor.
 
         The other members' tensors are left as they were.
 
@@ -189,10 +189,10 @@ class AsyncProcessGroup:
 
     def reduce_scatter(self, output: Any, input_list: Sequence[Any], op: Any = ReduceOp.SUM,
                        timeout: Timeout = None, algorithm: str | None = None) -> Plan:
-        """Reduce ``input_list[i]`` across the group into member i's ``output``.
+        """Reduce `input_list[i]` across the group into member i's `output`.
 
-        Sizes may differ between members: ``input_list[i]`` must have as many
-        elements as member i's output, on every member. ``algorithm`` is
+        Sizes may differ between members: `input_list[i]` must have as many
+        elements as member i's output, on every member. `algorithm` is
         "ring" or "arena"; chosen by size when None.
         """
         what = "reduce_scatter"
@@ -204,9 +204,9 @@ class AsyncProcessGroup:
 
     def reduce_scatter_tensor(self, output: Any, input: Any, op: Any = ReduceOp.SUM,
                               timeout: Timeout = None, algorithm: str | None = None) -> Plan:
-        """Reduce ``input`` across the group; member i gets block i of the result.
+        """Reduce `input` across the group; member i gets block i of the result.
 
-        ``input`` has group-size times as many elements as ``output``.
+        `input` has group-size times as many elements as `output`.
         """
         what = "reduce_scatter_tensor"
         reduce_op = self._reduce_op(op, what)
@@ -223,7 +223,7 @@ class AsyncProcessGroup:
 
     def broadcast(self, tensor: Any, src: int, timeout: Timeout = None,
                   algorithm: str | None = None) -> Plan:
-        """Copy global rank ``src``'s ``tensor`` into every member's ``tensor``.
+        """Copy global rank `src`'s `tensor` into every member's `tensor`.
 
         Args:
             algorithm: "chain", "tree", "arena" or "links"; chosen by size when None.
@@ -240,9 +240,9 @@ class AsyncProcessGroup:
 
     def gather(self, tensor: Any, gather_list: Sequence[Any] | None, dst: int,
                timeout: Timeout = None) -> Plan:
-        """Copy every member's ``tensor`` into ``gather_list[i]`` on global rank ``dst``.
+        """Copy every member's `tensor` into `gather_list[i]` on global rank `dst`.
 
-        ``gather_list`` (one tensor per member) is given on ``dst`` only; others pass None.
+        `gather_list` (one tensor per member) is given on `dst` only; others pass None.
         """
         what = "gather"
         self.check_member(what)
@@ -260,9 +260,9 @@ class AsyncProcessGroup:
 
     def scatter(self, tensor: Any, scatter_list: Sequence[Any] | None, src: int,
                 timeout: Timeout = None) -> Plan:
-        """Copy ``scatter_list[i]`` on global rank ``src`` into member i's ``tensor``.
+        """Copy `scatter_list[i]` on global rank `src` into member i's `tensor`.
 
-        ``scatter_list`` (one tensor per member) is given on ``src`` only; others pass None.
+        `scatter_list` (one tensor per member) is given on `src` only; others pass None.
         """
         what = "scatter"
         self.check_member(what)
@@ -282,10 +282,10 @@ class AsyncProcessGroup:
 
     def all_gather(self, tensor_list: Sequence[Any], tensor: Any, timeout: Timeout = None,
                    algorithm: str | None = None) -> Plan:
-        """Copy member i's ``tensor`` into ``tensor_list[i]`` on every member.
+        """Copy member i's `tensor` into `tensor_list[i]` on every member.
 
-        Sizes may differ between members: ``tensor_list[i]`` must have as many
-        elements as member i's tensor. ``algorithm`` is "ring", "arena" or
+        Sizes may differ between members: `tensor_list[i]` must have as many
+        elements as member i's tensor. `algorithm` is "ring", "arena" or
         "links"; chosen by size when None.
         """
         what = "all_gather"
@@ -297,9 +297,9 @@ class AsyncProcessGroup:
 
     def all_gather_into_tensor(self, output: Any, input: Any, timeout: Timeout = None,
                                algorithm: str | None = None) -> Plan:
-        """Gather every member's ``input`` into ``output``, block i from member i.
+        """Gather every member's `input` into `output`, block i from member i.
 
-        ``output`` has group-size times as many elements as ``input``.
+        `output` has group-size times as many elements as `input`.
         """
         what = "all_gather_into_tensor"
         self.check_member(what)
@@ -315,7 +315,7 @@ class AsyncProcessGroup:
 
     def all_to_all(self, output_list: Sequence[Any], input_list: Sequence[Any],
                    timeout: Timeout = None) -> Plan:
-        """Copy member i's ``input_list[j]`` into member j's ``output_list[i]``."""
+        """Copy member i's `input_list[j]` into member j's `output_list[i]`."""
         what = "all_to_all"
         self.check_member(what)
         buffers = check.outputs(check.tensor_list(output_list, self.size, "output_list", what),
@@ -329,8 +329,8 @@ class AsyncProcessGroup:
                           output_split_sizes: Sequence[int] | None = None,
                           input_split_sizes: Sequence[int] | None = None,
                           timeout: Timeout = None) -> Plan:
-        """Split ``input`` along its first dimension, send part j to member j, and
-        gather the parts received into ``output`` in member order.
+        """Split `input` along its first dimension, send part j to member j, and
+        gather the parts received into `output` in member order.
 
         Split sizes count rows (first-dimension entries); None splits evenly.
         """
@@ -358,7 +358,7 @@ class AsyncProcessGroup:
 
         It runs on the data plane, in line with the group's other operations:
         through the group's arena or links where it has them, else as a
-        recursive-doubling all-reduce of one byte (``algorithm`` forces
+        recursive-doubling all-reduce of one byte (`algorithm` forces
         "arena", "links" or "recursive_doubling").
 
         Raises:
@@ -391,10 +391,10 @@ class AsyncProcessGroup:
                                    wait_all_ranks: bool = False) -> Plan:
         """torch's monitored barrier as gloo runs it, over the group's own connections.
 
-        Member 0 hears from every member in turn within ``timeout`` and names
-        the first that did not arrive (every one, with ``wait_all_ranks``),
+        Member 0 hears from every member in turn within `timeout` and names
+        the first that did not arrive (every one, with `wait_all_ranks`),
         in gloo's words (asyncoll._algorithms.monitored): any group, and no
-        coordinator. ``timeout`` may be 0 (member 0 then fails at once, as on gloo).
+        coordinator. `timeout` may be 0 (member 0 then fails at once, as on gloo).
 
         Raises:
             ConfigurationError: not a member, or a negative timeout.

@@ -1,6 +1,6 @@
 """The object collectives: Python objects pickled, as torch does, and moved as bytes.
 
-:class:`ObjectCollectives` makes their plans for a group, whose core
+`ObjectCollectives` makes their plans for a group, whose core
 (asyncoll._group.core) it holds; the functions below are their algorithms
 over the transport.
 
@@ -32,14 +32,14 @@ from asyncoll.errors import ConfigurationError
 
 
 class ObjectCollectives:
-    """A group's collectives of picklable Python objects (torch's ``*_object*`` calls)."""
+    """A group's collectives of picklable Python objects (torch's `*_object*` calls)."""
 
     def __init__(self, core: GroupCore) -> None:
         self._core = core
 
     def all_gather_object(self, object_list: list[Any], obj: Any,
                           timeout: float | timedelta | None = None) -> Plan:
-        """Set ``object_list[i]`` to member i's ``obj`` on every member (pickled)."""
+        """Set `object_list[i]` to member i's `obj` on every member (pickled)."""
         what = "all_gather_object"
         core = self._core
         core.check_member(what)
@@ -50,7 +50,7 @@ class ObjectCollectives:
 
     def broadcast_object_list(self, object_list: list[Any], src: int,
                               timeout: float | timedelta | None = None) -> Plan:
-        """Replace the items of ``object_list`` with global rank ``src``'s (pickled).
+        """Replace the items of `object_list` with global rank `src`'s (pickled).
 
         Every member passes a list of the same length.
         """
@@ -69,7 +69,7 @@ class ObjectCollectives:
 
     def gather_object(self, obj: Any, object_gather_list: list[Any] | None, dst: int,
                       timeout: float | timedelta | None = None) -> Plan:
-        """Set ``object_gather_list[i]`` on global rank ``dst`` to member i's ``obj``."""
+        """Set `object_gather_list[i]` on global rank `dst` to member i's `obj`."""
         what = "gather_object"
         core = self._core
         core.check_member(what)
@@ -82,7 +82,7 @@ class ObjectCollectives:
 
     def scatter_object_list(self, output_list: list[Any], input_list: list[Any] | None,
                             src: int, timeout: float | timedelta | None = None) -> Plan:
-        """Set ``output_list[0]`` on member i to ``input_list[i]`` of global rank ``src``."""
+        """Set `output_list[0]` on member i to `input_list[i]` of global rank `src`."""
         what = "scatter_object_list"
         core = self._core
         core.check_member(what)
@@ -100,7 +100,7 @@ class ObjectCollectives:
 
 
 def dump(obj: object, what: str) -> NDArray[Any]:
-    """``obj`` pickled, as a uint8 array.
+    """`obj` pickled, as a uint8 array.
 
     Raises:
         ConfigurationError: the object cannot be pickled.
@@ -120,7 +120,7 @@ def load(payload: NDArray[Any]) -> object:
 
 
 def concatenate(arrays: list[NDArray[Any]]) -> tuple[NDArray[Any], NDArray[Any]]:
-    """(the sizes of ``arrays`` as int64, their bytes end to end)."""
+    """(the sizes of `arrays` as int64, their bytes end to end)."""
     sizes = np.array([a.size for a in arrays], dtype=np.int64)
     joined = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint8)
     return sizes, joined

@@ -10,14 +10,14 @@ A message that times out or is cancelled leaves the two counts out of step,
 so it breaks the group's point-to-point channel here and on the peer
 (sticky, like a collective's failure); the collectives are not affected.
 
-A receive from any source (torch's ``recv`` without ``src``) takes the first
+A receive from any source (torch's `recv` without `src`) takes the first
 message with its tag to arrive from any of the peers. It must not take a count
 it does not use: the count of a peer's next message is the only thing that
 matches it, so a receive posted on every peer and cancelled on all but one
 would either leave a cancelled receive holding a count (the peer's next
 message would then match nobody) or, once a second message had started to
 arrive into it, lose that message. So it claims nothing until a message is
-here: it *watches* the next frame of every peer (the transport's ``watch``:
+here: it *watches* the next frame of every peer (the transport's `watch`:
 resolved when the frame is kept as an early frame, taking nothing), takes the
 peer whose frame arrived first (arrival stamps order frames across peers),
 and only then counts and posts the receive for that peer, which the kept
@@ -27,7 +27,7 @@ a timeout or cancellation costs nothing, and does not break the channel.
 Receives with one tag match in call order, as MPI's do: a receive called
 while an earlier receive from any source with that tag has not chosen its
 sender waits for that choice before it takes a count, so a later
-``recv(src=p)`` cannot take p's next message (and count) from under an
+`recv(src=p)` cannot take p's next message (and count) from under an
 earlier receive from any source, which would then watch a frame no longer
 coming to it.
 """
@@ -84,7 +84,7 @@ class Messages:
         self._choosing: dict[int, asyncio.Future[None]] = {}
 
     async def send(self, peer: int, tag: int, data: NDArray[Any], limit: float) -> None:
-        """Send ``data`` to global rank ``peer``; done when its memory may be reused."""
+        """Send `data` to global rank `peer`; done when its memory may be reused."""
         count = self._sent[peer, tag] = self._sent.get((peer, tag), 0) + 1
         frame = (self._channel, count, tag)
         await self._transfer(f"send #{count} to rank {peer} (tag {tag})", peer, limit,
@@ -92,7 +92,7 @@ class Messages:
                                                              _fingerprint(data)))
 
     async def recv(self, peer: int, tag: int, buffer: Buffer, limit: float) -> int:
-        """Receive the next message from global rank ``peer`` with ``tag``; return ``peer``."""
+        """Receive the next message from global rank `peer` with `tag`; return `peer`."""
         earlier = self._choosing.get(tag)
         if earlier is not None:
             await self._after(earlier, f"recv from rank {peer} (tag {tag})", limit)
@@ -100,7 +100,7 @@ class Messages:
 
     async def recv_any(self, peers: Sequence[int], tag: int, buffer: Buffer,
                        limit: float) -> int:
-        """Receive the first message with ``tag`` to arrive from any of ``peers``; return
+        """Receive the first message with `tag` to arrive from any of `peers`; return
         its sender (a global rank). See the module's docstring for how.
         """
         what = f"recv from any of ranks {list(peers)} (tag {tag})"
@@ -136,7 +136,7 @@ class Messages:
         return peer
 
     async def _after(self, earlier: asyncio.Future[None], what: str, limit: float) -> None:
-        """Wait (within ``limit``) for an earlier receive from any source to choose."""
+        """Wait (within `limit`) for an earlier receive from any source to choose."""
         try:
             async with timeout_after(limit) as deadline:
                 await _settled(earlier)
@@ -147,7 +147,7 @@ class Messages:
                                                     limit)) from None
 
     async def _first_arrival(self, peers: Sequence[int], tag: int) -> int:
-        """The peer whose next frame with ``tag`` arrives first; nothing is taken.
+        """The peer whose next frame with `tag` arrives first; nothing is taken.
 
         A peer that fails (left the job, or was lost) drops out of the race; the
         receive fails once every peer has, or when the channel itself breaks.
@@ -208,7 +208,7 @@ class Messages:
 
 
 async def _settled(future: asyncio.Future[None]) -> None:
-    """Wait for ``future`` without cancelling it when this task is cancelled."""
+    """Wait for `future` without cancelling it when this task is cancelled."""
     await asyncio.wait([future])
 
 
@@ -234,7 +234,7 @@ class PointToPoint:
         return Messages(self._session, self._group_id, self._ranks)
 
     def abort(self, error: AsyncollError) -> None:
-        """Fail every message of this group, running or to come, with ``error``, and tell
+        """Fail every message of this group, running or to come, with `error`, and tell
         its members. On the loop."""
         self._messages.abort(error)
 
@@ -245,7 +245,7 @@ class PointToPoint:
 
     def send(self, tensor: Any, dst: int, tag: int = 0,
              timeout: float | timedelta | None = None) -> Coroutine[Any, Any, None]:
-        """Send ``tensor`` to global rank ``dst``, which calls recv with the same tag.
+        """Send `tensor` to global rank `dst`, which calls recv with the same tag.
 
         Messages to one peer with one tag arrive in the order they were sent.
         """
@@ -255,16 +255,16 @@ class PointToPoint:
 
     def recv(self, tensor: Any, src: int | None, tag: int = 0,
              timeout: float | timedelta | None = None) -> Coroutine[Any, Any, int]:
-        """Receive into ``tensor`` what global rank ``src`` sends with ``tag``; return the sender.
+        """Receive into `tensor` what global rank `src` sends with `tag`; return the sender.
 
-        With ``src`` None (torch's receive from any source), the first message
-        with ``tag`` to arrive from any other member is received, and its
+        With `src` None (torch's receive from any source), the first message
+        with `tag` to arrive from any other member is received, and its
         sender's global rank returned; one member's messages with one tag still
         arrive in the order it sent them, and receives with one tag match in
         the order they were called (see the module).
 
         Raises:
-            ConfigurationError: bad ``src`` or ``tag``, or ``src`` None in a group of one.
+            ConfigurationError: bad `src` or `tag`, or `src` None in a group of one.
             CollectiveTimeoutError: no message within the timeout. One from any source
                 that has not yet received breaks nothing; any other breaks the group's
                 point-to-point messages.

@@ -65,6 +65,9 @@ SAMPLES_KEPT = 256
 
 _now = time.time_ns
 _LATEST = 1 << 63  # sorts after every time, for bisect
+#: An operation a heartbeat may tell of: its record id, what it tells (Recorder.report),
+#: and the run whose start time is still to be found (None: known).
+_Shown = tuple[int, tuple[int, int, str, bool, int], list[Any] | None]
 
 
 class RunSource(Protocol):
@@ -295,35 +298,43 @@ class Recorder:
               ``limit`` sampled operations of ``groups`` after ``after`` (see
               asyncoll._rendezvous.stragglers).
         """
-        running: tuple[int, tuple[int, int, str, bool, int]] | None = None
-        newest: tuple[int, tuple[int, int, str, bool, int]] | None = None
+        running: _Shown | None = None
+        newest: _Shown | None = None
         progress: dict[int, tuple[int, int, int, float]] = {}  # by source, read once
         for entry, first, last in self._spans():
             source = entry[SOURCE]
+            shown: _Shown
             if source is None:
                 going = bool(entry[STARTED]) and not entry[ENDED]
                 shown = (entry[ID], (entry[GROUP], entry[SEQ], entry[WHAT], going,
-                                     entry[STARTED] or entry[CREATED]))
+                                     entry[STARTED] or entry[CREATED]), None)
             else:
                 if id(source) not in progress:
                     progress[id(source)] = source.progress()
                 _, current, _, deadline = progress[id(source)]
                 going = first <= current <= last
                 seq = current if going else last
-                since = (_began(_now(), entry[LIMIT], deadline) if going and deadline
-                         else entry[CREATED])
+                timed = going and bool(deadline)
+                since = _began(_now(), entry[LIMIT], deadline) if timed else entry[CREATED]
                 shown = (entry[ID] + seq - first,
-                         (entry[GROUP], seq, entry[WHAT], going, since))
+                         (entry[GROUP], seq, entry[WHAT], going, since),
+                         None if timed else entry)
             if going and (running is None or shown[0] < running[0]):
                 running = shown
             if newest is None or shown[0] > newest[0]:
                 newest = shown
-        sampled = sorted(s for s in list(self._samples)
-                         if s is not None and s[0] > after and s[1] in groups)[-limit:]
-        mark = max((s[0] for s in list(self._samples) if s is not None), default=after)
+        kept = [s for s in list(self._samples) if s is not None]
+        sampled = sorted(s for s in kept if s[0] > after and s[1] in groups)[-limit:]
+        mark = max((s[0] for s in kept), default=after)
         samples = [v for s in sampled for v in (s[1], s[2], s[3] // 1000)]
         doing = running or newest
-        return (doing[1] if doing else None), mark, samples
+        if doing is None:
+            return None, mark, samples
+        _, (group_id, seq, what, going, since), run = doing
+        if run is not None:
+            # Not the run's first operation's start, which grows with the run's length.
+            since = _known_start(run, seq, kept)
+        return (group_id, seq, what, going, since), mark, samples
 
     # -- writing out -------------------------------------------------------------------
 
@@ -399,6 +410,16 @@ def _expanded(run: list[Any], first: int, last: int,
                     run[LIMIT], when, started, ended, None,
                     run[STACK] if seq == first else None])
     return out
+
+
+def _known_start(run: list[Any], seq: int,
+                 samples: Sequence[tuple[int, int, int, int]]) -> int:
+    """When operation ``seq`` of ``run`` started, as near as known: the time of the newest
+    of its run's operations up to ``seq`` that was sampled, else the run's first's (so at
+    most SAMPLE_EVERY operations early, however long the run has gone on)."""
+    group, first = run[GROUP], run[SEQ]
+    return max((when for _, g, s, when in samples if g == group and first <= s <= seq),
+               default=run[CREATED])
 
 
 def _began(now: int, limit: float, deadline: float) -> int:

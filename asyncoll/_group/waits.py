@@ -82,7 +82,7 @@ def summary(dumps: Mapping[int, Mapping[str, Any]]) -> str:
                      path, _when(entry), waits))
     widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    lines += _verdict(waited_for, held, latest, last)
+    lines += _verdict(waited_for, held, last, dumps)
     return "\n".join(lines)
 
 
@@ -96,16 +96,22 @@ def _behind(rank: int, entry: Mapping[str, Any], members: list[int],
 
 
 def _verdict(waited_for: Mapping[int, set[int]], held: Mapping[int, Mapping[str, Any]],
-             latest: Mapping[str, Mapping[int, Mapping[str, Any]]],
-             last: Mapping[int, Mapping[str, Any]]) -> list[str]:
+             last: Mapping[int, Mapping[str, Any]],
+             dumps: Mapping[int, Mapping[str, Any]]) -> list[str]:
     if not waited_for:
         return ["", "No rank waits for another." if not held else
                 "The held operations were reached by every member of their groups."]
     lines = [""]
     for culprit, waiters in sorted(waited_for.items()):
         mine = last.get(culprit)
-        where = (f"its last recorded operation is {_name(mine)} "
-                 f"({mine.get('state', '?')})") if mine else "it recorded no operation"
+        if mine is not None:
+            where = f"its last recorded operation is {_name(mine)} ({mine.get('state', '?')})"
+        elif culprit not in dumps:
+            # A process that crashed or was killed writes no dump: what it ran is unknown.
+            where = ("it left no dump here, so what it ran is not known (a process that "
+                     "crashed or was killed writes none; see its own output)")
+        else:
+            where = "its dump records no operation"
         lines.append(f"{_words(sorted(waiters))} wait{'s' if len(waiters) == 1 else ''} for "
                      f"rank {culprit}, which did not reach their operation: {where}.")
     return lines

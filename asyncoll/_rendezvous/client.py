@@ -58,7 +58,7 @@ log = logging.getLogger("asyncoll.rendezvous")
 
 async def open_with_retry(host: str, port: int, timeout: float,
                           fallbacks: Sequence[tuple[str, int]] = (), tls: Tls | None = None,
-                          waits_for: str | None = None
+                          waits_for: str | None = None, patient: bool = True
                           ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
     """Connect to ``host:port`` or one of ``fallbacks``, retrying while they refuse, for up
     to ``timeout`` seconds; return the streams and which address answered (0: the first).
@@ -69,9 +69,12 @@ async def open_with_retry(host: str, port: int, timeout: float,
     With ``waits_for`` (who should answer there: a rank joining its job), a warning
     says so while it retries, at growing intervals, naming the addresses and the
     deadline.
+    Not ``patient`` (a tool asking a coordinator that should be running), a refusal by
+    the last address is final.
 
     Raises:
         RendezvousTimeoutError: nothing accepted the connection in time.
+        RendezvousError: not ``patient``, and every address refused the connection.
         AuthenticationError: the TLS handshake failed (the message says why).
     """
     loop = asyncio.get_running_loop()
@@ -109,6 +112,11 @@ async def open_with_retry(host: str, port: int, timeout: float,
                                             mutual=tls is not None and tls.mutual) from exc
             except (OSError, TimeoutError) as exc:
                 last = exc if isinstance(exc, OSError) else OSError(f"connect timed out: {exc}")
+                if not patient and index == len(addresses) - 1 and isinstance(
+                        exc, ConnectionRefusedError):
+                    where = " or ".join(join_host_port(*a) for a in addresses)
+                    raise RendezvousError(f"nothing listens at {where} ({exc.strerror or exc})"
+                                          ) from exc
             if index == len(addresses) - 1:
                 await asyncio.sleep(min(CONNECT_RETRY_INTERVAL_S,
                                         max(0.0, deadline - loop.time())))
@@ -164,7 +172,7 @@ async def _answer_challenge(reader: asyncio.StreamReader, writer: asyncio.Stream
             if token is None:
                 raise AuthenticationError(
                     f"the coordinator at {address} requires the job's shared secret: set "
-                    "ASYNCOLL_TOKEN (or pass --token-file to asyncoll-run)")
+                    "ASYNCOLL_TOKEN (asyncoll-run and asyncoll status take --token-file)")
             mine = _auth.new_nonce()
             write_message(writer, Proof(response=_auth.answer(token, "coordinator",
                                                               challenge.nonce), nonce=mine), 1)
@@ -228,9 +236,11 @@ class CoordinatorClient:
     @classmethod
     async def connect(cls, host: str, port: int, timeout: float, token: bytes | None = None,
                       fallbacks: Sequence[tuple[str, int]] = (), tls: Tls | None = None,
-                      waits_for: str | None = None) -> CoordinatorClient:
+                      waits_for: str | None = None, patient: bool = True
+                      ) -> CoordinatorClient:
         """Connect to the coordinator at ``host:port``, or at one of ``fallbacks`` (see
-        :func:`open_with_retry`, which says while it waits that it waits for ``waits_for``).
+        :func:`open_with_retry`, which says while it waits that it waits for ``waits_for``,
+        and which ``patient`` is passed to).
 
         Answers the coordinator's challenge with ``token`` (None: this peer has no secret),
         over TLS with ``tls`` (None: plain TCP).
@@ -243,7 +253,7 @@ class CoordinatorClient:
                 descriptors, say) or closed it before greeting this peer.
         """
         reader, writer, at = await open_with_retry(host, port, timeout, fallbacks, tls,
-                                                   waits_for)
+                                                   waits_for, patient)
         addresses = ((host, port), *fallbacks)
         try:
             await _answer_challenge(reader, writer, join_host_port(*addresses[at]), token, tls,
@@ -317,6 +327,14 @@ class CoordinatorClient:
         while no coordinator answers."""
         if self._up.is_set() and not self._writer.is_closing():
             write_message(self._writer, message, 0)
+
+    def end(self) -> None:
+        """This member has left its job: from now on the link's end, the coordinator's
+        going included, is expected, and nothing is dialled again (a coordinator reached
+        again would count this member lost). Outstanding requests fail with
+        RendezvousError; :meth:`close` still closes the connection."""
+        self._fail_pending(RendezvousError(f"this process left its job at the coordinator "
+                                           f"at {self.address}"))
 
     async def close(self) -> None:
         """Close the link; outstanding requests fail with RendezvousError."""

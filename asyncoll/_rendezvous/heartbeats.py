@@ -8,6 +8,9 @@ others have waited on for seconds, and each group's straggler.
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
+
 from asyncoll._rendezvous.records import Job
 from asyncoll._rendezvous.stragglers import SAMPLES_PER_HEARTBEAT, Doing
 from asyncoll._rendezvous.words import ranks_text
@@ -35,6 +38,13 @@ def heard(job: Job, rank: int, beat: Heartbeat, now: float) -> None:
         ranks = job.groups.get(group_id)
         if ranks is not None:
             job.arrivals.arrived(group_id, seq, rank, entered_us + offset, len(ranks))
+
+
+def job_rate(rates: Sequence[float]) -> float:
+    """A running job's operations per second, from its live members' ``rates``: the
+    median member's. Every member of a group counts each of the group's collectives, so
+    a sum would count a collective once per rank (3 ranks at 10/s are 10/s, not 30)."""
+    return statistics.median(rates) if rates else 0.0
 
 
 def stuck(job: Job, now: float) -> list[str]:

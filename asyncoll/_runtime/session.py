@@ -476,6 +476,7 @@ class Session:
                 await self.client.request(Leave(ended=ended), LEAVE_TIMEOUT_S
                                           if self.client.up else RECONNECT_BACKOFF_CAP_S,
                                           "leave")
+        self.client.end()  # left: its coordinator may now stop first (rank 0's, say)
         await ending.linger(ended, self.client)  # then its links end with no goodbye
         self._stop_groups("this rank destroyed its process group (destroy_process_group)")
         await _close_quietly(self.client, self.mesh, self._embedded, self.job, not ended)

@@ -6,8 +6,10 @@ the events after the last one seen. Every answer is bounded in size, so a
 job of 4096 members costs a page, not a table. Read in the coordinator's
 event loop, from its state, and never changing it.
 
-The ops-per-second histories are sampled by :class:`History`, every
-:data:`SAMPLE_EVERY_S`, only while an HTTP server runs.
+A job's ops per second is its median live member's (heartbeats.job_rate):
+collectives per second of the job, not a sum over its ranks. The histories
+are sampled by :class:`History`, every :data:`SAMPLE_EVERY_S`, only while an
+HTTP server runs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import collections
 import time
 from typing import Any
 
-from asyncoll._rendezvous.heartbeats import stuck
+from asyncoll._rendezvous.heartbeats import job_rate, stuck
 from asyncoll._rendezvous.job_status import operation_words
 from asyncoll._rendezvous.records import Job
 from asyncoll._rendezvous.state import RendezvousState
@@ -54,7 +56,7 @@ class History:
             live = job.live()
             rates = [job.members[r].ops_rate for r in live]
             self.jobs.setdefault(name, collections.deque(maxlen=JOB_SAMPLES)).append(
-                (now, round(sum(rates), 3), len(live)))
+                (now, round(job_rate(rates), 3), len(live)))
             for rank, rate in zip(live, rates):
                 self.members.setdefault((name, rank), collections.deque(
                     maxlen=MEMBER_SAMPLES)).append(round(rate, 3))
@@ -121,7 +123,7 @@ def _summary(job: Job, now: float, lines: list[str] | None = None) -> dict[str, 
             "world_size": job.world_size, "live": len(live), "pending": len(job.pending),
             "left": len(job.departed) if job.running else 0, "hosts": len(hosts),
             "age_s": round(now - job.started, 1),
-            "ops_per_s": round(sum(job.members[r].ops_rate for r in live), 3),
+            "ops_per_s": round(job_rate([job.members[r].ops_rate for r in live]), 3),
             "stuck": len(lines),
             "stragglers": len(job.arrivals.stragglers())}
 

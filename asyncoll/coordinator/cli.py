@@ -1,4 +1,4 @@
-"""``asyncoll-coordinator``: run the coordinator daemon until SIGTERM or SIGINT."""
+"""`asyncoll-coordinator`: run the coordinator daemon until SIGTERM or SIGINT."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from asyncoll.coordinator.probe import probe
 from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import ConfigurationError
 from asyncoll._version import add_version_option
+from asyncoll._stdout import ends_quietly_on_a_closed_pipe
 
 log = logging.getLogger("asyncoll.coordinator")
 
@@ -191,8 +192,9 @@ def _probe(host: str, port: int) -> int:
     return 0
 
 
+@ends_quietly_on_a_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``asyncoll-coordinator``."""
+    """Entry point of `asyncoll-coordinator`."""
     args = _parser().parse_args(argv)
     if args.probe:
         return _probe(args.host, args.port)

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+from asyncoll._rendezvous.heartbeats import job_rate
 from asyncoll._rendezvous.state import RendezvousState
 from asyncoll.errors import ConfigurationError
 
@@ -72,8 +73,10 @@ class _Collector:
         members = core.GaugeMetricFamily("asyncoll_members", "Members and waiting processes "
                                          "of each job, by state.", labels=["job", "state"])
         rate = core.GaugeMetricFamily("asyncoll_job_operations_per_second", "Operations "
-                                      "per second of each running job: its live members' "
-                                      "rates between their last two heartbeats, summed.",
+                                      "per second of each running job: the median of its "
+                                      "live members' rates between their last two "
+                                      "heartbeats (collectives of the job, not summed "
+                                      "over ranks).",
                                       labels=["job"])
         ops = core.GaugeMetricFamily("asyncoll_job_operations", "Operations each running "
                                      "job's live members reported, summed.", labels=["job"])
@@ -90,7 +93,7 @@ class _Collector:
             if job.running:
                 live = job.live()
                 counts["running"], counts["gone"] = len(live), len(job.departed)
-                rate.add_metric([job.name], sum(job.members[r].ops_rate for r in live))
+                rate.add_metric([job.name], job_rate([job.members[r].ops_rate for r in live]))
                 ops.add_metric([job.name], sum(max(job.members[r].ops, 0) for r in live))
             for s in job.arrivals.stragglers():
                 straggling.add_metric([job.name, str(s.group_id), str(s.rank)],

@@ -110,6 +110,8 @@ class FakeCoordinator:
         self.token = token
         #: The token to want from the page's first API request on: a token that changed.
         self.token_after_page: str | None = None
+        #: API paths answered with a server error, as a coordinator in trouble would.
+        self.failing: set[str] = set()
         self.started = time.monotonic()
         self.requests: list[tuple[str, str | None]] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -166,6 +168,8 @@ class FakeCoordinator:
                 if fake.token is not None and header != f"Bearer {fake.token}" \
                         and query.get("token") != fake.token:
                     self.send_json(401, {"error": "this coordinator needs its token"})
+                elif parsed.path in fake.failing:
+                    self.send_json(500, {"error": "the coordinator failed"})
                 elif parsed.path in ("/", "/index.html"):
                     self.send(200, "text/html; charset=utf-8", PAGE.read_bytes())
                     if fake.token_after_page is not None:
@@ -343,6 +347,25 @@ def test_the_page_says_it_needs_the_token_when_the_api_refuses_it(coordinator):
     assert TOKEN_MESSAGE in dom.text("error"), dom.text("error")
     assert dom.element("error").get("hidden") is None
     assert dom.values("data-job") == []
+
+
+@needs_chromium
+def test_the_events_show_without_waiting_for_the_jobs_facts(coordinator):
+    # The events were asked for last, after the jobs and the job's reply: a page
+    # whose job could not be had showed none (and a screenshot at load, none yet).
+    coordinator.failing.add("/api/jobs/train")
+    dom = open_page(coordinator.url(token=TOKEN) + "#job=train")
+    assert dom.values("data-event") == ["2", "1"]
+    assert "job train started with 3 members." in dom.text("events")
+    assert "the coordinator failed" in dom.text("error")
+
+
+@needs_chromium
+def test_an_empty_stragglers_table_says_there_is_no_straggler(coordinator):
+    dom = open_page(coordinator.url(token=TOKEN) + "#job=" + urllib.parse.quote("wide 4096"))
+    assert dom.values("data-straggler") == []
+    assert dom.text("stragglers").strip().endswith(
+        "no straggler: no rank arrives last, and late, in most of a group's sampled operations")
 
 
 @needs_chromium

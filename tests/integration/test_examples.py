@@ -1,10 +1,12 @@
-"""The SEED.md example programs, run as real processes, print what real torch prints.
+"""The example programs, run as real processes, print what real torch prints.
 
-Each example runs under ``asyncoll-run`` on numpy arrays and, where torch is
-installed, on torch tensors (``--torch``: the program SEED.md shows). The
-workers of one job share the launcher's stdout, so their lines can arrive in
-any order: each rank's lines are picked out by their "Process R" prefix and
-compared with SEED.md's, rank by rank.
+Each example is one of the four torch.distributed programs asyncoll was first
+built to run (tests/torch_backend/test_seed_programs.py runs them verbatim).
+It runs under `asyncoll-run` on numpy arrays and, where torch is installed,
+on torch tensors (`--torch`: the torch program's own form). The workers of
+one job share the launcher's stdout, so their lines can arrive in any order:
+each rank's lines are picked out by their "Process R" prefix and compared
+with what torch prints with gloo, rank by rank.
 
 The last tests start examples/sum.py by hand with env:// variables and no
 launcher or daemon, so rank 0 hosts the coordinator itself.
@@ -64,7 +66,7 @@ CUSTOM_GROUP_MAX_LINES: dict[int, list[str]] = {
     2: ["Process 2 before all_reduce: tensor([3., 4.])",
         "Process 2 after all_reduce: tensor([3., 4.])"],
 }
-# What real torch prints (SEED.md), not the reference page's wrong numbers.
+# What real torch prints with gloo for this program.
 AVERAGE_ACCURACY_LINES = {
     rank: [f"Process {rank} local accuracy: {local}",
            f"Process {rank} global average accuracy: 0.88"]
@@ -131,12 +133,14 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
             pass
 
 
-def run_example(script: Path, nproc: int, args: Sequence[str] = ()) -> dict[int, list[str]]:
-    """Run ``script args`` under asyncoll-run with ``nproc`` workers; return each rank's lines.
+def run_example(script: Path, nproc: int, args: Sequence[str] = (),
+                options: Sequence[str] = ()) -> dict[int, list[str]]:
+    """Run ``script args`` under asyncoll-run ``options`` with ``nproc`` workers; return each
+    rank's lines.
 
     Fails the test unless the job exits 0 without a traceback.
     """
-    proc = start([*launcher(), "--nproc-per-node", str(nproc), str(script), *args],
+    proc = start([*launcher(), *options, "--nproc-per-node", str(nproc), str(script), *args],
                  clean_environment())
     stdout, stderr = finish(proc)
     assert proc.returncode == 0, (f"asyncoll-run exited {proc.returncode}\n"
@@ -191,6 +195,13 @@ def test_sum_example_prints_seed_lines_on_every_rank(form: list[str]) -> None:
 
 
 @pytest.mark.timeout(TEST_TIMEOUT_S)
+def test_torchruns_standalone_flag_runs_the_job_on_an_embedded_coordinator() -> None:
+    by_rank = run_example(EXAMPLES / "sum.py", nproc=2, options=["--standalone"])
+
+    expect_every_rank(by_rank, SUM_LINES)
+
+
+@pytest.mark.timeout(TEST_TIMEOUT_S)
 def test_product_example_prints_seed_lines_on_every_rank(form: list[str]) -> None:
     by_rank = run_example(EXAMPLES / "product.py", nproc=2, args=form)
 
@@ -222,7 +233,7 @@ def start_sum_rank(rank: int, port: int) -> subprocess.Popen[str]:
 
 
 def expect_sum_job_output(ranks: Mapping[int, subprocess.Popen[str]]) -> None:
-    """Assert every rank of the sum job exits 0 after printing its own SEED.md lines."""
+    """Assert every rank of the sum job exits 0 after printing its own lines."""
     # Wait for every rank before judging any, so a failure shows all their output.
     outputs = {rank: finish(proc) for rank, proc in ranks.items()}
     report = "\n".join(f"rank {rank} exited {ranks[rank].returncode}\nstdout:\n{stdout}\n"

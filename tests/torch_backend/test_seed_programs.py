@@ -1,8 +1,10 @@
-"""The four SEED.md programs on asyncoll print what they print with backend='gloo'.
+"""The four seed programs on asyncoll print what they print with backend='gloo'.
 
-Each program is SEED.md's, verbatim (with the imports the page's later
-examples leave out), in a temporary file; its asyncoll form differs only in
-``backend='asyncoll'``. It runs under torchrun and under asyncoll-run, and
+The seed programs are the four torch.distributed programs asyncoll was first
+built to run (examples/ has them on numpy arrays too). Each is here verbatim
+(with the imports their page's later examples leave out), in a temporary
+file; its asyncoll form differs only in ``backend='asyncoll'``. It runs
+under torchrun and under asyncoll-run, and
 each rank's lines are compared with that rank's lines under gloo (run with
 torchrun): the ranks share stdout, so lines of different ranks can arrive in
 any order, and are picked out by their "Process R" prefix.

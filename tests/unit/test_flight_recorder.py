@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from asyncoll._group import flight, waits
+from asyncoll._group import recorder as recorder_module
 from asyncoll._group.recorder import UNTIMED, Recorder
 from asyncoll._runtime.settings import Settings
 from asyncoll._wire.frames import Fingerprint
@@ -301,6 +302,24 @@ def test_a_report_shows_the_oldest_running_operation_and_the_new_samples(
     assert recorder.report(mark, 1, {0, 7})[2] == samples  # the newest, at most 1
 
 
+def test_a_report_of_a_long_run_gives_its_last_operation_a_recent_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One operation a second for 300 s: the last one started at most SAMPLE_EVERY s ago,
+    not when the run's first did (issue 59: "done, started 32 s ago" at 10 calls/s)."""
+    clock = [10**18]
+    monkeypatch.setattr(recorder_module, "_now", lambda: clock[0])
+    recorder = Recorder(100, 0, str(tmp_path))
+    group = Group(recorder, 0)
+    for _ in range(300):
+        group.end(group.begin())
+        clock[0] += 10**9
+
+    doing, _, _ = recorder.report(-1, 256, {0})
+
+    assert doing is not None and doing[:4] == (0, 300, "all_reduce", False)
+    assert 0 < clock[0] - doing[4] <= (SAMPLE_EVERY + 1) * 10**9
+
+
 def test_a_refused_operation_is_forgotten(tmp_path: Path) -> None:
     recorder = Recorder(10, 0, str(tmp_path))
     entry = recorder.scheduled(0, 1, "all_reduce", SMALL, 5.0, None)
@@ -405,6 +424,19 @@ def test_trace_table_names_the_rank_the_others_wait_for(tmp_path: Path) -> None:
     assert lines[1].endswith("rank 2")
     assert lines[3].split()[:5] == ["2", "0", "all_reduce", "#3", "completed"]
     assert lines[-1].startswith("ranks 0, 1 wait for rank 2, which did not reach")
+
+
+def test_trace_says_a_rank_without_a_dump_left_none_not_that_it_ran_nothing(
+        tmp_path: Path) -> None:
+    """Rank 2 ran 101 operations and crashed, writing no dump (issue 59)."""
+    job_of(tmp_path, ops=102)
+    (tmp_path / f"{flight.PREFIX}2").unlink()
+
+    verdict = waits.summary(flight.read_dir(str(tmp_path))).splitlines()[-1]
+
+    assert verdict.startswith("ranks 0, 1 wait for rank 2, which did not reach")
+    assert "it left no dump here, so what it ran is not known" in verdict
+    assert "recorded no operation" not in verdict
 
 
 def test_trace_table_says_so_when_no_one_waits(tmp_path: Path) -> None:

@@ -203,10 +203,11 @@ def test_coordinator_reaches_algorithms_through_no_chain_of_imports() -> None:
 # What the daemon may import: the wire format, the rendezvous state machine and its
 # control-message framing (not the peer-side client), errors, settings, the asyncio
 # compatibility shims, the shared secret's challenge-response (_auth), TLS, and the
-# version (which imports only the standard library).
+# version and the commands' output (which import only the standard library).
 COORDINATOR_MAY_IMPORT = ("asyncoll._wire", "asyncoll._rendezvous", "asyncoll.errors",
                           "asyncoll._defaults", "asyncoll._compat", "asyncoll._auth",
-                          "asyncoll._tls", "asyncoll._version", "asyncoll.coordinator")
+                          "asyncoll._tls", "asyncoll._version", "asyncoll._stdout",
+                          "asyncoll.coordinator")
 COORDINATOR_MAY_NOT_IMPORT = ("asyncoll._rendezvous.client",)
 
 # The data plane, by name, as the issue lists it.
@@ -355,6 +356,7 @@ def test_unknown_attribute_raises_attribute_error_naming_it() -> None:
 LAYERS: dict[str, int] = {
     "asyncoll._wire": 0, "asyncoll.errors": 0, "asyncoll.types": 0,
     "asyncoll._defaults": 0, "asyncoll._version": 0, "asyncoll._compat": 0, "asyncoll._auth": 0,
+    "asyncoll._stdout": 0,
     "asyncoll._tls": 0, "asyncoll._policy": 0, "asyncoll._native": 0,
     "asyncoll._transport": 1,
     "asyncoll._algorithms": 2,

@@ -57,6 +57,23 @@ def test_every_command_prints_its_version_and_which_optional_parts_are_installed
     assert lines[-1] == f"kernels: {_native.describe()}"
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("main", ["asyncoll.cli", "asyncoll.run", "asyncoll.coordinator.cli",
+                                  "asyncoll.bench"])
+def test_a_command_whose_reader_closed_its_output_ends_without_a_traceback(main):
+    """``asyncoll --version | head -1`` where head has gone before the command writes."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-c", f"import sys; from {main} import main; "
+                               "sys.exit(main(['--version']))"], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=100)
+    finally:
+        os.close(write)
+
+    assert (done.returncode, done.stderr) == (1, "")
+
+
 @pytest.mark.timeout(60)
 def test_python_m_asyncoll_version_names_the_active_kernels_and_the_switch_turns_c_off():
     def kernels(**env: str) -> str:
