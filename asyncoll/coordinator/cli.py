@@ -111,7 +111,7 @@ def open_ports(rendezvous: tuple[str, int], http: tuple[str, int, bool] | None,
                guarded: bool) -> list[str]:
     """Each port open to the network without a shared secret, in words: the rendezvous
     port (host, port) and the HTTP one (host, port, --http-public), where not on loopback;
-    none where every client must prove a token or a certificate (``guarded``)."""
+    none where every client must prove a token or a certificate (`guarded`)."""
     if guarded:
         return []
     found = []
