@@ -1,9 +1,9 @@
 """A coordinator's greeting, told apart from what a server that is not one says.
 
 A coordinator speaks first: it greets a peer as soon as it accepts it. A
-server that says nothing for GREETING_TIMEOUT_S (torch's TCPStore, an HTTP
-server: they wait for their client) is not one, and one whose first bytes
-are not a message is not one either. But a coordinator that requires TLS
+server that says nothing for GREETING_TIMEOUT_S of this process's waking time
+(torch's TCPStore, an HTTP server: they wait for their client) is not one,
+and one whose first bytes are not a message is not one either. But a coordinator that requires TLS
 says nothing to a peer without TLS until it has waited for a TLS hello: so
 a silent server is nudged once with a byte of plain text, which such a
 coordinator answers at once with its refusal, and anything else does not.
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from asyncoll._compat import timeout as timeout_after
 from asyncoll._rendezvous.control import read_message
 from asyncoll._wire.messages import Error, Message
 from asyncoll.errors import ProtocolError
@@ -22,6 +21,12 @@ from asyncoll.errors import ProtocolError
 #: What a peer without TLS sends a silent server: plain text, no TLS record (an HTTP
 #: server takes it for an empty request line and closes).
 NUDGE = b"\n"
+
+#: How often a silent wait looks at the clock. It counts only the time this process
+#: was awake to hear: a process starved of the processor (on a busy machine, beside
+#: its own coordinator's event loop, say) counts at most two looks' worth per look,
+#: so a coordinator starved with it is not taken for a silent server.
+LOOK_S = 0.05
 
 _WHAT_TO_DO = ("point init_method (or MASTER_ADDR and MASTER_PORT, or ASYNCOLL_COORDINATOR) "
                "at an asyncoll coordinator, or launch with asyncoll-run or torchrun")
@@ -64,16 +69,25 @@ async def _first_message(reader: asyncio.StreamReader, address: str,
     """The next message (None: the end of the stream).
 
     Raises:
-        _Silent: nothing within ``bound`` seconds.
+        _Silent: nothing within ``bound`` seconds of this process's waking time.
         ProtocolError: bytes that are not a message.
     """
+    loop = asyncio.get_running_loop()
+    read = asyncio.ensure_future(read_message(reader))
     try:
-        async with timeout_after(bound) as deadline:
-            return await read_message(reader)
-    except TimeoutError:
-        if not deadline.expired():
-            raise
-        raise _Silent from None
+        awake = 0.0
+        while not read.done():
+            began = loop.time()
+            await asyncio.wait({read}, timeout=LOOK_S)
+            awake += min(loop.time() - began, 2 * LOOK_S)
+            if not read.done() and awake >= bound:
+                raise _Silent
+        return read.result()
     except (ProtocolError, asyncio.IncompleteReadError) as exc:
         raise ProtocolError(f"{address} is not an asyncoll coordinator: what it sent first is "
                             f"not an asyncoll greeting ({exc}); {_WHAT_TO_DO}") from exc
+    finally:
+        if not read.done():
+            read.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await read

@@ -31,12 +31,12 @@ async def test_a_member_that_left_dials_no_coordinator_when_its_own_stops(caplog
     session = await Session.join(where, settings_at_join())
     close_mesh = session.mesh.close
 
-    async def coordinator_stops_first() -> None:
+    async def coordinator_stops_first(goodbye: bool = True) -> None:
         # Between this member's Leave and the closing of its link, as rank 0's does.
         await embedded.stop()
         await asyncio.wait_for(_until(lambda: session.client._reader_task.done()
                                       or standing.job_is_active("j")), 10)
-        await close_mesh()
+        await close_mesh(goodbye)
 
     session.mesh.close = coordinator_stops_first  # type: ignore[method-assign]
     try:
