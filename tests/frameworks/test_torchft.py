@@ -55,6 +55,11 @@ def test_each_torchft_quorum_gives_back_what_the_last_one_held_on_every_rank():
         first, *later, end = (h[1:] for h in held)
         # The group of one quorum, and only it: its arena mapped, once.
         assert first[:2] == (1, 1), first
-        assert all(h == first for h in later), later
+        assert all(h[:3] == first[:3] for h in later), later
+        # Its fds: a socket of the quorum before may close a moment later on one rank (CI
+        # saw 17 and 19 in turn), so they are not counted exactly; but they must not grow,
+        # quorum after quorum, as a leak of even one a quorum would.
+        early = max(h[3] for h in (first, *later[:2]))
+        assert max(h[3] for h in later[-3:]) <= early, later
         # shutdown(): no shared memory left, and fewer threads and fds than a quorum held.
         assert end[:2] == (0, 0) and end[2] < first[2] and end[3] < first[3], end
