@@ -8,13 +8,16 @@ AsyncollError
 |- ClosedError                          this rank destroyed what it then used
 |- RendezvousError                      coordinator refused or unreachable
 |  |- RendezvousTimeoutError (TimeoutError)
+|  |- ExcludedError                     an elastic job went on without this process
 |  `- AuthenticationError
 |- CollectiveError                      an operation did not complete
 |  |- PeerLostError                     .rank and .host of the peer lost
 |  |- CollectiveTimeoutError (TimeoutError)
+|  |  `- MonitoredBarrierError (RuntimeError)  the torch backend's monitored_barrier
 |  |- MismatchError                     ranks disagree on what they call
-|  `- GroupBrokenError                  sticky: an earlier failure; __cause__ is it
-|     `- GroupBrokenByPeerLossError     ... that was a lost peer (a PeerLostError too)
+|  |- GroupBrokenError                  sticky: an earlier failure; __cause__ is it
+|  |  `- GroupBrokenByPeerLossError     ... that was a lost peer (a PeerLostError too)
+|  `- AbortedError                      the group was aborted, here or by a member
 `- ProtocolError                        malformed frame or version mismatch
 ```
 
@@ -25,12 +28,18 @@ every pending and later operation of a group containing it raises an error
 that `except PeerLostError` catches, with the peer's `rank` and `host`.
 
 Errors that cross the control plane travel as a stable string code and a
-sentence; `error_from_code` turns them back into these classes.
+sentence; `error_from_code` turns them back into these classes, and an
+unknown code (from a newer peer) into a RendezvousError. Records that carry
+an int instead (a shared-memory arena's control line) hold the code's pinned
+number (`error_number`); `code_of_number` reads one back, and an unknown
+number into "collective", so a newer peer's error still fails the operation
+as a CollectiveError.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "AbortedError",
     "AsyncollError",
     "AuthenticationError",
     "ClosedError",
@@ -148,27 +157,28 @@ class ProtocolError(AsyncollError):
     """A malformed frame or message, or a protocol version mismatch."""
 
 
-# Stable codes used on the control plane. Never reuse or renumber a code:
-# old peers and daemons may still send it.
-_CODES: dict[str, type[AsyncollError]] = {
-    "configuration": ConfigurationError,
-    "rendezvous": RendezvousError,
-    "rendezvous_timeout": RendezvousTimeoutError,
-    "authentication": AuthenticationError,
-    "collective": CollectiveError,
-    "peer_lost": PeerLostError,
-    "timeout": CollectiveTimeoutError,
-    "mismatch": MismatchError,
-    "group_broken": GroupBrokenError,
-    "protocol": ProtocolError,
-    "closed": ClosedError,
-    "excluded": ExcludedError,
-    "aborted": AbortedError,
+# Stable codes used on the control plane, and the number each stands as in records
+# that carry an int (a shared-memory arena's control line). Pinned: never reuse or
+# renumber a code or a number, as old peers and daemons may still send it; a new code
+# takes the next number (tests/unit/test_errors.py holds the table as it must stay).
+_CODES: dict[str, tuple[int, type[AsyncollError]]] = {
+    "configuration": (1, ConfigurationError),
+    "rendezvous": (2, RendezvousError),
+    "rendezvous_timeout": (3, RendezvousTimeoutError),
+    "authentication": (4, AuthenticationError),
+    "collective": (5, CollectiveError),
+    "peer_lost": (6, PeerLostError),
+    "timeout": (7, CollectiveTimeoutError),
+    "mismatch": (8, MismatchError),
+    "group_broken": (9, GroupBrokenError),
+    "protocol": (10, ProtocolError),
+    "closed": (11, ClosedError),
+    "excluded": (12, ExcludedError),
+    "aborted": (13, AbortedError),
 }
-_CLASS_TO_CODE = {cls: code for code, cls in _CODES.items()}
-#: Each code's number (1 ...), for records that carry an int (an arena's control
-#: line, a direct link's ABORT record): its place in the table above.
-_NUMBERS = {code: number for number, code in enumerate(_CODES, 1)}
+_CLASSES = {code: cls for code, (_, cls) in _CODES.items()}
+_CLASS_TO_CODE = {cls: code for code, cls in _CLASSES.items()}
+_NUMBERS = {code: number for code, (number, _) in _CODES.items()}
 _BY_NUMBER = {number: code for code, number in _NUMBERS.items()}
 
 
@@ -213,7 +223,11 @@ def error_number(exc_type: type[AsyncollError]) -> int:
 
 
 def code_of_number(number: int) -> str:
-    """The code a number stands for (`error_number`); "collective" for an unknown one."""
+    """The code a number stands for (`error_number`).
+
+    An unknown number (from a newer peer) reads as "collective", so the
+    operation still fails, as a CollectiveError.
+    """
     return _BY_NUMBER.get(number, "collective")
 
 
@@ -223,4 +237,4 @@ def error_from_code(code: str, message: str) -> AsyncollError:
     An unknown code (from a newer daemon) becomes a plain RendezvousError so
     the message still reaches the user.
     """
-    return _CODES.get(code, RendezvousError)(message)
+    return _CLASSES.get(code, RendezvousError)(message)

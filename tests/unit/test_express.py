@@ -5,7 +5,8 @@ through its own compiled Core, and stand-ins for the runner, session and
 fault table with the attributes Express reads and writes: what a finished
 call leaves (as Runner.here would), every case it refuses having done
 nothing, and what it hands to Runner.here when a member is late or differs.
-The same entry in real jobs: tests/integration/test_express.py.
+The same entry in real jobs: tests/integration/test_arena_path.py (its
+`express` mode, tests/integration/workers/arena_path.py).
 """
 
 from __future__ import annotations
