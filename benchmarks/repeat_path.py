@@ -1,7 +1,7 @@
 """The repeat path: the least time per blocking call, over batches of one small call.
 
 Every small blocking call that repeats an earlier one's signature takes this
-path (GroupCore.again and the fast path's kernel). Run under the launcher,
+path (Repeats.again and the fast path's kernel). Run under the launcher,
 one rank pinned to one CPU or several:
 
     taskset -c 1 asyncoll-run --nproc-per-node 1 benchmarks/repeat_path.py

@@ -6,7 +6,8 @@ the call's plan (asyncoll.group), and hands the plan to the group's
 where it runs: in the caller's thread where the group's fast path takes it
 (its Work then done before the call returns), else on the runtime's loop
 thread. A blocking call on numpy arrays with the signature of one made
-before runs again without being made anew (`_ran_again`, GroupCore.again).
+before runs again without being made anew (`_ran_again`: the group's one
+repeat check, asyncoll._group.repeats.ran_again).
 `src` and `dst` are global ranks; `group_src` and `group_dst` are
 ranks within `group`, as in torch.
 """
@@ -22,10 +23,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from asyncoll import _native, aio
+from asyncoll import aio
 from asyncoll._runtime.runtime import runtime
 from asyncoll._api import world
 from asyncoll._api.work import Work
+from asyncoll._group.repeats import ran_again
 from asyncoll._api.world import (
     Group,
     get_global_rank as get_global_rank,
@@ -38,9 +40,6 @@ from asyncoll.group import WORLD, AsyncProcessGroup, seconds
 from asyncoll.types import ReduceOp
 
 _lock = threading.Lock()
-#: Whether groups may have a compiled entry (asyncoll._group.express): read first, so
-#: the pure-Python path asks nothing more of it.
-_COMPILED = _native.arena is not None
 
 
 def init_process_group(backend: str | None = None, init_method: str | None = None,
@@ -213,12 +212,21 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Group = None,
         ConfigurationError: bad tensor or dtype/op pair, before anything is sent.
         CollectiveError: the operation failed (PeerLostError, CollectiveTimeoutError, ...).
     """
-    if not async_op:
-        # The group's compiled entry first (asyncoll._group.express), then its repeats.
-        if _COMPILED and _ran_compiled(group, tensor, op) or _ran_again(
-                group, tensor, "all_reduce", op):
-            return None
+    if not async_op and _ran_again(group, tensor, "all_reduce", op):
+        return None
     return world.collective("all_reduce", group, async_op, lambda g: g.all_reduce(tensor, op))
+
+
+def _all_reduce_declined(tensor: Any, op: Any = ReduceOp.SUM) -> None:
+    """`all_reduce(tensor, op)` on the world, which its compiled entry has just declined
+    (asked by all_reduce's Front, asyncoll._api.front): the full path, unless another
+    repeat runs it."""
+    # (None only where the world ended meanwhile: default() says so; every process is a
+    # member of the world, so its plan goes straight to execute)
+    resolved = world.current or world.default()
+    flat = _flat(tensor, writing=True)
+    if flat is None or not ran_again(resolved, "all_reduce", flat, op, asked=True):
+        resolved.execute(resolved.all_reduce(tensor, op), runtime())
 
 
 def broadcast(tensor: Any, src: int | None = None, group: Group = None, async_op: bool = False,
@@ -310,11 +318,17 @@ def barrier(group: Group = None, async_op: bool = False, device_ids: Any = None)
     if not async_op:
         # Resolved here, not by world.resolve: this runs on every blocking barrier.
         resolved = world.current if group is None or group is WORLD else group
-        if isinstance(resolved, AsyncProcessGroup) and (
-                _COMPILED and resolved.express is not None and resolved.express.barrier()
-                or resolved.again("barrier", None)):
+        if isinstance(resolved, AsyncProcessGroup) and ran_again(resolved, "barrier", None):
             return None
     return world.collective("barrier", group, async_op, lambda g: g.barrier())
+
+
+def _barrier_declined() -> None:
+    """`barrier()` on the world, which its compiled entry has just declined (asked by
+    barrier's Front, asyncoll._api.front): the full path, unless another repeat runs it."""
+    resolved = world.current or world.default()  # (as _all_reduce_declined)
+    if not ran_again(resolved, "barrier", None, asked=True):
+        resolved.execute(resolved.barrier(), runtime())
 
 
 def monitored_barrier(group: Group = None, timeout: float | timedelta | None = None,
@@ -436,9 +450,11 @@ def scatter_object_list(scatter_object_output_list: list[Any],
         world.root(g, src, group_src, "src")))
 
 
-def _ran_again(group: Group, tensor: Any, what: str, op: Any = None, root: int = -1) -> bool:
+def _ran_again(group: Group, tensor: Any, what: str, op: Any = None, root: int = -1,
+               asked: bool = False) -> bool:
     """Whether a blocking call on a numpy array ran in this thread as a repeat of an
-    earlier one (the same collective, dtype, size, `op` and `root`: GroupCore.again).
+    earlier one (the same collective, dtype, size, `op` and `root`: ran_again, which
+    asks the group's compiled entry first unless `asked`).
 
     False, having done nothing, for anything else: the full path then checks
     the call and runs it (and remembers it for next time).
@@ -451,15 +467,8 @@ def _ran_again(group: Group, tensor: Any, what: str, op: Any = None, root: int =
     if not (flags.c_contiguous and flags.writeable) or not isinstance(resolved,
                                                                         AsyncProcessGroup):
         return False  # not an array it takes, or not initialized: the full path says so
-    return resolved.again(what, tensor if tensor.ndim == 1 else tensor.reshape(-1), op, root)
-
-
-def _ran_compiled(group: Group, tensor: Any, op: Any) -> bool:
-    """Whether a blocking all_reduce ran through the group's compiled entry
-    (asyncoll._group.express); False, having done nothing, for anything else."""
-    resolved = world.current if group is None or group is WORLD else group
-    express = resolved.express if isinstance(resolved, AsyncProcessGroup) else None
-    return express is not None and bool(express.all_reduce(tensor, op))
+    return ran_again(resolved, what, tensor if tensor.ndim == 1 else tensor.reshape(-1), op,
+                     root, None, asked)
 
 
 def _ran_again_on_two(group: Group, output: Any, input: Any, what: str,
@@ -468,7 +477,7 @@ def _ran_again_on_two(group: Group, output: Any, input: Any, what: str,
     out, source = _flat(output, writing=True), _flat(input, writing=False)
     resolved = world.current if group is None or group is WORLD else group
     return out is not None and source is not None and isinstance(
-        resolved, AsyncProcessGroup) and resolved.again(what, (out, source), op)
+        resolved, AsyncProcessGroup) and ran_again(resolved, what, (out, source), op)
 
 
 def _flat(tensor: Any, writing: bool) -> NDArray[Any] | None:

@@ -5,9 +5,11 @@ of the function in `asyncoll._api.blocking`: a call it can take
 (`all_reduce(tensor)`, `all_reduce(tensor, op)`, `barrier()`, on the
 world) goes straight to the world group's compiled entry
 (asyncoll._group.express), so a repeated small call is one C call from the
-caller to its result; any other call, or one the entry declines, runs the
-function itself, unchanged. A Front's `__wrapped__`, name, docstring and
-signature are the function's. Without the extension, these are the functions.
+caller to its result. A call the entry declines goes on to the function's
+declined twin (`blocking._all_reduce_declined`, `blocking._barrier_declined`),
+which does not ask the entry again; any other call runs the function itself,
+unchanged. A Front's `__wrapped__`, name, docstring and signature are the
+function's. Without the extension, these are the functions.
 """
 
 from __future__ import annotations
@@ -24,5 +26,7 @@ _ALL_REDUCE, _BARRIER = 0, 1
 all_reduce: Any = blocking.all_reduce
 barrier: Any = blocking.barrier
 if _native.arena is not None:
-    all_reduce = _native.arena.Front(blocking.all_reduce, _ALL_REDUCE, world, ReduceOp.SUM)
-    barrier = _native.arena.Front(blocking.barrier, _BARRIER, world, None)
+    all_reduce = _native.arena.Front(blocking.all_reduce, _ALL_REDUCE, world, ReduceOp.SUM,
+                                     blocking._all_reduce_declined)
+    barrier = _native.arena.Front(blocking.barrier, _BARRIER, world, None,
+                                  blocking._barrier_declined)

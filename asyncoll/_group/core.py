@@ -11,40 +11,28 @@ Where a plan runs is decided here only: :meth:`GroupCore.execute` and
 path takes it (a shared-memory arena on one host, direct links across
 hosts: asyncoll._group.fast_path) and nothing of the group is still on the
 loop, else hand it to the loop; awaiting it runs it on the loop. A call
-with the signature of an earlier fast-path one runs again through
-:meth:`GroupCore.again` without being made anew (an MPI persistent
-collective, without the user asking for one).
+with the signature of an earlier fast-path one runs again without being
+made anew: the plan remembers it in the group's Repeats
+(asyncoll._group.repeats), which the front doors ask before they make a plan.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import numpy as np
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from datetime import timedelta
 from typing import Any
 
 from asyncoll._algorithms import selection
 from asyncoll._group.context import Loop, Membership
-from asyncoll._group.express import express_for, teach
+from asyncoll._group.express import express_for
 from asyncoll._group.fast_path import FastPath, fast_path_of
-from asyncoll._group.plan import (
-    Form,
-    Plan,
-    Repeat,
-    Signature,
-    Transport,
-    fingerprint_of,
-    repeat_key,
-    seconds,
-)
+from asyncoll._group.plan import Form, Plan, Signature, Transport, fingerprint_of, seconds
+from asyncoll._group.repeats import Repeats
 from asyncoll._group.runner import Runner
 from asyncoll._group.transports import Scratch, transport_of
 from asyncoll.errors import AsyncollError, ClosedError, ConfigurationError
-from asyncoll.types import ReduceOp
 
-#: Remembered calls per group (GroupCore.again), forgotten all at once past it.
-_REPEATS = 256
 #: Choices remembered per group (GroupCore._choose), forgotten all at once past it.
 _CHOICES = 1024
 
@@ -81,8 +69,8 @@ class GroupCore:
         self._here = self._runner.here
         #: The group's compiled entry for repeated calls, or None (asyncoll._group.express).
         self.express = express_for(session, group_id, self._fast, self._runner, timeout)
-        # Fast-path calls to run again without being made anew (see again).
-        self._repeats: dict[Hashable, Repeat] = {}
+        #: Fast-path calls to run again without being made anew (asyncoll._group.repeats).
+        self.repeats = Repeats(self._here, self.express, self._fast, timeout)
         # Choices already made, by (collective, bytes, algorithm asked, path's capacity):
         # calls repeat the same few, and each microsecond shows.
         self._choices: dict[tuple[str, int, str | None, int], str] = {}
@@ -121,7 +109,7 @@ class GroupCore:
         if name in selection.FAST_PATHS:
             kernel = self._fast.kernel(signature, over, transport)
             if repeat is not None and timeout is None and algorithm is None:
-                self._remember(repeat[0], Repeat(what, fingerprint, kernel, repeat[1]))
+                self.repeats.remember(repeat[0], what, fingerprint, kernel, repeat[1])
         return Plan(self._runner, what, fingerprint, seconds(timeout, self.timeout), transport,
                     arrays, finish, kernel)
 
@@ -147,14 +135,6 @@ class GroupCore:
                 self._choices.clear()
             self._choices[key] = name
         return name
-
-    def _remember(self, key: Hashable, repeat: Repeat) -> None:
-        # Nothing to teach a compiled entry the group does not have.
-        repeat.taught = self.express is None
-        if key not in self._repeats:
-            if len(self._repeats) >= _REPEATS:
-                self._repeats.clear()
-            self._repeats[key] = repeat
 
     def check_member(self, what: str) -> None:
         """Refuse ``what`` on a process that is not a member.
@@ -185,7 +165,7 @@ class GroupCore:
         if self._runner.closed is not None:
             return
         self._runner.closed = reason
-        self._repeats.clear()
+        self.repeats.forget()
         # Its operations on the loop, waiting for peers' frames, end now too.
         self._session.mesh.fail_channel(self.group_id, ClosedError(reason))
         self._fast.close()
@@ -253,31 +233,6 @@ class GroupCore:
         if plan.finish is not None:
             plan.finish(self.rank)
         return True
-
-    def again(self, what: str, arrays: Any, op: ReduceOp | None = None, root: int = -1,
-              limit: float | None = None) -> bool:
-        """Run the call remembered under ``repeat_key(what, arrays, op, root)`` on ``arrays``,
-        here, within ``limit`` seconds (None: the group's timeout), if it may run here now.
-
-        ``arrays`` are the call's 1-D C-contiguous arrays (those written into
-        writable), or None for a call that moves none. Returns False, having
-        done nothing, when no such call was remembered or it must go to the loop.
-        """
-        # repeat_key, written out for the one-array calls most repeats are.
-        key = (what, arrays.dtype, arrays.size, op, root) if type(arrays) is np.ndarray \
-            else repeat_key(what, arrays, op, root)
-        repeat = self._repeats.get(key)
-        if repeat is None:
-            return False
-        form = repeat.form
-        ran = self._here(repeat.what, repeat.fingerprint,
-                         self.timeout if limit is None else limit, repeat.kernel,
-                         arrays if form is None else form(arrays))
-        # (taught from the start where the group has no compiled entry: see _remember)
-        if not repeat.taught and ran:
-            repeat.taught = True
-            teach(self.express, self._fast, key, repeat)
-        return ran
 
 
 def failed(error: AsyncollError) -> concurrent.futures.Future[None]:

@@ -6,12 +6,12 @@ arena's compiled step takes whole (an all_reduce of a numpy array that fits
 the slots, or a barrier), goes from the API to its result in one call into
 C: ``Express`` does what :meth:`Runner.here` and the step do, on the same
 Python objects. For anything else it returns False, having done nothing,
-and the call takes the Python path (GroupCore.again, then the full path).
+and the call takes the Python path (Repeats.again, then the full path).
 A step that finds a member late, or out of step, hands the operation it
 started to :meth:`Runner.here`, which waits with the group's checks and
 deadline and raises the group's errors.
 
-GroupCore.again teaches it each call it ran as a repeat (:func:`teach`),
+Repeats.again teaches it each call it ran as a repeat (:func:`teach`),
 once; the group's API object offers it as ``express`` (None where the
 group has no such entry).
 """

@@ -10,7 +10,8 @@ call order, as MPI's are.
 
 The group holds its parts and offers their methods as its own
 (asyncoll._group.delegate): its core makes and places the plans
-(asyncoll._group.core), its object collectives (asyncoll._group.objects)
+(asyncoll._group.core) and remembers those to run again (its repeats,
+asyncoll._group.repeats); its object collectives (asyncoll._group.objects)
 and its messages (asyncoll._group.point_to_point) use the core.
 """
 
@@ -33,6 +34,7 @@ from asyncoll._group.delegate import Delegate, bind
 from asyncoll._group.objects import ObjectCollectives
 from asyncoll._group.plan import Plan, Signature, repeat_key, seconds
 from asyncoll._group.point_to_point import PointToPoint
+from asyncoll._group.repeats import Repeats
 from asyncoll._group.tensors import as_buffer, as_source, write_back
 from asyncoll._group.transports import spread
 from asyncoll._defaults import COORDINATOR_GRACE_S
@@ -72,6 +74,7 @@ class AsyncProcessGroup:
                  timeout: float) -> None:
         core = self._core = GroupCore(session, group_id, ranks, timeout)
         self._session = session
+        self._repeats = core.repeats
         self._objects = ObjectCollectives(core)
         self._p2p = PointToPoint(core, session)
         self.group_id = group_id
@@ -130,7 +133,7 @@ class AsyncProcessGroup:
     check_member = Delegate("_core", GroupCore.check_member)
     execute = Delegate("_core", GroupCore.execute)
     submit = Delegate("_core", GroupCore.submit)
-    again = Delegate("_core", GroupCore.again)
+    again = Delegate("_repeats", Repeats.again)
     all_gather_object = Delegate("_objects", ObjectCollectives.all_gather_object)
     broadcast_object_list = Delegate("_objects", ObjectCollectives.broadcast_object_list)
     gather_object = Delegate("_objects", ObjectCollectives.gather_object)
@@ -416,7 +419,8 @@ class AsyncProcessGroup:
 
     def _reduce_op(self, op: Any, what: str) -> ReduceOp:
         reduce_op = coerce_op(op)
-        self.check_member(what)
+        if self._me < 0:  # (the core says why; a member's call needs no detour through it)
+            self.check_member(what)
         return reduce_op
 
 

@@ -56,6 +56,7 @@ typedef struct {
      * .last (asyncoll._group.faults.Progress) */
     Field seq, handed, finished, run, closed, frames, operation, running, completed, last;
     long long sample_every;
+    long long asked; /* calls of all_reduce and barrier, taken or declined */
     int count;
     Entry entries[ENTRIES];
 } Express;
@@ -274,6 +275,7 @@ PyObject *express_all_reduce(PyObject *express, PyObject *const *args, Py_ssize_
         return NULL;
     }
     PyObject *data = args[0], *op = args[1];
+    self->asked += 1;
     if (self->core == NULL || !self->core->mapped
         || Py_TYPE(data) != (PyTypeObject *)self->ndarray)
         Py_RETURN_FALSE;
@@ -307,6 +309,7 @@ PyObject *express_all_reduce(PyObject *express, PyObject *const *args, Py_ssize_
 /* barrier() -> whether it ran (False: nothing was done). */
 PyObject *express_barrier(PyObject *express, PyObject *Py_UNUSED(unused)) {
     Express *self = (Express *)express;
+    self->asked += 1;
     if (self->core == NULL || !self->core->mapped)
         Py_RETURN_FALSE;
     for (int i = 0; i < self->count; i++)
@@ -560,6 +563,10 @@ static PyObject *express_count(Express *self, void *Py_UNUSED(closure)) {
     return PyLong_FromLong(self->count);
 }
 
+static PyObject *express_asked(Express *self, void *Py_UNUSED(closure)) {
+    return PyLong_FromLongLong(self->asked);
+}
+
 /* The names of the fields it reads and writes in their owners' slots (the others go
  * through the attribute protocol). */
 static PyObject *express_in_slots(Express *self, void *Py_UNUSED(closure)) {
@@ -573,6 +580,8 @@ static PyObject *express_in_slots(Express *self, void *Py_UNUSED(closure)) {
 
 static PyGetSetDef express_getset[] = {
     {"count", (getter)express_count, NULL, "the calls taught", NULL},
+    {"asked", (getter)express_asked, NULL, "the calls of all_reduce and barrier it was asked "
+     "to run, taken or declined", NULL},
     {"in_slots", (getter)express_in_slots, NULL,
      "the names of the fields it reads and writes in their owners' slots", NULL},
     {NULL, NULL, NULL, NULL, NULL},

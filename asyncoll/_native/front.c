@@ -3,10 +3,12 @@
  *
  * `dist.all_reduce(x)` on the world, repeated, is one C call from here to its
  * result: a Front takes the calls it can (all_reduce(tensor) and
- * all_reduce(tensor, op), barrier()) to the world's Express, and passes any
- * other call, or one Express declines, to the Python function it stands for,
- * unchanged. Everything else about it is the function's: its __wrapped__,
- * and through it its name, docstring and signature.
+ * all_reduce(tensor, op), barrier()) to the world's Express, passes one
+ * Express declines to the function's declined twin (which does not ask
+ * Express again), where it was given one, and any other call to the Python
+ * function it stands for, unchanged. Everything else about it is the
+ * function's: its __wrapped__, and through it its name, docstring and
+ * signature.
  */
 #include "core.h"
 
@@ -22,6 +24,7 @@ typedef struct {
     PyObject *names;     /* that module's __dict__ (NULL: `world` is no module) */
     Field express;       /* the world group's `express` */
     PyObject *op;        /* all_reduce's default op */
+    PyObject *declined;  /* called with a call Express declined (NULL: the function) */
     int collective;
 } Front;
 
@@ -76,23 +79,26 @@ static PyObject *front_call(Front *self, PyObject *const *args, size_t nargsf,
             return ran == NULL ? NULL : Py_NewRef(Py_None); /* an error, or done */
         }
         Py_DECREF(ran);
+        if (self->declined != NULL)
+            return PyObject_Vectorcall(self->declined, args, nargsf, kwnames);
     }
     return PyObject_Vectorcall(self->function, args, nargsf, kwnames);
 }
 
-/* Front(function, collective, world, op) */
+/* Front(function, collective, world, op, declined=None) */
 static PyObject *front_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *function, *world, *op;
+    PyObject *function, *world, *op, *declined = Py_None;
     int collective;
     if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
-        PyErr_SetString(PyExc_TypeError, "Front(function, collective, world, op)");
+        PyErr_SetString(PyExc_TypeError, "Front(function, collective, world, op, declined)");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "OiOO", &function, &collective, &world, &op))
+    if (!PyArg_ParseTuple(args, "OiOO|O", &function, &collective, &world, &op, &declined))
         return NULL;
-    if (!PyCallable_Check(function) || (collective != F_ALL_REDUCE && collective != F_BARRIER)) {
+    if (!PyCallable_Check(function) || (collective != F_ALL_REDUCE && collective != F_BARRIER)
+        || (declined != Py_None && !PyCallable_Check(declined))) {
         PyErr_SetString(PyExc_ValueError, "a Front stands for a callable, all_reduce (0) or "
-                        "barrier (1)");
+                        "barrier (1), and its declined twin is a callable or None");
         return NULL;
     }
     Front *self = (Front *)type->tp_alloc(type, 0);
@@ -103,6 +109,7 @@ static PyObject *front_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->world = Py_NewRef(world);
     self->names = PyModule_Check(world) ? Py_NewRef(PyModule_GetDict(world)) : NULL;
     self->op = Py_NewRef(op);
+    self->declined = declined == Py_None ? NULL : Py_NewRef(declined);
     self->collective = collective;
     return (PyObject *)self;
 }
@@ -135,6 +142,7 @@ static int front_traverse(Front *self, visitproc visit, void *arg) {
     Py_VISIT(self->names);
     Py_VISIT(self->express.type);
     Py_VISIT(self->op);
+    Py_VISIT(self->declined);
     return 0;
 }
 
@@ -144,6 +152,7 @@ static int front_clear(Front *self) {
     Py_CLEAR(self->names);
     field_clear(&self->express);
     Py_CLEAR(self->op);
+    Py_CLEAR(self->declined);
     return 0;
 }
 

@@ -38,6 +38,7 @@ from asyncoll._torch_backend.errors import reraise, through_torch
 from asyncoll._torch_backend.work import AsyncollWork
 from asyncoll._torch_backend.world import TorchWorld
 from asyncoll._group.core import DONE, failed
+from asyncoll._group.repeats import ran_again
 from asyncoll.errors import AsyncollError, ConfigurationError
 from asyncoll.group import AsyncProcessGroup
 from asyncoll.types import ReduceOp
@@ -328,13 +329,13 @@ class TorchCollectives:
                    op: Any = None, limit: float | None = None) -> AsyncollWork | None:
         """The Work of ``tensor``'s call when it ran in this thread, within ``limit`` seconds
         (None: the group's timeout), as a repeat of an earlier one (asyncoll's
-        ``collective``, ``tensor``'s dtype and size, ``op``: GroupCore.again); None,
-        having done nothing, for anything else."""
+        ``collective``, ``tensor``'s dtype and size, ``op``: ran_again, the repeat check
+        the blocking API uses too); None, having done nothing, for anything else."""
         array = repeats.flat_array(tensor)
         if array is None:
             return None
         try:
-            if not self._group.again(collective, array, op, -1, limit):  # -1: no root
+            if not ran_again(self._group, collective, array, op, -1, limit):  # -1: no root
                 return None
             future = DONE
         except AsyncollError as exc:

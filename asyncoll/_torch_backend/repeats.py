@@ -1,10 +1,11 @@
 """Repeated torch backend calls: the tensors the group's repeats take, seen as numpy.
 
 A torch call that repeats the signature of an earlier one the group ran on its
-fast path (GroupCore.again: the same collective, dtype, size and op, the
-group's timeout) runs again in this thread without being made anew, as the
-blocking API's do. Only tensors whose memory numpy can use as it is qualify;
-anything else takes the full path, which checks it and says what is wrong.
+fast path (the same collective, dtype, size and op, the group's timeout)
+runs again in this thread without being made anew, through the repeat check
+the blocking API uses too (asyncoll._group.repeats.ran_again). Only tensors
+whose memory numpy can use as it is qualify; anything else takes the full
+path, which checks it and says what is wrong.
 """
 
 from __future__ import annotations

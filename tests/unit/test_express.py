@@ -402,6 +402,47 @@ def test_a_front_takes_the_simple_calls_to_the_world_entry_and_passes_on_the_res
     assert parts.runner._seq == 12
 
 
+def test_a_call_the_entry_declined_goes_to_the_declined_twin_having_asked_it_once(job):
+    express, parts, theirs = job
+    teach_sum(express)
+    calls: list[tuple[Any, ...]] = []
+    declined: list[tuple[Any, ...]] = []
+
+    def all_reduce_declined(tensor, op=SUM):
+        declined.append((tensor.size, op))
+        return "from the twin"
+
+    world = SimpleNamespace(current=SimpleNamespace(express=express))
+    front = _native.arena.Front(recording_function(calls), 0, world, SUM, all_reduce_declined)
+    asked = express.asked
+    five = np.ones(5, np.float32)  # a size the entry was not taught
+    assert front(five) == "from the twin" and front(five, ReduceOp.MAX) == "from the twin"
+    assert declined == [(5, SUM), (5, ReduceOp.MAX)] and calls == []
+    assert express.asked == asked + 2
+    # A call the front does not take to the entry: the function's, the entry not asked.
+    assert front(five, op=SUM) == "from the function" and express.asked == asked + 2
+    # A stand-in in the entry's place: the function asks it itself.
+    world.current = SimpleNamespace(express="spy")
+    assert front(five) == "from the function" and len(calls) == 2
+    world.current = SimpleNamespace(express=express)
+    their_part(theirs, 1, np.full(4, 2.0, np.float32))
+    x = np.ones(4, np.float32)
+    assert front(x) is None and (x == 3).all() and express.asked == asked + 3
+    assert len(declined) == 2 and len(calls) == 2
+    with pytest.raises(ValueError, match="declined twin"):
+        _native.arena.Front(recording_function(calls), 0, world, SUM, "not callable")
+
+
+def test_a_barrier_the_entry_declined_goes_to_the_declined_twin(job):
+    express, parts, _ = job
+    declined: list[str] = []
+    front = _native.arena.Front(lambda *args: "from the function", 1, SimpleNamespace(
+        current=SimpleNamespace(express=express)), None, lambda: declined.append("twin"))
+    asked = express.asked
+    assert front() is None and declined == ["twin"] and express.asked == asked + 1
+    assert front(None, True) == "from the function" and express.asked == asked + 1
+
+
 def test_a_front_is_its_function_to_every_reader_and_raises_what_the_entry_raises(job):
     import inspect
 

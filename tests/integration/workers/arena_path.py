@@ -11,13 +11,16 @@ Modes, each printing "RESULT <rank> <words>" lines the test reads:
   in order (an all_reduce of the array an all_to_all writes sums its result).
 - ``nowhere``: counts the same, for a run with shared memory off.
 - ``repeats``: calls repeated with the same signature (collective, dtypes,
-  sizes, op or root) run again without being made anew (GroupCore.again, or
+  sizes, op or root) run again without being made anew (Repeats.again, or
   the compiled entry: a spy counts both), on other arrays of that signature
   too, with the right results: all_reduce,
   broadcast, barrier, reduce, all_gather_into_tensor, reduce_scatter_tensor.
 - ``express``: the compiled entry's repeats (asyncoll._group.express) with a
   member late, and behind an operation still on the loop, and what they
   leave for the Python path to read.
+- ``asks``: how often a first all_reduce and a first barrier, through the
+  package's compiled fronts, ask the world's compiled entry (its own count,
+  the real entry in place), and what Python code a repeat it takes runs.
 - ``threads``: two threads repeat all_reduces and barriers at once, each on
   a group of its own.
 - ``desync_repeats``: rank 0 repeats an all_reduce, rank 1 a broadcast of
@@ -38,7 +41,7 @@ import numpy as np
 
 import asyncoll as dist
 from asyncoll._api import world
-from asyncoll._group.core import GroupCore
+from asyncoll._group.repeats import Repeats
 from asyncoll._group.runner import Runner
 
 mode = sys.argv[1]
@@ -48,7 +51,7 @@ if mode == "small_room":
     segment.room = lambda: 0  # read by member 0 as it makes the group's arena
 ran = {True: 0, False: 0}
 again = {True: 0, False: 0}
-real_here, real_run_again = Runner.here, GroupCore.again
+real_here, real_run_again = Runner.here, Repeats.again
 
 
 def spy(self, *args):
@@ -87,11 +90,11 @@ class SpyExpress:
 
 
 Runner.here = spy
-GroupCore.again = spy_again
+Repeats.again = spy_again
 dist.init_process_group(init_method="env://", timeout=30)
 rank, size = dist.get_rank(), dist.get_world_size()
 quick = None
-if world.current.express is not None:
+if world.current.express is not None and mode != "asks":
     quick = world.current.express = SpyExpress(world.current.express)
 
 
@@ -187,7 +190,7 @@ elif mode == "repeats":
     w = np.full(7, rank + 1, np.float64)
     dist.all_reduce(w)
     check((w == total).all(), "all_reduce of 7 float64")
-    # A repeat the compiled entry ran passed neither GroupCore.again nor Runner.here.
+    # A repeat the compiled entry ran passed neither Repeats.again nor Runner.here.
     print(f"RESULT {rank} repeated={again[True] + express_ran()} "
           f"here={ran[True] + express_ran()} loop={ran[False]} express={express_ran()}",
           flush=True)
@@ -248,6 +251,29 @@ elif mode == "express":
           f"completed_is_numbered={completed == numbered == runner._seq} "
           f"ops_at_least_seq={session.operations() >= runner._seq} "
           f"in_slots={sorted(world.current.express.in_slots)}", flush=True)
+elif mode == "asks":
+    entry = world.current.express  # None with the extension off: the test is skipped
+    x = np.ones(4, np.float32)
+    asked = entry.asked
+    dist.all_reduce(x)  # a first call: the entry declines it, the full path runs it
+    first = entry.asked - asked
+    check((x == size).all(), "a first all_reduce")
+    asked = entry.asked
+    dist.barrier()
+    first_barrier = entry.asked - asked
+    for _ in range(2):  # the first repeat runs in Python, and teaches the entry
+        dist.all_reduce(x)
+    # Every Python function called during the repeat (the spies on Runner.here and
+    # Repeats.again included) shows as a "call"; C functions as "c_call".
+    events = []
+    asked = entry.asked
+    sys.setprofile(lambda frame, event, arg: events.append(
+        f"{event}:{getattr(arg, '__name__', frame.f_code.co_name)}"))
+    dist.all_reduce(x)
+    sys.setprofile(None)
+    check((x == size ** 4).all(), "a repeated all_reduce")
+    print(f"RESULT {rank} first_asks={first} first_barrier_asks={first_barrier} "
+          f"repeat_asks={entry.asked - asked} repeat_python={events}", flush=True)
 elif mode == "threads":
     import threading
 

@@ -146,29 +146,43 @@ def main() -> None:
     results["fast_path"] = [small_done, small.tolist(), big[:3].tolist(), big[-1].item()]
 
     # An all_reduce repeating an earlier one's signature (dtype, size, op) runs
-    # again without being made anew (the group's again), with the right result:
-    # on a 1-D tensor, then on a 2-D one that requires grad.
+    # again without being made anew (the group's compiled entry, where the
+    # extension is built, or its again), with the right result: on a 1-D tensor,
+    # then on a 2-D one that requires grad.
     group = dist.distributed_c10d._get_default_group()._group  # asyncoll's AsyncProcessGroup
-    real_run_again, again = group.again, []
+    real_run_again, real_express, ran, compiled = group.again, group.express, [], []
 
     def spy(*args):
         result = real_run_again(*args)
-        again.append(result)
+        ran.append(result)
         return result
 
+    class SpyExpress:
+        def all_reduce(self, array, op):
+            result = real_express.all_reduce(array, op)
+            ran.append(result)
+            compiled.append(result)
+            return result
+
     group.again = spy
+    if real_express is not None:
+        group.express = SpyExpress()
     dist.barrier()
-    repeated = []
+    repeated, again = [], []
+
+    def all_reduce(tensor, **options):
+        ran.clear()
+        dist.all_reduce(tensor, **options)
+        again.append(any(ran))
+        repeated.append(tensor.tolist())
+
     for k in range(3):
-        one = torch.full((5,), float(rank + k))
-        dist.all_reduce(one)
-        repeated.append(one.tolist())
+        all_reduce(torch.full((5,), float(rank + k)))
     for k in range(2):
-        two = torch.full((2, 3), float(rank * 10 + k), requires_grad=True)
-        dist.all_reduce(two, op=dist.ReduceOp.MAX)
-        repeated.append(two.tolist())
-    group.again = real_run_again
-    results["repeats"] = [repeated, again]
+        all_reduce(torch.full((2, 3), float(rank * 10 + k), requires_grad=True),
+                   op=dist.ReduceOp.MAX)
+    group.again, group.express = real_run_again, real_express
+    results["repeats"] = [repeated, again, real_express is not None, sum(compiled)]
 
     # batch_isend_irecv around the ring.
     n = dist.get_world_size()
