@@ -32,9 +32,7 @@ from asyncoll._group.context import Membership
 from asyncoll._group.fast_path import FastPath
 from asyncoll._group.plan import Repeat
 from asyncoll._group.runner import Runner
-
-#: The collectives Express takes (asyncoll/_native/express.c).
-ALL_REDUCE, BARRIER = 0, 1
+from asyncoll._native.contract import ALL_REDUCE, BARRIER
 
 
 def express_for(session: Membership, group_id: int, fast: FastPath, runner: Runner,

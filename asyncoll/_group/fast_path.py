@@ -73,8 +73,10 @@ class FastPath(Protocol):
         """The path's algorithm for calls of ``signature``, standing in for the
         transport's ``algorithm`` (``transport``): (step, arrays) -> None."""
 
-    def step(self, fingerprint: Fingerprint, limit: float) -> Any:
-        """The next operation on the path: what its algorithm is given."""
+    def step(self, fingerprint: Fingerprint, limit: float, started: int = 0) -> Any:
+        """The next operation on the path: what its algorithm is given; or, where
+        ``started`` is not 0, operation ``started``, which the compiled entry
+        (asyncoll._group.express) started on the path and hands over."""
 
     def expired(self, exc: BaseException) -> list[int] | None:
         """The member indices a deadline's expiry waited for; None for other errors."""
