@@ -156,8 +156,8 @@ class GroupArena:
         self._step: ArenaStep | None = None
         #: Held by the thread running an operation on the arena, for its length (the
         #: compiled one where it is built: the compiled entry takes it from C).
-        self.lock: threading.Lock = threading.Lock() if _native.arena is None \
-            else _native.arena.PathLock()
+        self.lock: threading.Lock | _native.arena.PathLock = threading.Lock() \
+            if _native.arena is None else _native.arena.PathLock()
         #: Set once the group is closed here: operations give up, and the arena is
         #: unmapped as soon as none runs (asyncoll._group.closing).
         self.closing = False

@@ -7,35 +7,39 @@ call does.
 from collections.abc import Callable, Sequence
 from typing import Any, final
 
-from typing_extensions import Buffer
+import numpy as np
+from typing_extensions import Buffer, TypeAlias
+
+# What the C reads or writes as a buffer: numpy's arrays, bytearrays, mmaps ...
+_Buffer: TypeAlias = Buffer | np.ndarray[Any, Any]
 
 #: The values the extension shares with asyncoll._native.contract, by its names.
 def contract() -> dict[str, Any]: ...
 def kinds() -> tuple[int, ...]: ...
-def reduce(kind: int, out: Buffer, parts: Sequence[Buffer], members: int, /) -> None: ...
+def reduce(kind: int, out: _Buffer, parts: Sequence[_Buffer], members: int, /) -> None: ...
 
 @final
 class Core:
     """One member's view of an arena (core.c), with its steps (steps.c)."""
 
-    def __init__(self, memory: Buffer, size: int, me: int, slot_bytes: int) -> None: ...
-    def all_reduce(self, data: Buffer, operation: int, fingerprint: tuple[int, ...],
+    def __init__(self, memory: _Buffer, size: int, me: int, slot_bytes: int) -> None: ...
+    def all_reduce(self, data: _Buffer, operation: int, fingerprint: tuple[int, ...],
                    kind: int, spins: int, /) -> int: ...
-    def all_reduce_out(self, data: Buffer, operation: int, fingerprint: tuple[int, ...],
+    def all_reduce_out(self, data: _Buffer, operation: int, fingerprint: tuple[int, ...],
                        kind: int, /) -> int: ...
-    def reduce(self, data: Buffer, operation: int, fingerprint: tuple[int, ...], kind: int,
+    def reduce(self, data: _Buffer, operation: int, fingerprint: tuple[int, ...], kind: int,
                root: int, spins: int, /) -> int: ...
-    def reduce_out(self, data: Buffer, operation: int, fingerprint: tuple[int, ...],
+    def reduce_out(self, data: _Buffer, operation: int, fingerprint: tuple[int, ...],
                    kind: int, root: int, /) -> int: ...
-    def all_gather(self, mine: Buffer, outputs: Sequence[Buffer], operation: int,
+    def all_gather(self, mine: _Buffer, outputs: Sequence[_Buffer], operation: int,
                    fingerprint: tuple[int, ...], spins: int, /) -> int: ...
-    def all_gather_out(self, mine: Buffer, outputs: Sequence[Buffer], operation: int,
+    def all_gather_out(self, mine: _Buffer, outputs: Sequence[_Buffer], operation: int,
                        fingerprint: tuple[int, ...], /) -> int: ...
-    def split(self, data: Buffer, operation: int, fingerprint: tuple[int, ...], kind: int,
+    def split(self, data: _Buffer, operation: int, fingerprint: tuple[int, ...], kind: int,
               spins: int, stage: int, /) -> int: ...
-    def broadcast(self, data: Buffer, operation: int, fingerprint: tuple[int, ...], root: int,
+    def broadcast(self, data: _Buffer, operation: int, fingerprint: tuple[int, ...], root: int,
                   spins: int, /) -> int: ...
-    def broadcast_out(self, data: Buffer, operation: int, fingerprint: tuple[int, ...],
+    def broadcast_out(self, data: _Buffer, operation: int, fingerprint: tuple[int, ...],
                       root: int, /) -> int: ...
     def barrier(self, data: None, operation: int, fingerprint: tuple[int, ...],
                 spins: int, /) -> int: ...
@@ -59,7 +63,7 @@ class PathLock:
 class Express:
     """A group's compiled entry of repeated blocking calls (express.c, express_type.c)."""
 
-    def __init__(self, runner: Any, session: Any, counter: Buffer, faults: Any,
+    def __init__(self, runner: Any, session: Any, counter: _Buffer, faults: Any,
                  progress: Any, early: Any, lock: PathLock, group_id: int, limit: float,
                  ndarray: type, sample_every: int, scan_soon: Callable[[], object],
                  path: str) -> None: ...
