@@ -1,15 +1,16 @@
 """What the compiled extension and the Python side share, declared once.
 
-The C files of :mod:`asyncoll._native._arena` and the Python modules beside
-them meet in one shared-memory arena and hand calls to each other, so they
-must agree on numbers and names: what a step returns, the codes of the
+The C files of `asyncoll._native._arena` and the Python modules beside them
+meet in one shared-memory arena and hand calls to each other, so they must
+agree on numbers and names: what a step returns, the codes of the
 collectives and reductions, the arena's layout, and the attributes C reads
 and writes on Python objects. They are declared here, and every Python user
-imports them from here. The extension holds its own copies (its C
-``#define``\\ s, ``enum``\\ s and tables of names); its ``contract()`` returns
-them, and tests/unit/test_native_seam.py checks that every one in
-:data:`IN_C` matches, and that every attribute named here is one its class
-has (a slot where :data:`FIELDS` names it).
+imports them from here. The extension holds its own copies (the `#define`s,
+`enum`s and lists of asyncoll/_native/contract.h, and the tables of names in
+the files that read the attributes); its `contract()` returns them, and
+tests/unit/test_native_seam.py checks that every one in `IN_C` matches, and
+that every attribute named here is one its class has (a slot where `FIELDS`
+names it).
 
 C returns no error codes of its own: it returns the statuses below, or raises
 ValueError or TypeError saying what it refused.
@@ -27,7 +28,7 @@ __all__ = ["ABANDONED", "ABANDONED_CODE", "ABANDONED_MS", "ABANDONED_RANK", "ALI
 
 # -- what a step returns (the compiled steps' and the compiled entry's status) ----------
 
-#: Done; published and waiting (the caller waits, then calls the step's ``*_out``); a
+#: Done; published and waiting (the caller waits, then calls the step's `*_out`); a
 #: member published another operation (the caller's Python check says how); the split
 #: all_reduce waiting for the members' results (phase 2k).
 DONE, WAITING, MISMATCH, WAITING_RESULTS = 0, 1, 2, 3

@@ -10,6 +10,7 @@
  */
 #include "front.h"
 
+#include "contract.h"
 #include "express_type.h"
 
 #include <stddef.h>

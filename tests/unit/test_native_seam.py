@@ -155,7 +155,7 @@ def _owner(path: str) -> Any:
 
 
 def _set_in_init(cls: type, name: str) -> bool:
-    """Whether ``cls.__init__`` sets ``self.<name>``."""
+    """Whether `cls.__init__` sets `self.<name>`."""
     tree = ast.parse(inspect.getsource(cls.__init__).strip().replace("\n    ", "\n"))
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign) else \
@@ -201,7 +201,7 @@ def test_the_attribute_check_names_a_renamed_slot_and_attribute() -> None:
 
 
 def _literal(node: ast.AST | None) -> bool:
-    """Whether ``node`` is made of constants alone (``0``, ``(8, 16)``, ``256 << 10``)."""
+    """Whether `node` is made of constants alone (`0`, `(8, 16)`, `256 << 10`)."""
     return node is not None and all(not isinstance(n, (ast.Name, ast.Call, ast.Attribute))
                                     for n in ast.walk(node))
 
@@ -345,7 +345,7 @@ def test_a_c_file_uses_another_files_functions_through_its_header(path: Path) ->
 
 
 def _definer(pattern: str, sources: dict[str, str]) -> str:
-    """The stem of the one C file whose text matches ``pattern`` (a definition)."""
+    """The stem of the one C file whose text matches `pattern` (a definition)."""
     found = [Path(name).stem for name, text in sources.items()
              if name.endswith(".c") and re.search(pattern, text, re.M)]
     assert len(found) == 1, f"{pattern!r} is defined in {found}"
@@ -374,8 +374,8 @@ def _python_layer(module: str) -> int:
 
 
 def _uses(source: str) -> set[str]:
-    """The names of the extension a module uses: ``_native.arena.<name>``, or
-    ``<alias>.<name>`` where it imports the extension as ``alias``."""
+    """The names of the extension a module uses: `_native.arena.<name>`, or
+    `<alias>.<name>` where it imports the extension as `alias`."""
     names = set(re.findall(r"\b_native\.arena\.(\w+)", source))
     for alias in re.findall(r"^from asyncoll\._native import arena as (\w+)$", source, re.M):
         names |= set(re.findall(rf"\b{alias}\.(\w+)", source))

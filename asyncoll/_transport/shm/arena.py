@@ -4,7 +4,7 @@ For collectives that run to completion in the calling thread (issue 13's
 fast path): no event loop, no socket, no thread hop. Each member owns one
 control line and one data slot; it writes only its own and reads everyone's.
 
-Layout (its numbers are :mod:`asyncoll._native.contract`'s, which the C
+Layout (its numbers are `asyncoll._native.contract`'s, which the C
 shares): ``size`` control lines of 256 bytes (so no two members write the
 same cache line, nor an adjacent pair the prefetcher couples), then two
 sets of ``size`` data slots of ``slot_bytes`` each, 128-byte aligned:
