@@ -35,6 +35,7 @@ class FastPath(Protocol):
     algorithm: str
     #: The phases (Team.phase) of the set-up's operation it uses.
     set_up_phases: int
+
     @property
     def lock(self) -> PathLock:
         """Held by the thread running an operation on the path, for its length."""
