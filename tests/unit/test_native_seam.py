@@ -18,6 +18,7 @@ import importlib
 import inspect
 import mmap
 import re
+import textwrap
 import types
 from pathlib import Path
 from typing import Any
@@ -156,7 +157,7 @@ def _owner(path: str) -> Any:
 
 def _set_in_init(cls: type, name: str) -> bool:
     """Whether `cls.__init__` sets `self.<name>`."""
-    tree = ast.parse(inspect.getsource(cls.__init__).strip().replace("\n    ", "\n"))
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign) else \
             [node.target] if isinstance(node, ast.AnnAssign) else []
