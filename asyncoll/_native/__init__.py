@@ -76,7 +76,7 @@ def _load() -> tuple[ModuleType | None, str, bool]:
 _loaded, _WORDS, _MISSING = _load()
 if TYPE_CHECKING:
     # Typed by _arena.pyi. mypy takes it as always there: every use checks for None.
-    from asyncoll._native import _arena as arena
+    import asyncoll._native._arena as arena
 else:
     #: The extension (asyncoll._native._arena), or None where the pure-Python path runs.
     arena = _loaded
