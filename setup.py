@@ -19,8 +19,10 @@ from setuptools.command.build_ext import build_ext
 
 # -ffp-contract=off: no fused multiply-add, so every reduction rounds as numpy's does.
 # -fvisibility=hidden: the files' shared functions stay inside the module.
+# -flto: the steps (steps.c) inline the core's publish and waits (core.c) and the
+# reductions (reduce.c) as they did when one file held them all.
 FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off",
-         "-fno-strict-aliasing", "-fvisibility=hidden"]
+         "-fno-strict-aliasing", "-fvisibility=hidden", "-flto"]
 
 
 class OptionalBuildExt(build_ext):
@@ -56,7 +58,8 @@ def _extensions() -> list[Extension]:
                "reduce", "steps")
     return [Extension("asyncoll._native._arena", [f"asyncoll/_native/{name}.c" for name in names],
                       depends=[f"asyncoll/_native/{name}.h" for name in headers],
-                      extra_compile_args=FLAGS, optional=True)]
+                      extra_compile_args=FLAGS, extra_link_args=["-flto", "-O3"],
+                      optional=True)]
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})
