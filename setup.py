@@ -19,8 +19,10 @@ from setuptools.command.build_ext import build_ext
 
 # -ffp-contract=off: no fused multiply-add, so every reduction rounds as numpy's does.
 # -fvisibility=hidden: the files' shared functions stay inside the module.
+# -flto: the steps (steps.c) inline the core's publish and waits (core.c) and the
+# reductions (reduce.c) as they did when one file held them all.
 FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off",
-         "-fno-strict-aliasing", "-fvisibility=hidden"]
+         "-fno-strict-aliasing", "-fvisibility=hidden", "-flto"]
 
 
 class OptionalBuildExt(build_ext):
@@ -49,10 +51,15 @@ def _extensions() -> list[Extension]:
     if not (sys.platform.startswith("linux")
             and platform.machine().lower() in ("x86_64", "amd64")):
         return []
-    names = ("arena", "express", "field", "front", "lock")
-    sources = [f"asyncoll/_native/{name}.c" for name in names]
-    return [Extension("asyncoll._native._arena", sources, depends=["asyncoll/_native/core.h"],
-                      extra_compile_args=FLAGS, optional=True)]
+    # The module's files, from its init down (docs/design/native.md draws them).
+    names = ("module", "front", "express_type", "express", "lock", "steps", "core", "reduce",
+             "field")
+    headers = ("contract", "core", "express", "express_type", "field", "front", "lock",
+               "reduce", "steps")
+    return [Extension("asyncoll._native._arena", [f"asyncoll/_native/{name}.c" for name in names],
+                      depends=[f"asyncoll/_native/{name}.h" for name in headers],
+                      extra_compile_args=FLAGS, extra_link_args=["-flto", "-O3"],
+                      optional=True)]
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -52,7 +52,8 @@ from asyncoll._algorithms import arena_steps
 from asyncoll._algorithms.arena_steps import check_fingerprints
 from asyncoll._algorithms.chunking import chunk_bounds
 from asyncoll._algorithms.ops import combine, finish, reduce_into, ufunc_of
-from asyncoll._transport.shm.arena import PUBLISHED, Arena, Poll, Waiter
+from asyncoll._native.contract import COPY_BLOCK_BYTES, PUBLISHED
+from asyncoll._transport.shm.arena import Arena, Poll, Waiter
 from asyncoll._wire.frames import Fingerprint
 from asyncoll.types import ReduceOp
 
@@ -69,8 +70,6 @@ WHOLE_UP_TO_BYTES = 1 << 20
 PIECE_BYTES = 512 << 10
 #: ... and broadcast's, which only copies, in pieces of this many.
 BROADCAST_PIECE_BYTES = 1 << 20
-#: Copies to and from the slots go in steps of this many bytes (_native/arena.c says why).
-COPY_BLOCK_BYTES = 256 << 10
 
 
 def piece_elements(arena: Arena, itemsize: int, count: int, piece: int = PIECE_BYTES) -> int:

@@ -8,7 +8,7 @@ publish, wait briefly with the GIL released, compare fingerprints, reduce
 in member order, copy out. A step returns DONE, WAITING (a member is late:
 the group's :class:`Waiter` takes over, with its checks and sleeps, then the
 step's ``*_out`` call finishes) or MISMATCH (the Python check below then
-raises, saying how).
+raises, saying how): asyncoll._native.contract's statuses.
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from numpy.typing import NDArray
 
 from asyncoll import _native
 from asyncoll._algorithms.desync import out_of_step
-from asyncoll._transport.shm.arena import BRIEF_YIELDS, PUBLISHED, Arena, Waiter
+from asyncoll._native.contract import BRIEF_YIELDS, DONE, MISMATCH, PUBLISHED, WAITING
+from asyncoll._transport.shm.arena import Arena, Waiter
 from asyncoll._wire.frames import Fingerprint
 from asyncoll.errors import CollectiveError
 from asyncoll.types import ReduceOp
 
-#: What a compiled step returns (asyncoll/_native/arena.c).
-DONE, WAITING, MISMATCH, WAITING_RESULTS = 0, 1, 2, 3
 #: A reduce-scatter step's brief wait spins this many times as long as the others':
 #: between its meetings each member copies and reduces up to a slot's worth, so they
 #: arrive further apart, and a wait the brief one misses costs a return to Python

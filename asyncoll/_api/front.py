@@ -18,15 +18,13 @@ from typing import Any
 
 from asyncoll import _native
 from asyncoll._api import blocking, world
+from asyncoll._native.contract import ALL_REDUCE, BARRIER
 from asyncoll.types import ReduceOp
-
-#: The codes Front takes (asyncoll/_native/front.c).
-_ALL_REDUCE, _BARRIER = 0, 1
 
 all_reduce: Any = blocking.all_reduce
 barrier: Any = blocking.barrier
 if _native.arena is not None:
-    all_reduce = _native.arena.Front(blocking.all_reduce, _ALL_REDUCE, world, ReduceOp.SUM,
+    all_reduce = _native.arena.Front(blocking.all_reduce, ALL_REDUCE, world, ReduceOp.SUM,
                                      blocking._all_reduce_declined)
-    barrier = _native.arena.Front(blocking.barrier, _BARRIER, world, None,
+    barrier = _native.arena.Front(blocking.barrier, BARRIER, world, None,
                                   blocking._barrier_declined)

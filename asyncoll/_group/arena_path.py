@@ -156,8 +156,8 @@ class GroupArena:
         self._step: ArenaStep | None = None
         #: Held by the thread running an operation on the arena, for its length (the
         #: compiled one where it is built: the compiled entry takes it from C).
-        self.lock: threading.Lock = threading.Lock() if _native.arena is None \
-            else _native.arena.PathLock()
+        self.lock: threading.Lock | _native.arena.PathLock = threading.Lock() \
+            if _native.arena is None else _native.arena.PathLock()
         #: Set once the group is closed here: operations give up, and the arena is
         #: unmapped as soon as none runs (asyncoll._group.closing).
         self.closing = False
@@ -250,8 +250,9 @@ class GroupArena:
         """
         return _KERNELS[signature.collective](signature)
 
-    def step(self, fingerprint: Fingerprint, limit: float) -> ArenaStep:
-        """The next operation on the arena, with its deadline ``limit`` seconds from now."""
+    def step(self, fingerprint: Fingerprint, limit: float, started: int = 0) -> ArenaStep:
+        """The next operation on the arena, or operation ``started`` that the compiled
+        entry started on it (0: none), with its deadline ``limit`` seconds from now."""
         step = self._step
         if step is None:
             arena = self.arena
@@ -262,7 +263,7 @@ class GroupArena:
                 0.0, self.check, 0 if crowded else SPINS, arena.rest,
                 arena.core.wait if arena.core is not None else None,
                 OVERSUBSCRIBED_YIELDS if crowded else YIELDS))
-        step.operation += 1
+        step.operation = started or step.operation + 1
         step.fingerprint = fingerprint
         step.cancelled = False
         step.waiter.deadline = time.monotonic() + limit

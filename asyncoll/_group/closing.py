@@ -14,9 +14,9 @@ closer goes on and the operation's own end closes the path
 from __future__ import annotations
 
 import logging
-import threading
 import traceback
 from collections.abc import Callable
+from typing import Protocol
 
 from asyncoll._defaults import CLOSE_WAIT_S
 from asyncoll.errors import ClosedError
@@ -24,7 +24,18 @@ from asyncoll.errors import ClosedError
 log = logging.getLogger("asyncoll")
 
 
-def close_under(lock: threading.Lock, let_go: Callable[[], None], what: str,
+class PathLock(Protocol):
+    """What a fast path's lock offers: threading.Lock's, or the compiled PathLock's
+    (asyncoll/_native/lock.c), which has the same methods."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """Take the lock (see threading.Lock.acquire): whether it was taken."""
+
+    def release(self) -> None:
+        """Give the lock back."""
+
+
+def close_under(lock: PathLock, let_go: Callable[[], None], what: str,
                 wait_s: float = CLOSE_WAIT_S) -> bool:
     """Run ``let_go()`` holding ``lock``, once the operation holding it (if any) has ended.
 

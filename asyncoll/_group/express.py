@@ -32,9 +32,7 @@ from asyncoll._group.context import Membership
 from asyncoll._group.fast_path import FastPath
 from asyncoll._group.plan import Repeat
 from asyncoll._group.runner import Runner
-
-#: The collectives Express takes (asyncoll/_native/express.c).
-ALL_REDUCE, BARRIER = 0, 1
+from asyncoll._native.contract import ALL_REDUCE, BARRIER
 
 
 def express_for(session: Membership, group_id: int, fast: FastPath, runner: Runner,
@@ -44,7 +42,8 @@ def express_for(session: Membership, group_id: int, fast: FastPath, runner: Runn
     early = getattr(session.mesh, "early_count", None)
     counter = getattr(session, "compiled_ops", None)
     if _native.arena is None or not isinstance(fast, GroupArena) or not fast.slot_bytes \
-            or early is None or counter is None:
+            or early is None or counter is None \
+            or not isinstance(fast.lock, _native.arena.PathLock):
         return None
     return _native.arena.Express(
         runner=runner, session=session, counter=counter, faults=session.faults,

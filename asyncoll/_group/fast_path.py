@@ -12,12 +12,12 @@ members (with ASYNCOLL_SHM=0, say). GroupCore uses each the same way.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 from asyncoll._algorithms.team import Team
 from asyncoll._group.arena_path import GroupArena
+from asyncoll._group.closing import PathLock
 from asyncoll._group.context import Membership
 from asyncoll._group.hierarchy import HostHierarchy
 from asyncoll._group.links_path import GroupLinks
@@ -35,8 +35,10 @@ class FastPath(Protocol):
     algorithm: str
     #: The phases (Team.phase) of the set-up's operation it uses.
     set_up_phases: int
-    #: Held by the thread running an operation on the path, for its length.
-    lock: threading.Lock
+
+    @property
+    def lock(self) -> PathLock:
+        """Held by the thread running an operation on the path, for its length."""
 
     @property
     def closing(self) -> bool:
@@ -73,8 +75,10 @@ class FastPath(Protocol):
         """The path's algorithm for calls of ``signature``, standing in for the
         transport's ``algorithm`` (``transport``): (step, arrays) -> None."""
 
-    def step(self, fingerprint: Fingerprint, limit: float) -> Any:
-        """The next operation on the path: what its algorithm is given."""
+    def step(self, fingerprint: Fingerprint, limit: float, started: int) -> Any:
+        """The next operation on the path: what its algorithm is given; or, where
+        ``started`` is not 0, operation ``started``, which the compiled entry
+        (asyncoll._group.express) started on the path and hands over."""
 
     def expired(self, exc: BaseException) -> list[int] | None:
         """The member indices a deadline's expiry waited for; None for other errors."""

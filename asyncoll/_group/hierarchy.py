@@ -122,7 +122,7 @@ class HostHierarchy:
         #: Held by the thread running an operation on the path (the links'), for its length.
         self.lock = links.lock
         #: The next operation over the links: what the kernels are given (GroupLinks.step).
-        self.step: Callable[[Fingerprint, float], LinksStep] = links.step
+        self.step: Callable[[Fingerprint, float, int], LinksStep] = links.step
         # Chosen before the set-up decides whether the group has its hierarchy, so
         # that every member chooses alike whenever it calls.
         flat = links.up_to

@@ -272,8 +272,9 @@ class GroupLinks:
         run_here(transport(team.again(), arrays))
         check_on_links(step.links, *team.unchecked())
 
-    def step(self, fingerprint: Fingerprint, limit: float) -> LinksStep:
-        """The next operation over the links, with its deadline ``limit`` seconds from now."""
+    def step(self, fingerprint: Fingerprint, limit: float, started: int = 0) -> LinksStep:
+        """The next operation over the links, with its deadline ``limit`` seconds from now
+        (``started`` is 0: the compiled entry runs on arenas only)."""
         step = self._step
         if step is None:
             if self.links is None:

@@ -137,17 +137,18 @@ class Runner:
     # -- in the calling thread -----------------------------------------------------------
 
     def here(self, what: str, fingerprint: Fingerprint, limit: float, kernel: Kernel,
-             arrays: Any, started: bool = False) -> bool:
+             arrays: Any, started: int = 0) -> bool:
         """Run ``kernel(step, arrays)`` on the fast path in the calling thread.
 
         Returns False, having done nothing, where it must go to the loop
         instead: the path is not set up, or an operation of the group is
         still there (it comes first).
 
-        ``started``: the compiled entry (asyncoll._group.express) started the
-        operation, checked what this checks first, numbered it, took the notes
-        this takes before the step and holds the path's lock; ``kernel``
-        finishes it.
+        ``started``: the number on the path of the operation the compiled entry
+        (asyncoll._group.express) started (0: none). It checked what this checks
+        first, numbered the call, took the notes this takes before the step,
+        published this member's part and holds the path's lock; ``kernel``
+        finishes that operation (its step is the path's step for it).
         """
         fast = self._fast
         session, group_id = self._session, self._group_id
@@ -192,19 +193,21 @@ class Runner:
 
     def on_fast_path(self, what: str, seq: int, limit: float, kernel: Kernel, arrays: Any,
                      fingerprint: Fingerprint, step: list[Any] | None = None,
-                     held: bool = False) -> None:
+                     started: int = 0) -> None:
         """Run ``kernel(step, arrays)`` on the fast path in this thread (the caller's or the
         group's own), translating what the path raises into the group's errors.
 
         ``step`` receives the path's step as soon as it exists, for a canceller.
-        ``held``: the caller holds the path's lock (and releases it).
+        ``started``: the operation the compiled entry started on the path (see
+        :meth:`here`; 0: none); the caller then holds the path's lock (and releases it).
         """
         fast = self._fast
+        held = started != 0
         # An untimed try first: a timed acquire costs several times as much.
         if not held and not fast.lock.acquire(False) and not fast.lock.acquire(timeout=limit):
             raise self._lock_timeout(what, seq, limit)
         try:
-            current = fast.step(fingerprint, limit)
+            current = fast.step(fingerprint, limit, started)
             if step is not None:
                 step.append(current)
             try:

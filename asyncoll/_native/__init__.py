@@ -1,13 +1,15 @@
 """asyncoll's optional compiled fast path: whether it is here, and the codes it takes.
 
 ``pip install`` builds one C extension, :mod:`asyncoll._native._arena`
-(``arena.c`` beside this file), where a compiler and Python's headers are
-found on Linux x86-64; where they are not, the install still succeeds and
-the pure-Python path runs. One warning says so (:func:`warn_once`): from
-``asyncoll-run``, once for the whole job, which then runs its workers
-with the extension off; else from the first process to set up a group's
-shared-memory arena, once, as a :class:`PurePythonWarning`. Not at import:
-a job of 4096 ranks would print it 4096 times.
+(the ``.c`` files beside this one; ``_arena.pyi`` types it), where a
+compiler and Python's headers are found on Linux x86-64; where they are
+not, the install still succeeds and the pure-Python path runs. What both
+sides share is declared once, in :mod:`asyncoll._native.contract`. One
+warning says so (:func:`warn_once`): from ``asyncoll-run``, once for the
+whole job, which then runs its workers with the extension off; else from
+the first process to set up a group's shared-memory arena, once, as a
+:class:`PurePythonWarning`. Not at import: a job of 4096 ranks would print
+it 4096 times.
 ``ASYNCOLL_PURE_PYTHON=1`` turns the extension off. Both paths keep one
 arena design (layout, phases, error codes), so members of one job may run
 either.
@@ -25,9 +27,11 @@ import platform
 import sys
 import warnings
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from asyncoll._native.contract import OPS, TYPES
 
 __all__ = ["ENVIRONMENT", "MISSING_WORDS", "PurePythonWarning", "arena", "describe", "kind",
            "missing", "warn_once"]
@@ -69,17 +73,18 @@ def _load() -> tuple[ModuleType | None, str, bool]:
                     "barrier and reductions"), False
 
 
-#: The extension (asyncoll._native._arena), or None where the pure-Python path runs.
-arena: Any
-arena, _WORDS, _MISSING = _load()
+_loaded, _WORDS, _MISSING = _load()
+if TYPE_CHECKING:
+    # Typed by _arena.pyi. mypy takes it as always there: every use checks for None.
+    import asyncoll._native._arena as arena
+else:
+    #: The extension (asyncoll._native._arena), or None where the pure-Python path runs.
+    arena = _loaded
 _warned = False
 
 # The extension's type codes, by numpy dtype (native byte order only).
-_TYPES = {np.dtype(name): code for code, name in enumerate(
-    ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-     "float16", "float32", "float64", "complex64", "complex128"))}
+_TYPES = {np.dtype(name): code for code, name in enumerate(TYPES)}
 _KINDS: frozenset[int] = frozenset(arena.kinds()) if arena is not None else frozenset()
-_OPS = 8
 
 
 def kind(dtype: np.dtype[Any], op: Any) -> int | None:
@@ -88,7 +93,7 @@ def kind(dtype: np.dtype[Any], op: Any) -> int | None:
     code = _TYPES.get(dtype)
     if code is None or op is None:
         return None
-    number = code * _OPS + op.value
+    number = code * OPS + op.value
     return number if number in _KINDS else None
 
 

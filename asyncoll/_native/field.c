@@ -1,12 +1,14 @@
-/* Attributes the compiled entry (express.c) reads and writes on every call: the
- * runner's seq, the session's count, the step's operation number and the like.
+/* Mirrors Python's attribute protocol (a member descriptor's __get__ and
+ * __set__): the attributes the compiled entry (express.c) and the fronts
+ * (front.c) read and write on every call, the runner's seq, the step's
+ * operation number and the like (asyncoll/_native/contract.py's FIELDS).
  *
  * Where the owner's class keeps one in a slot (__slots__, an object slot with no
  * __getattribute__ or __setattr__ of its own in the way), the entry reads and
  * writes the slot itself, as the slot's descriptor does, at the cost of a load;
  * any other owner (a test's stand-in) goes through the attribute protocol.
  */
-#include "core.h"
+#include "field.h"
 
 #include <structmember.h>
 
@@ -73,4 +75,12 @@ int field_set_number(const Field *field, PyObject *owner, long long value) {
     int failed = field_set(field, owner, number);
     Py_DECREF(number);
     return failed;
+}
+
+int names_ready(const Name *names, size_t count) {
+    for (size_t i = 0; i < count; i++)
+        if (*names[i].name == NULL
+            && (*names[i].name = PyUnicode_InternFromString(names[i].text)) == NULL)
+            return -1;
+    return 0;
 }

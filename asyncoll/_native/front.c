@@ -1,5 +1,5 @@
-/* asyncoll._native._arena.Front: a blocking API function, fronted by the world
- * group's compiled entry (express.c).
+/* Mirrors asyncoll/_api/front.py (asyncoll._native._arena.Front): a blocking API
+ * function, fronted by the world group's compiled entry (express.c).
  *
  * `dist.all_reduce(x)` on the world, repeated, is one C call from here to its
  * result: a Front takes the calls it can (all_reduce(tensor) and
@@ -10,11 +10,12 @@
  * function's: its __wrapped__, and through it its name, docstring and
  * signature.
  */
-#include "core.h"
+#include "front.h"
+
+#include "contract.h"
+#include "express_type.h"
 
 #include <stddef.h>
-
-enum { F_ALL_REDUCE = 0, F_BARRIER = 1 };
 
 typedef struct {
     PyObject_HEAD
@@ -29,6 +30,12 @@ typedef struct {
 } Front;
 
 static PyObject *s_current, *s_express;
+
+/* The names a Front reads, with the class or module it expects them on. */
+const Name FRONT_NAMES[] = {
+    {WORLD_MODULE, "current", 0, &s_current}, {GROUP, "express", 1, &s_express},
+};
+const size_t FRONT_NAMES_COUNT = sizeof FRONT_NAMES / sizeof FRONT_NAMES[0];
 
 /* The world group's Express (a new reference: another thread may end the world
  * while a call waits); NULL (no error) where there is none. */
@@ -63,11 +70,11 @@ static PyObject *front_call(Front *self, PyObject *const *args, size_t nargsf,
                             PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     int simple = kwnames == NULL
-        && (self->collective == F_ALL_REDUCE ? nargs == 1 || nargs == 2 : nargs == 0);
+        && (self->collective == ALL_REDUCE ? nargs == 1 || nargs == 2 : nargs == 0);
     PyObject *express = simple ? world_express(self) : NULL;
     if (express != NULL) {
         PyObject *ran;
-        if (self->collective == F_ALL_REDUCE) {
+        if (self->collective == ALL_REDUCE) {
             PyObject *pair[2] = {args[0], nargs == 2 ? args[1] : self->op};
             ran = express_all_reduce(express, pair, 2);
         } else {
@@ -95,7 +102,7 @@ static PyObject *front_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     }
     if (!PyArg_ParseTuple(args, "OiOO|O", &function, &collective, &world, &op, &declined))
         return NULL;
-    if (!PyCallable_Check(function) || (collective != F_ALL_REDUCE && collective != F_BARRIER)
+    if (!PyCallable_Check(function) || (collective != ALL_REDUCE && collective != BARRIER)
         || (declined != Py_None && !PyCallable_Check(declined))) {
         PyErr_SetString(PyExc_ValueError, "a Front stands for a callable, all_reduce (0) or "
                         "barrier (1), and its declined twin is a callable or None");
@@ -185,8 +192,7 @@ PyTypeObject FrontType = {
 };
 
 int front_ready(void) {
-    if ((s_current == NULL && (s_current = PyUnicode_InternFromString("current")) == NULL)
-        || (s_express == NULL && (s_express = PyUnicode_InternFromString("express")) == NULL))
+    if (names_ready(FRONT_NAMES, FRONT_NAMES_COUNT) < 0)
         return -1;
     return PyType_Ready(&FrontType);
 }

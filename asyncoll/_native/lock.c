@@ -1,4 +1,5 @@
-/* asyncoll._native._arena.PathLock: the lock a group's arena is run under.
+/* Mirrors asyncoll/_group/arena_path.py's GroupArena.lock: the lock a group's
+ * arena is run under (asyncoll._native._arena.PathLock).
  *
  * threading.Lock's methods and meaning (acquire(blocking=True, timeout=-1),
  * release(), locked(), a context manager), on the interpreter's own lock
@@ -7,7 +8,7 @@
  * acquire reads its arguments without building a tuple, which every call on
  * the arena's Python path pays for too.
  */
-#include "core.h"
+#include "lock.h"
 
 #include <time.h>
 

@@ -20,10 +20,9 @@ import pytest
 from asyncoll import _native
 from asyncoll._algorithms import arena as collectives
 from asyncoll._algorithms.arena import all_reduce as arena_all_reduce
-from asyncoll._algorithms.arena_steps import WAITING
+from asyncoll._native.contract import PUBLISHED, WAITING
 from asyncoll._transport.shm import futex
 from asyncoll._transport.shm.arena import (
-    PUBLISHED,
     SPINS,
     Arena,
     ArenaExpired,

@@ -24,9 +24,8 @@ import numpy as np
 import pytest
 
 from asyncoll import _native
-from asyncoll._algorithms.arena_steps import MISMATCH, WAITING
-from asyncoll._group.express import ALL_REDUCE, BARRIER
 from asyncoll._group.faults import Progress
+from asyncoll._native.contract import ALL_REDUCE, BARRIER, MISMATCH, WAITING
 from asyncoll._transport.inbox import EarlyCount
 from asyncoll._transport.shm.arena import arena_bytes
 from asyncoll._wire.frames import Fingerprint
@@ -55,7 +54,7 @@ class Runner:
         self.lock_held_then: list[bool] = []
         self.lock: Any = None
 
-    def here(self, what, fingerprint, limit, kernel, arrays, started=False):
+    def here(self, what, fingerprint, limit, kernel, arrays, started=0):
         assert self.lock is not None
         self.lock_held_then.append(self.lock.locked())
         self.handed_over.append((what, fingerprint, limit, kernel, arrays, started))
@@ -193,12 +192,12 @@ def test_a_late_member_hands_the_started_operation_to_runner_here_with_the_lock_
     x = np.ones(4, np.float32)
     assert express.all_reduce(x, SUM) is True
     [(what, fingerprint, limit, kernel, arrays, started)] = parts.runner.handed_over
-    assert (what, fingerprint, limit, kernel, started) == ("all_reduce", FP, 30.0, resume, True)
+    assert (what, fingerprint, limit, kernel, started) == ("all_reduce", FP, 30.0, resume, 1)
     assert arrays[0] is x and arrays[1] == WAITING
     assert parts.runner.lock_held_then == [True] and not parts.lock.locked()
-    # Express numbered it and noted it running, as Runner.here does before a step; the
-    # step's operation is the one before, as Runner.here's step numbers it again.
-    assert (parts.runner._seq, counted(parts), parts.step.operation) == (11, 101, 0)
+    # Express numbered it and noted it running, as Runner.here does before a step; it
+    # hands over operation 1, which the step's operation names too.
+    assert (parts.runner._seq, counted(parts), parts.step.operation) == (11, 101, 1)
     assert (parts.progress.running, parts.progress.completed) == ((11, FP), 0)
 
 

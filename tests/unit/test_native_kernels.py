@@ -1,4 +1,4 @@
-"""The compiled extension's reductions and its bounds (asyncoll/_native/arena.c).
+"""The compiled extension's reductions and its bounds (asyncoll/_native/reduce.c, steps.c).
 
 Every reduction the extension has must give numpy's bits for the same operands
 in the same order: NaNs and their payloads, signed zeros, wrapping integers,

@@ -4,7 +4,8 @@ For collectives that run to completion in the calling thread (issue 13's
 fast path): no event loop, no socket, no thread hop. Each member owns one
 control line and one data slot; it writes only its own and reads everyone's.
 
-Layout: ``size`` control lines of 256 bytes (so no two members write the
+Layout (its numbers are `asyncoll._native.contract`'s, which the C
+shares): ``size`` control lines of 256 bytes (so no two members write the
 same cache line, nor an adjacent pair the prefetcher couples), then two
 sets of ``size`` data slots of ``slot_bytes`` each, 128-byte aligned:
 operations alternate between the sets (and between two fingerprint fields),
@@ -58,25 +59,26 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asyncoll._native import arena as native
+from asyncoll._native.contract import (
+    ABANDONED,
+    ABANDONED_CODE,
+    ABANDONED_MS,
+    ABANDONED_RANK,
+    ALIGN,
+    BRIEF_YIELDS,
+    FINGERPRINT_WORDS,
+    FINGERPRINTS,
+    LINE_BYTES,
+    LINE_WORDS,
+    PID,
+    PUBLISHED,
+    SLEEPING,
+)
 from asyncoll._transport.shm import futex, segment
 
-#: Bytes of one member's control line, and its int64 words.
-LINE_BYTES = 256
-_LINE = LINE_BYTES // 8
-PUBLISHED, PID = 0, 1
-ABANDONED, ABANDONED_CODE, ABANDONED_RANK = 2, 3, 4
-SLEEPING = 5
-#: Where the member last waited (the processor + 1; 0: not known): the compiled wait
-#: sleeps rather than spin for a member on its own processor (asyncoll/_native/arena.c).
-PROCESSOR = 6
-#: The deadline (milliseconds) of the wait the member gave up on, where it timed out.
-ABANDONED_MS = 7
-#: Where each set's fingerprint starts (set = operation number mod 2), 6 fields.
-FINGERPRINTS = (8, 16)
 #: A fingerprint's fields as a control line holds them (int64, this machine's order).
-_FINGERPRINT = struct.Struct("=6q")
-#: Slots start on this boundary.
-ALIGN = 128
+_FINGERPRINT = struct.Struct(f"={FINGERPRINT_WORDS}q")
+_LINE = LINE_WORDS
 
 #: Polls that only spin, then polls that yield the CPU, before sleeping.
 #: (With more members than processors, none spin: see Waiter.spins.)
@@ -87,10 +89,9 @@ YIELDS = 256
 #: asleep costs its waker a futex wake and its own wake-up, longer than the
 #: steps it waits between (a few milliseconds of yields in all, then sleeps).
 OVERSUBSCRIBED_YIELDS = 4096
-#: While yielding, the failure check and the deadline are looked at every this many polls.
-CHECK_EVERY = 16
-#: Yields of the compiled brief wait (asyncoll._native), after its spins: CHECK_EVERY.
-BRIEF_YIELDS = CHECK_EVERY
+#: While yielding, the failure check and the deadline are looked at every this many polls
+#: (the compiled brief wait's yields, BRIEF_YIELDS: a wait going on from it checks at once).
+CHECK_EVERY = BRIEF_YIELDS
 #: Sleeps start at this many seconds and double up to the largest.
 FIRST_SLEEP_S = 20e-6
 LONGEST_SLEEP_S = 1e-3
