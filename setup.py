@@ -20,9 +20,11 @@ from setuptools.command.build_ext import build_ext
 # -ffp-contract=off: no fused multiply-add, so every reduction rounds as numpy's does.
 # -fvisibility=hidden: the files' shared functions stay inside the module.
 # -flto: the steps (steps.c) inline the core's publish and waits (core.c) and the
-# reductions (reduce.c) as they did when one file held them all.
+# reductions (reduce.c) as they did when one file held them all. A compiler
+# that cannot (a clang without its LTO linker plugin) builds without it.
+LTO = ["-flto"]
 FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off",
-         "-fno-strict-aliasing", "-fvisibility=hidden", "-flto"]
+         "-fno-strict-aliasing", "-fvisibility=hidden", *LTO]
 
 
 class OptionalBuildExt(build_ext):
@@ -38,7 +40,14 @@ class OptionalBuildExt(build_ext):
         try:
             super().build_extension(ext)
         except Exception as exc:
-            self._skipped(exc)
+            if not set(LTO) & set(ext.extra_compile_args):
+                self._skipped(exc)
+                return
+            print(f"asyncoll: the C extension did not build with {' '.join(LTO)} ({exc}); "
+                  "building it without", file=sys.stderr)
+            ext.extra_compile_args = [f for f in ext.extra_compile_args if f not in LTO]
+            ext.extra_link_args = [f for f in ext.extra_link_args if f not in LTO]
+            self.build_extension(ext)
 
     def _skipped(self, exc: BaseException) -> None:
         print(f"asyncoll: the C extension was not built ({exc}); the pure-Python path "
