@@ -91,8 +91,7 @@ def test_a_peer_running_ahead_has_its_records_kept_for_the_next_operation():
         sent.set()
 
     def slow():
-        # Every record is here before its receive is posted: a flushed record has left
-        # its sender, and over loopback a sent byte is in the receiver's socket.
+        # Every record has left member 0 (flushed) before its receive is posted.
         assert sent.wait(10), "member 0 never flushed its records"
         got = []
         for k in (1, 2, 3):
@@ -435,8 +434,7 @@ def test_an_abort_for_a_later_operation_fails_that_one_not_the_one_running():
     zero, one = pair()
     stamp(zero, 1)
     stamp(one, 1)
-    one.abort(2, "MismatchError", -1, "later")
-    time.sleep(0.1)
+    one.abort(2, "MismatchError", -1, "later")  # ahead of the record, on one connection
     one.send(0, 0, as_bytes(np.ones(2)))
     one.flush()
     got = np.zeros(2)
