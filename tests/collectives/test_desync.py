@@ -10,7 +10,6 @@ has a short timeout that a hang would turn into CollectiveTimeoutError.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
