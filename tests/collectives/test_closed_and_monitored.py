@@ -18,6 +18,7 @@ from asyncoll.errors import (
     PeerLostError,
 )
 from asyncoll.testing import run_ranks
+from handshake import after, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -46,12 +47,15 @@ async def test_world_used_after_its_own_destroy_raises_closed_not_peer_lost():
 
 
 async def test_monitored_barrier_timeout_names_the_rank_that_never_arrived():
+    timed_out = asyncio.Event()
+
     async def body(world):
         if world.rank == 1:
-            await asyncio.sleep(2.5)  # never calls it
+            await after(timed_out, "rank 0's timeout")  # never calls it
             return None
         with pytest.raises(CollectiveTimeoutError) as info:
             await world.monitored_barrier(timeout=1.0)
+        timed_out.set()
         return str(info.value)
 
     message = (await run_ranks(2, body))[0]
@@ -63,15 +67,18 @@ async def test_monitored_barrier_by_first_passes_then_names_the_first_late_membe
     # torch's monitored_barrier on the torch backend (gloo's algorithm and words):
     # member 0 names the first member that did not arrive; member 1, which did,
     # learns that something failed while it waited for member 0's answer.
+    failed = []
+
     async def body(world):
         group = await world.new_group([0, 1, 2])
         await group.monitored_barrier_by_first(10.0)
         await group.monitored_barrier_by_first(10.0, wait_all_ranks=True)
         if world.rank == 2:
-            await asyncio.sleep(2.0)  # never calls the third
+            await until(lambda: len(failed) == 2, "ranks 0 and 1 failing")  # never calls it
             return None
         with pytest.raises(MonitoredBarrierError) as info:
             await group.monitored_barrier_by_first(0.5)
+        failed.append(world.rank)
         assert isinstance(info.value, RuntimeError)
         return str(info.value)
 
@@ -82,12 +89,15 @@ async def test_monitored_barrier_by_first_passes_then_names_the_first_late_membe
 
 
 async def test_monitored_barrier_by_first_with_wait_all_ranks_names_every_late_member():
+    named = asyncio.Event()
+
     async def body(world):
         if world.rank != 0:
-            await asyncio.sleep(1.5)
+            await after(named, "rank 0's failure")  # never calls it
             return None
         with pytest.raises(MonitoredBarrierError) as info:
             await world.monitored_barrier_by_first(0.3, wait_all_ranks=True)
+        named.set()
         first = str(info.value)
         return first
 
@@ -150,7 +160,9 @@ async def test_destroying_a_group_stops_its_operation_waiting_in_another_thread_
             return None
         # Rank 1 never joins it: it waits (in the group's thread, on the fast path).
         waiting = asyncio.ensure_future(pair.all_reduce(x, timeout=60))
-        await asyncio.sleep(0.3)
+        faults = world.session.faults
+        await until(lambda: faults.progress(pair.group_id)[0] == 2,
+                    "the pair's operation #2 beginning")
         assert not waiting.done()
         started = time.monotonic()
         await pair.destroy()

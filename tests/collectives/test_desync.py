@@ -10,14 +10,13 @@ has a short timeout that a hang would turn into CollectiveTimeoutError.
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 import pytest
 
 from asyncoll import ReduceOp
 from asyncoll.errors import GroupBrokenError, MismatchError
 from asyncoll.testing import run_ranks
+from handshake import until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -87,19 +86,30 @@ async def test_one_rank_calling_one_collective_more_fails_every_rank():
                 or "operation: barrier on rank 0, all_reduce on rank 1" in str(mismatch))
 
 
-async def test_data_for_an_operation_this_rank_completed_names_the_differing_argument():
+async def test_data_for_an_operation_this_rank_completed_names_the_differing_argument(
+        transport):
     """A root that finished its broadcast before the other root's data came still names it.
 
     Rank 0 broadcasts from itself and completes at once; rank 2, calling the
     same operation with root 2, sends its data later. Rank 0 must still say
     which argument differed (the root), not only that data came unexpected.
     """
+    # Over an arena a broadcast's root waits for every member: there rank 2 comes
+    # once rank 0 is in it.
+    waits_for_all = transport in ("arena", "hierarchy")
+    faults = {}
+
+    def rank_0_broadcast() -> bool:
+        running, completed = faults[0].progress(0)
+        return completed >= 2 or (waits_for_all and running == 2)
+
     async def body(world):
+        faults[world.rank] = world.session.faults
         x = np.ones(4, np.float32)
         await world.all_reduce(x)
         with pytest.raises((MismatchError, GroupBrokenError)) as info:
             if world.rank == 2:
-                await asyncio.sleep(0.3)  # rank 0 completes its part first
+                await until(rank_0_broadcast, "rank 0's broadcast (operation #2)")
             await world.broadcast(x, 2 if world.rank == 2 else 0, timeout=10)
             await world.all_reduce(x, timeout=10)
         return info.value

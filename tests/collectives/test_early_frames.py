@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from asyncoll.testing import run_ranks
+from handshake import until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -64,7 +65,8 @@ async def test_a_receive_for_a_frame_behind_the_bound_still_completes(monkeypatc
             await world.send(np.full(8, 2, np.uint8), 1, tag=2)
             await asyncio.gather(*sends)
             return None
-        await asyncio.sleep(0.5)  # reading from rank 0 stops at the bound
+        inbox = world.session.mesh.inbox(0)
+        await until(lambda: inbox.kept_bytes > LIMIT, "rank 1's reading stopping at the bound")
         last = np.zeros(8, np.uint8)
         await world.recv(last, 0, tag=2)  # sent after all of tag 1: behind the bound
         firsts = []

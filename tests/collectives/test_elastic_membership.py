@@ -19,6 +19,7 @@ from asyncoll._runtime.runtime import runtime
 from asyncoll._runtime.session import Session
 from asyncoll._runtime.settings import Settings
 from asyncoll.aio import World
+from handshake import until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -59,8 +60,8 @@ async def test_membership_changed_asks_the_coordinator_only_after_an_event(asked
         assert len(asked) == 3
 
         joining = asyncio.ensure_future(runtime().join(where(-1), settings))
-        while not all(w.session.heard_of_change() for w in worlds):
-            await asyncio.sleep(0.01)  # the coordinator's notice of the pending process
+        await until(lambda: all(w.session.heard_of_change() for w in worlds),
+                    "the coordinator's notice of the pending process")
         assert await changed(worlds) == [True] * 3 and len(asked) == 6
         newer = list(await asyncio.gather(*(w.reconfigure() for w in worlds)))
         everyone = newer + [World(await joining)]

@@ -17,6 +17,7 @@ from asyncoll.errors import (
     RendezvousTimeoutError,
 )
 from asyncoll.testing import run_ranks
+from handshake import after, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -76,12 +77,15 @@ async def test_new_group_with_different_members_raises_mismatch_on_every_rank():
 
 
 async def test_new_group_that_one_rank_never_calls_times_out_naming_it():
+    failed = []
+
     async def body(world):
         if world.rank == 1:
-            await asyncio.sleep(2.5)
+            await until(lambda: len(failed) == 2, "ranks 0 and 2 timing out")  # never calls
             return None
         with pytest.raises(RendezvousTimeoutError) as info:
             await world.new_group([0, 1], timeout=0.5)
+        failed.append(world.rank)
         return str(info.value)
 
     messages = await run_ranks(3, body)
@@ -117,9 +121,11 @@ async def test_bad_input_is_refused_before_anything_is_sent():
 
 
 async def test_timeout_names_the_operation_and_later_calls_raise_group_broken():
+    done = asyncio.Event()
+
     async def body(world):
         if world.rank == 1:
-            await asyncio.sleep(1.5)
+            await after(done, "rank 0's timeout and its next call")  # never calls it
             return None
         x = np.ones(8, dtype=np.float32)
         with pytest.raises(CollectiveTimeoutError, match=r"all_reduce #1 on group 0 .* still "
@@ -130,6 +136,7 @@ async def test_timeout_names_the_operation_and_later_calls_raise_group_broken():
         with pytest.raises(GroupBrokenError) as later:
             await world.all_reduce(x)
         assert later.value.__cause__ is first.value
+        done.set()
         return None
 
     await run_ranks(2, body)
@@ -181,16 +188,17 @@ async def test_torch_tensors_are_reduced_in_place_including_non_contiguous_ones(
 
 async def test_cancelled_operation_breaks_the_group_on_the_other_members():
     async def body(world):
+        faults = world.session.faults
         x = np.ones(10, dtype=np.float32)
         await world.all_reduce(x)  # connects the pair
         if world.rank == 0:
             task = asyncio.ensure_future(world.all_reduce(x))
-            await asyncio.sleep(0.1)
+            await until(lambda: faults.progress(0)[0] == 2, "operation #2 beginning")
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
             return None
-        await asyncio.sleep(0.5)
+        await until(lambda: faults.error(0) is not None, "rank 0's word of the cancellation")
         # Operation #2 itself fails of the cancellation here too, though rank 0's
         # word came before it began; the group is broken for every later one.
         with pytest.raises(CollectiveError) as info:

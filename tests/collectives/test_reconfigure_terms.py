@@ -20,12 +20,14 @@ from asyncoll._runtime.runtime import runtime
 from asyncoll._runtime.session import Rendezvous, Session
 from asyncoll._runtime.settings import Settings
 from asyncoll.aio import World
+from asyncoll.coordinator.server import Coordinator
 from asyncoll.errors import (
     ConfigurationError,
     MismatchError,
     RendezvousError,
     RendezvousTimeoutError,
 )
+from handshake import until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -35,6 +37,13 @@ class Job:
     worlds: list[World]
     settings: Settings
     port: int
+    coordinator: Coordinator
+
+    def reconfiguring(self, rank: int) -> bool:
+        """Whether the coordinator holds rank ``rank``'s call of reconfigure."""
+        return any(rank in gathering.arrivals
+                   for job in self.coordinator._state.jobs() if job.name == "terms"
+                   for key, gathering in job.gatherings.items() if key[0] == "reconfigure")
 
     def where(self, rank: int, token: str = "") -> Rendezvous:
         return dataclasses.replace(resolve(
@@ -47,7 +56,7 @@ async def job() -> AsyncIterator[Job]:
     """Three members of an elastic job."""
     settings = Settings.from_environment()
     coordinator = await hosting.start("127.0.0.1", 0, settings.token)
-    made = Job([], settings, coordinator.port)
+    made = Job([], settings, coordinator.port, coordinator)
     try:
         made.worlds = [World(s) for s in await asyncio.gather(
             *(runtime().join(made.where(r), settings) for r in range(3)))]
@@ -112,7 +121,7 @@ async def test_a_shrink_goes_on_without_a_lost_rank(job: Job) -> None:
 async def test_members_that_ask_for_other_memberships_are_refused(job: Job) -> None:
     old = job.worlds
     first = asyncio.ensure_future(old[0].session.reconfigure(2.0, without=(2,), uuid=4))
-    await asyncio.sleep(0.2)
+    await until(lambda: job.reconfiguring(0), "rank 0's call reaching the coordinator")
     with pytest.raises(MismatchError, match="every member must pass the same membership"):
         await old[1].session.reconfigure(2.0, without=(0,), uuid=4)
     with pytest.raises(RendezvousTimeoutError, match="ranks 1 did not call it"):

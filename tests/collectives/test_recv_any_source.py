@@ -15,6 +15,7 @@ import pytest
 
 from asyncoll.errors import CollectiveTimeoutError
 from asyncoll.testing import run_ranks
+from handshake import after, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -69,9 +70,11 @@ async def test_recv_without_src_takes_the_message_that_arrived_first():
 
 
 async def test_named_recv_called_after_one_from_any_source_gets_the_next_message():
+    both_waiting = asyncio.Event()
+
     async def body(world):
         if world.rank == 1:
-            await asyncio.sleep(0.2)  # both receives are waiting by then
+            await after(both_waiting, "rank 0's two receives")
             for value in (1, 2):
                 await world.send(np.array([value]), 0, tag=5)
             return None
@@ -81,6 +84,9 @@ async def test_named_recv_called_after_one_from_any_source_gets_the_next_message
         any_source = asyncio.ensure_future(world.recv(first, None, tag=5))
         await asyncio.sleep(0)  # it is waiting for a sender before the next is called
         named = asyncio.ensure_future(world.recv(second, 1, tag=5))
+        await asyncio.sleep(0)  # and so is this one, behind it
+        assert not any_source.done() and not named.done()
+        both_waiting.set()
         senders = await asyncio.gather(any_source, named)
         return senders, int(first[0]), int(second[0])
 
@@ -96,7 +102,8 @@ async def test_recv_without_src_that_is_cancelled_or_times_out_loses_nothing():
                 await world.send(np.array([value]), 0, tag=4)
             return None
         waiting = asyncio.ensure_future(world.recv(out, None, tag=4))
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0)  # it is waiting for a sender when it is cancelled
+        assert not waiting.done()
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
@@ -117,14 +124,17 @@ async def test_recv_without_src_that_is_cancelled_or_times_out_loses_nothing():
 
 
 async def test_a_sender_that_leaves_drops_out_while_another_sender_is_awaited():
+    faults = {}
+
     async def body(world):
+        faults[world.rank] = world.session.faults
         out = np.zeros(1, np.int64)
         if world.rank == 1:
             await world.send(np.array([1]), 0, tag=2)
             await world.destroy()  # done sending: leaves the job
             return None
         if world.rank == 2:
-            await asyncio.sleep(0.5)  # rank 1 has left by then
+            await until(lambda: faults[0].left(1) is not None, "rank 0 hearing rank 1 left")
             await world.send(np.array([2]), 0, tag=2)
             return None
         senders = []

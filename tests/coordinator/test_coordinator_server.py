@@ -12,6 +12,7 @@ from asyncoll._defaults import PROTOCOL_VERSION
 from asyncoll._wire.messages import Join
 from asyncoll.coordinator import Coordinator
 from asyncoll.errors import RendezvousTimeoutError
+from handshake import until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -26,8 +27,7 @@ async def test_stop_with_connected_peers_logs_no_error_and_their_requests_meet_d
     join = Join(job="j", rank=0, world_size=2, host="127.0.0.1", port=1, hostname="h",
                 pid=1, version=PROTOCOL_VERSION, timeout=30.0)
     waiting = asyncio.ensure_future(client.request(join, 2.0, "rendezvous"))
-    await asyncio.sleep(0.1)
-    assert coordinator.job_is_active("j")
+    await until(lambda: coordinator.job_is_active("j"), "the join reaching the coordinator")
 
     with caplog.at_level(logging.ERROR, logger="asyncio"):
         await coordinator.stop()
@@ -49,7 +49,7 @@ async def test_a_join_waiting_when_the_coordinator_restarts_is_sent_again():
     joins = [Join(job="j", rank=r, world_size=2, host="127.0.0.1", port=1 + r, hostname="h",
                   pid=1 + r, version=PROTOCOL_VERSION, timeout=30.0) for r in range(2)]
     first = asyncio.ensure_future(clients[0].request(joins[0], 10, "rendezvous"))
-    await asyncio.sleep(0.1)
+    await until(lambda: coordinator.job_is_active("j"), "the join reaching the coordinator")
     await coordinator.stop()
     restarted = Coordinator("127.0.0.1", port)
     await restarted.start()

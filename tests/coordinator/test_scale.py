@@ -44,6 +44,7 @@ from asyncoll._wire.messages import (
 )
 from asyncoll._wire.compact import pack_runs
 from asyncoll.coordinator import Coordinator
+from handshake import until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -55,6 +56,11 @@ def light_join(i: int, world_size: int, job: str = "big") -> Join:
     return Join(job=job, rank=-1, world_size=world_size, host=f"10.0.{i % HOSTS}.1",
                 port=20000 + i, hostname=f"node-{i % HOSTS:02d}", pid=i,
                 version=PROTOCOL_VERSION, timeout=600.0, heartbeat_timeout=600.0)
+
+
+def waiting(coordinator: Coordinator, job: str) -> int:
+    """How many peers wait in job ``job``'s rendezvous at ``coordinator``."""
+    return sum(len(held.waiting) for held in coordinator._state.jobs() if held.name == job)
 
 
 def check_directory(peers: tuple[PeerInfo, ...], world_size: int) -> None:
@@ -84,7 +90,8 @@ async def test_a_job_of_1024_light_members_rendezvous_groups_meets_and_leaves(ca
         with caplog.at_level(logging.INFO, logger="asyncoll.coordinator"):
             joins = [asyncio.ensure_future(c.request(light_join(i, size), 60, "join"))
                      for i, c in enumerate(clients[:-1])]
-            await asyncio.sleep(0.2)
+            await until(lambda: waiting(coordinator, "big") == size - 1,
+                        "the 1023 joins reaching the coordinator")
             # Asked by the peer yet to join: of those waiting, one per host is told.
             missing = await clients[-1].request(WhoIsMissing(job="big"), 10, "who is missing")
             assert missing == MissingReply(line="waiting for 1 of 1024 ranks of job 'big': "

@@ -73,8 +73,8 @@ def run_kill(tmp_path: Path, world_size: int, victim: int, job: str,
     if elements is None:
         elements = 4_000_000 if world_size < 8 else 1_000_000
     try:
+        # Every rank said READY after its first all_reduce: each is in its loop of them.
         procs = start_job(daemon, world_size, job, elements, env)
-        time.sleep(0.3)  # well inside the next all_reduces
         if (env or {}).get("ASYNCOLL_SHM") != "0":
             # Same-host ranks pass these payloads through shared memory: the rings
             # (or arena) are mapped, and already unlinked, when the victim dies.
@@ -162,7 +162,7 @@ def test_stopped_rank_is_declared_lost_within_the_heartbeat_deadline(tmp_path, e
     procs = start_job(daemon, 3, f"stopped-{elements}-{shm}", elements,
                       env={"ASYNCOLL_HEARTBEAT_TIMEOUT": str(heartbeat), "ASYNCOLL_SHM": shm})
     try:
-        time.sleep(0.3)
+        # Every rank said READY after its first all_reduce: each is in its loop of them.
         stopped_at = time.time()
         procs[1].send_signal(signal.SIGSTOP)  # alive, sockets open, silent
         got = outcomes(procs, 1)

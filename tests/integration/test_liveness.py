@@ -84,9 +84,15 @@ def stop_all(procs: list[subprocess.Popen[str]], daemon: Daemon) -> None:
     daemon.stop()
 
 
-def kill_coordinator(daemon: Daemon) -> None:
+def kill_coordinator(daemon: Daemon, tmp_path: Path) -> None:
+    """Kill the coordinator; return once every rank has read the end of its connection
+    (each says, on its stderr, that it reaches for a coordinator again)."""
     daemon.stop(signal.SIGKILL)
-    time.sleep(0.5)  # the ranks read the end of its connection at once
+    deadline = time.monotonic() + 30
+    while not all("reaching a coordinator again" in errors(tmp_path, rank)
+                  for rank in range(3)):
+        assert time.monotonic() < deadline, [errors(tmp_path, rank) for rank in range(3)]
+        time.sleep(0.02)
 
 
 def freeze_rank_1(tmp_path: Path, path: str, timeout: float, heartbeat: float,
@@ -97,7 +103,7 @@ def freeze_rank_1(tmp_path: Path, path: str, timeout: float, heartbeat: float,
     procs = start_job(tmp_path, daemon, path, timeout, "until_failure", heartbeat)
     try:
         if without_coordinator:
-            kill_coordinator(daemon)
+            kill_coordinator(daemon, tmp_path)
         go(procs)
         time.sleep(0.5)  # well inside the all_reduces
         stopped_at = time.time()
@@ -132,7 +138,7 @@ def test_a_late_rank_whose_loop_runs_is_not_lost_without_a_coordinator(tmp_path,
     daemon = Daemon(tmp_path)
     procs = start_job(tmp_path, daemon, path, 60.0, "late", HEARTBEAT, str(late))
     try:
-        kill_coordinator(daemon)
+        kill_coordinator(daemon, tmp_path)
         go(procs)
         lines = reports(procs, [0, 1, 2])
     finally:

@@ -83,7 +83,11 @@ def test_the_rank_that_sleeps_before_every_5th_all_reduce_is_the_straggler(daemo
         assert line.startswith(f"job {job}: rank 1 arrived last in "), shown
         assert "sampled operations of group 0, a median of " in line
         late_ms = float(line.split("a median of ")[1].split()[0])
-        assert 40 <= late_ms <= 200, line
+        # Rank 1 sleeps 50 ms before the operations it is late for: that is a floor (less
+        # the ranks' start from the operation before). How much later a busy machine
+        # makes it has no ceiling; the median's arithmetic, on a fake clock, is
+        # tests/unit/test_stragglers.py's.
+        assert late_ms >= 40, line
         assert reported[0].startswith("STRAGGLER group 0 rank 1 last "), reported
 
 

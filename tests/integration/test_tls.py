@@ -174,21 +174,25 @@ def test_tls_and_the_shared_secret_together(tmp_path, certs):
 
 
 async def exchange(dialer: TransportSettings, acceptor: TransportSettings) -> None:
-    """Rank 0 (``dialer``) sends rank 1 (``acceptor``) one frame; what rank 0's send raises."""
+    """Rank 0 (``dialer``) sends rank 1 (``acceptor``) one frame, and rank 1 receives the
+    bytes sent; what rank 0's send raises."""
     zero, one = TcpMesh("j", dialer), TcpMesh("j", acceptor)
     try:
         ports = [await zero.listen("127.0.0.1"), await one.listen("127.0.0.1")]
         directory = {rank: ("127.0.0.1", port, f"h{rank}") for rank, port in enumerate(ports)}
         zero.set_directory(0, directory)
         one.set_directory(1, directory)
+        # Not zeros: a receive that wrote nothing into `out` fails the comparison below.
+        sent = np.array([0x0102030405060708, -2, 2**40 + 3, 9], np.int64)
         out = np.zeros(4, np.int64)
         receive = asyncio.ensure_future(one.recv_into(0, (1, 1, 0), memoryview(out).cast("B")))
         try:
             async with timeout(10):
-                await zero.send(1, (1, 1, 0), memoryview(np.arange(4)).cast("B"))
+                await zero.send(1, (1, 1, 0), memoryview(sent).cast("B"))
                 await receive
         finally:
             receive.cancel()
+        assert out.tolist() == sent.tolist(), f"rank 1 received {out.tolist()}"
     finally:
         await zero.close()
         await one.close()

@@ -81,15 +81,18 @@ def test_large_records_both_ways_at_once_do_not_block_each_other():
 
 def test_a_peer_running_ahead_has_its_records_kept_for_the_next_operation():
     a, b = pair()
+    sent = threading.Event()
 
     def fast():
         for k in (1, 2, 3):
             stamp(a, k)
             a.send(1, 0, as_bytes(np.full(3, k, np.int64)))
         a.flush()
+        sent.set()
 
     def slow():
-        time.sleep(0.2)  # every record is here before its receive is posted
+        # Every record has left member 0 (flushed) before its receive is posted.
+        assert sent.wait(10), "member 0 never flushed its records"
         got = []
         for k in (1, 2, 3):
             stamp(b, k)
@@ -243,7 +246,10 @@ def test_a_record_that_came_before_its_sender_closed_is_still_taken():
     two.close()
 
     def one_later() -> None:
-        time.sleep(0.2)  # member 0's wait for member 1 reads member 2's stream meanwhile
+        # Member 0's wait for member 1 reads member 2's stream meanwhile (and its end).
+        deadline = time.monotonic() + 10
+        while not zero.received(2, 0) and time.monotonic() < deadline:
+            time.sleep(0.001)
         one.send(0, 0, as_bytes(np.full(2, 1, np.int64)))
         one.flush()
 
@@ -428,8 +434,7 @@ def test_an_abort_for_a_later_operation_fails_that_one_not_the_one_running():
     zero, one = pair()
     stamp(zero, 1)
     stamp(one, 1)
-    one.abort(2, "MismatchError", -1, "later")
-    time.sleep(0.1)
+    one.abort(2, "MismatchError", -1, "later")  # ahead of the record, on one connection
     one.send(0, 0, as_bytes(np.ones(2)))
     one.flush()
     got = np.zeros(2)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import mmap
 import os
-import resource
+import subprocess
 import sys
 import threading
 import time
@@ -20,10 +20,9 @@ import pytest
 from asyncoll import _native
 from asyncoll._algorithms import arena as collectives
 from asyncoll._algorithms.arena import all_reduce as arena_all_reduce
-from asyncoll._native.contract import PUBLISHED, WAITING
+from asyncoll._native.contract import PUBLISHED
 from asyncoll._transport.shm import futex
 from asyncoll._transport.shm.arena import (
-    SPINS,
     Arena,
     ArenaExpired,
     ArenaStillMapped,
@@ -454,51 +453,70 @@ def test_members_racing_through_pieces_never_disturb_one_still_reading(sleeping)
     assert run(size, body, SMALL_SLOT) == [[]] * size
 
 
+#: One member of test_members_on_one_processor_sleep_..., in a process of its own: pinned
+#: to the processor given, it meets the other member through the arena file given, once
+#: to start together and then ``operations`` times, and prints how often it slept.
+_MEMBER = """
+import mmap, os, resource, sys, time
+from asyncoll import _native
+from asyncoll._native.contract import WAITING
+from asyncoll._transport.shm.arena import SPINS
+from asyncoll._wire.frames import Fingerprint
+
+path, me, processor, operations = sys.argv[1], *map(int, sys.argv[2:])
+os.sched_setaffinity(0, {processor})
+with open(path, "r+b") as file:
+    memory = mmap.mmap(file.fileno(), 0)
+core = _native.arena.Core(memory, 2, me, 4096)
+fingerprint = Fingerprint(9, 0, 0, 1, -1, 0)
+# A deadline of the members' own, shorter than the test's.
+deadline = time.monotonic() + 30
+before = 0
+for operation in range(1, operations + 2):
+    while core.barrier(None, operation, fingerprint, SPINS) == WAITING:
+        assert time.monotonic() < deadline, f"member {me} waited 30 s at {operation}"
+    if operation == 1:  # both have started: count from here
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+print(resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before)
+"""
+
+
+@pytest.mark.scheduler
 @pytest.mark.skipif(_native.arena is None or not hasattr(os, "sched_setaffinity"),
                     reason="the compiled wait, on Linux")
-def test_members_on_one_processor_sleep_for_each_other_rather_than_spin_and_yield():
-    # Two processes forked from one parent often start on its processor. There, a
-    # member that waits for the other sleeps (until the other publishes: it is woken,
-    # and the scheduler may place it on an idle processor), where spinning only kept
-    # the processor from the other and yielding kept the two together, every
-    # operation costing two switches. Pinned to one processor, the member that comes
-    # first to each operation sleeps. Which one that is may settle: the sleeper, woken,
-    # preempts the member that woke it, publishes the next operation and sleeps again,
-    # so the other finds it published and never waits. So the two are counted together.
-    memory = mmap.mmap(-1, arena_bytes(2, 4096))
+def test_members_on_one_processor_sleep_for_each_other_rather_than_spin_and_yield(tmp_path):
+    # Two processes of one job often start on one processor. There, a member that
+    # waits for the other sleeps (until the other publishes: it is woken, and the
+    # scheduler may place it on an idle processor), where spinning only kept the
+    # processor from the other and yielding kept the two together, every operation
+    # costing two switches. Pinned to one processor, the member that comes first to
+    # each operation sleeps. Which one that is may settle: the sleeper, woken, preempts
+    # the member that woke it, publishes the next operation and sleeps again, so the
+    # other finds it published and never waits. So the two are counted together.
+    # Each member is a fresh process (not forked from this threaded one), and counts
+    # only after a first barrier: its start-up, and the wait for the other's, are not
+    # counted.
+    path = tmp_path / "arena"
+    path.write_bytes(bytes(arena_bytes(2, 4096)))
     operations = 300
     processor = min(os.sched_getaffinity(0))
-    fingerprint = Fingerprint(9, 0, 0, 1, -1, 0)
-
-    def meet(me: int) -> int:
-        os.sched_setaffinity(0, {processor})
-        core = _native.arena.Core(memory, 2, me, 4096)
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
-        # A deadline of the members' own: the forked child has no test timeout.
-        deadline = time.monotonic() + 30
-        for operation in range(1, operations + 1):
-            while core.barrier(None, operation, fingerprint, SPINS) == WAITING:
-                assert time.monotonic() < deadline, f"member {me} waited 30 s at {operation}"
-        return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before
-
-    reader, writer = os.pipe()
-    child = os.fork()
-    if child == 0:
-        try:
-            os.write(writer, meet(1).to_bytes(8, "little"))
-            os._exit(0)
-        finally:
-            os._exit(4)
-    os.close(writer)
+    members = [subprocess.Popen([sys.executable, "-c", _MEMBER, str(path), str(me),
+                                 str(processor), str(operations)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for me in range(2)]
+    deadline = time.monotonic() + 45
+    outs = []
     try:
-        slept = meet(0)
+        for member in members:
+            outs.append(member.communicate(timeout=max(0.1, deadline - time.monotonic())))
     finally:
-        _, status = os.waitpid(child, 0)
-    with os.fdopen(reader, "rb") as answer:
-        theirs = int.from_bytes(answer.read(8), "little")
-    assert os.waitstatus_to_exitcode(status) == 0
+        for member in members:
+            member.kill()
+            member.wait()
+    assert [member.returncode for member in members] == [0, 0], outs
+    slept = [int(out) for out, _ in outs]
     # Spinning and yielding switch with no sleep (a yield is counted as involuntary).
-    assert slept + theirs > operations // 2, (slept, theirs)
+    assert sum(slept) > operations // 2, slept
 
 
 def _step(arena: Arena, data: np.ndarray) -> collectives._Step:
