@@ -19,12 +19,10 @@ from setuptools.command.build_ext import build_ext
 
 # -ffp-contract=off: no fused multiply-add, so every reduction rounds as numpy's does.
 # -fvisibility=hidden: the files' shared functions stay inside the module.
-# -flto: the steps (steps.c) inline the core's publish and waits (core.c) and the
-# reductions (reduce.c) as they did when one file held them all. A compiler
-# that cannot (a clang without its LTO linker plugin) builds without it.
-LTO = ["-flto"]
+# No -flto: it made the 1 MiB all_reduce slower than the one-file build did
+# (issue 60's closing note has the figures).
 FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off",
-         "-fno-strict-aliasing", "-fvisibility=hidden", *LTO]
+         "-fno-strict-aliasing", "-fvisibility=hidden"]
 
 
 class OptionalBuildExt(build_ext):
@@ -40,14 +38,7 @@ class OptionalBuildExt(build_ext):
         try:
             super().build_extension(ext)
         except Exception as exc:
-            if not set(LTO) & set(ext.extra_compile_args):
-                self._skipped(exc)
-                return
-            print(f"asyncoll: the C extension did not build with {' '.join(LTO)} ({exc}); "
-                  "building it without", file=sys.stderr)
-            ext.extra_compile_args = [f for f in ext.extra_compile_args if f not in LTO]
-            ext.extra_link_args = [f for f in ext.extra_link_args if f not in LTO]
-            self.build_extension(ext)
+            self._skipped(exc)
 
     def _skipped(self, exc: BaseException) -> None:
         print(f"asyncoll: the C extension was not built ({exc}); the pure-Python path "
@@ -67,8 +58,7 @@ def _extensions() -> list[Extension]:
                "reduce", "steps")
     return [Extension("asyncoll._native._arena", [f"asyncoll/_native/{name}.c" for name in names],
                       depends=[f"asyncoll/_native/{name}.h" for name in headers],
-                      extra_compile_args=FLAGS, extra_link_args=["-flto", "-O3"],
-                      optional=True)]
+                      extra_compile_args=FLAGS, optional=True)]
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -263,17 +263,29 @@ elif mode == "asks":
     first_barrier = entry.asked - asked
     for _ in range(2):  # the first repeat runs in Python, and teaches the entry
         dist.all_reduce(x)
-    # Every Python function called during the repeat (the spies on Runner.here and
-    # Repeats.again included) shows as a "call"; C functions as "c_call".
-    events = []
-    asked = entry.asked
-    sys.setprofile(lambda frame, event, arg: events.append(
-        f"{event}:{getattr(arg, '__name__', frame.f_code.co_name)}"))
-    dist.all_reduce(x)
-    sys.setprofile(None)
-    check((x == size ** 4).all(), "a repeated all_reduce")
+    # Every Python function called during a repeat (the spies on Runner.here and
+    # Repeats.again included) shows as a "call"; C functions as "c_call". C calls
+    # Python itself on two occasions only: a repeat whose brief wait ends before
+    # the other rank arrived is handed, begun, to Runner.here (the spy, then here),
+    # and every SAMPLE_EVERY-th call opens a flight-recorder record (open_run).
+    # Which repeats meet such an occasion is the scheduler's: eight are traced.
+    runs: list[list[str]] = []
+    for _ in range(8):
+        asked = entry.asked
+        events: list[str] = []
+        sys.setprofile(lambda frame, event, arg: events.append(
+            f"{event}:{getattr(arg, '__name__', frame.f_code.co_name)}"))
+        dist.all_reduce(x)
+        sys.setprofile(None)
+        runs.append([*events, f"asks:{entry.asked - asked}"])
+    check((x == size ** 11).all(), "a repeated all_reduce")
+    only_c = ["c_call:setprofile"]
+    from_c_only = all(run[:-1] == only_c or run[:2] == ["call:spy", "call:here"]
+                      or run[0] == "call:open_run" for run in runs)
     print(f"RESULT {rank} first_asks={first} first_barrier_asks={first_barrier} "
-          f"repeat_asks={entry.asked - asked} repeat_python={events}", flush=True)
+          f"asks_per_repeat={sorted({run[-1] for run in runs})} "
+          f"python_from_c_only={from_c_only} pure_c_repeats={sum(r[:-1] == only_c for r in runs)} "
+          f"runs={runs}", flush=True)
 elif mode == "threads":
     import threading
 
