@@ -9,8 +9,9 @@ Prints "READY" after its first all_reduce, then waits for a line on stdin
   "FAILED <error class> rank=<rank named> at=<unix time> waiting_for=<ranks> <message>";
 - "late": rank 1 first computes in pure Python for LATE seconds (its event
   loop's thread only gets the interpreter between switches), then every
-  rank all_reduces three times and prints "OK sums=<sums> waited=<seconds>",
-  or FAILED as above.
+  rank all_reduces three times and prints "OK sums=<sums> spun_until=<t>
+  done=<t>" (times on the machine's monotonic clock, which all ranks
+  share; spun_until is 0 but on rank 1), or FAILED as above.
 
 Either way it then leaves the job only once its stdin closes, so that no
 rank leaving is what another one sees fail.
@@ -49,18 +50,20 @@ try:
             dist.all_reduce(data)
         print("NO FAILURE", flush=True)
     else:
-        started = time.monotonic()
+        spun_until = 0.0
         if me == 1:
-            until = started + float(sys.argv[8])
+            until = time.monotonic() + float(sys.argv[8])
             spins = 0
             while time.monotonic() < until:
                 spins += sum(range(1000))  # pure Python: the GIL is held but for switches
+            spun_until = time.monotonic()
         sums = []
         for _ in range(3):
             data.fill(1)
             dist.all_reduce(data)
             sums.append(float(data.min()) + float(data.max()))
-        print(f"OK sums={sums} waited={time.monotonic() - started:.2f}", flush=True)
+        print(f"OK sums={sums} spun_until={spun_until:.6f} done={time.monotonic():.6f}",
+              flush=True)
 except dist.AsyncollError as exc:
     failed(exc)
 sys.stdin.read()
