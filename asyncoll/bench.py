@@ -5,13 +5,23 @@
 
 For every world size and every system (asyncoll, then each `--compare`
 one), it starts that many ranks on this machine and times
-float32 operations size by size, one op at a time: each op's time is the
-maximum over ranks, and the table shows the median, as nccl-tests does.
-Columns: system, ranks, size (bytes of the largest buffer: all_gather's
-output, reduce_scatter's input), count (elements per rank's input), type,
-redop, root, time (us), algbw = size / time and busbw = algbw x the
-collective's bus factor (GB/s, 1e9 bytes), and #wrong (ranks whose check
-failed; each size is checked once before it is timed). Each row also carries
+float32 operations size by size, two ways. One op at a time: each op's time
+is the maximum over ranks, and `median` is the median of those, as
+nccl-tests shows. Then a batch of as many ops back to back: `mean` is the
+batch's time (the slowest rank's) divided by its count, what a job making
+one call after another feels, stalls included. Columns: system, ranks, size
+(bytes of the largest buffer: all_gather's output, reduce_scatter's input),
+count (elements per rank's input), type, redop, root, median and mean (us),
+algbw = size / median and busbw = algbw x the collective's bus factor (GB/s,
+1e9 bytes), and #wrong (ranks whose check failed; each size is checked once
+before it is timed). With more than one system, a summary follows: for each
+world size, collective and size, the systems from the fastest mean to the
+slowest, with asyncoll's mean over each other one's.
+
+`--busy N` runs N busy-looping processes (pure Python, `while True: pass`)
+beside the ranks for the whole invocation, every system compared meeting
+the same contention in the same sitting: a training job's data loaders,
+compute threads and neighbours, in miniature. Each row also carries
 the ranks' open file descriptors once the size's ops are timed (`FD_COLUMNS`,
 in the CSV; Linux only).
 
@@ -30,6 +40,7 @@ asyncoll[plot]`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -38,14 +49,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from asyncoll._version import add_version_option
+from asyncoll._bench_report import by_mean, format_row, plot
 from asyncoll._stdout import ends_quietly_on_a_closed_pipe
+from asyncoll._version import add_version_option
 
 #: nccl-tests' bus bandwidth factor of each collective, for n ranks.
 BUS_FACTORS: dict[str, Callable[[int], float]] = {
@@ -68,7 +80,7 @@ _SYSTEM_ENV = {"asyncoll-loop": {"ASYNCOLL_ARENA_BYTES": "0", "ASYNCOLL_LINKS_BY
                "asyncoll-tcp": {"ASYNCOLL_SHM": "0"},
                "asyncoll-python": {"ASYNCOLL_PURE_PYTHON": "1"}}
 COLUMNS = ("system", "ranks", "collective", "size", "count", "type", "redop", "root",
-           "time_us", "algbw_GBps", "busbw_GBps", "wrong")
+           "time_us", "mean_us", "algbw_GBps", "busbw_GBps", "wrong")
 #: Open descriptors after a size's timed ops: the most sockets any rank but 0
 #: holds (rank 0 also holds the coordinator's or the store's connection to
 #: every rank), the fewest any rank holds, rank 0's, and the most descriptors
@@ -195,27 +207,37 @@ class _Rank:
 
         return run, check
 
-    def time(self, run: Callable[[], None], target_s: float, size: int) -> float:
-        """Median microseconds of one op (each op's time the max over ranks).
+    def time(self, run: Callable[[], None], target_s: float,
+             size: int) -> tuple[float, float]:
+        """(median microseconds of one op, each op's time the max over ranks;
+        mean microseconds of an op in a batch, the slowest rank's batch time
+        over its count).
 
         As OSU's micro-benchmarks do, small ops warm up longer (100 ops to
         64 KiB, 10 to 1 MiB, 2 above) and are timed more often (up to 10000
-        ops, as many as `target_s` allows): a few ms of timing left the
-        first size of a run to the processor's and caches' warming up.
+        ops each way, as many as half of `target_s` allows): a few ms of
+        timing left the first size of a run to the processor's and caches'
+        warming up.
         """
         warmup = 100 if size <= (64 << 10) else 10 if size <= (1 << 20) else 2
         began = time.perf_counter()
         for _ in range(warmup):
             run()
         estimate = float(self.max_across(np.array([(time.perf_counter() - began) / warmup]))[0])
-        iterations = int(min(10000, max(5, target_s / max(estimate, 1e-9))))
+        iterations = int(min(10000, max(5, target_s / 2 / max(estimate, 1e-9))))
         times = np.empty(iterations)
         self.dist.barrier()
         for i in range(iterations):
             start = time.perf_counter_ns()
             run()
             times[i] = time.perf_counter_ns() - start
-        return float(np.median(self.max_across(times))) / 1e3
+        median = float(np.median(self.max_across(times))) / 1e3
+        self.dist.barrier()
+        start = time.perf_counter_ns()
+        for _ in range(iterations):
+            run()
+        batch = self.max_across(np.array([time.perf_counter_ns() - start], dtype=np.float64))
+        return median, float(batch[0]) / iterations / 1e3
 
 
 class _MpiDist:
@@ -273,7 +295,7 @@ def _rank_main(args: argparse.Namespace) -> int:
             count = 0 if collective == "barrier" else max(1, per_rank)
             run, check = me.prepare(collective, count)
             wrong = int(me.max_across(np.array([0.0 if check() else 1.0]))[0])
-            median_us = me.time(run, args.target_s, size)
+            median_us, mean_us = me.time(run, args.target_s, size)
             descriptors = me.descriptors()
             nbytes = count * 4 * (n if collective in
                                   ("all_gather", "reduce_scatter", "all_to_all") else 1)
@@ -284,7 +306,8 @@ def _rank_main(args: argparse.Namespace) -> int:
                        "redop": "sum" if collective in ("all_reduce", "reduce",
                                                         "reduce_scatter") else "none",
                        "root": 0 if collective in ("broadcast", "reduce") else -1,
-                       "time_us": round(median_us, 2), "algbw_GBps": round(algbw, 4),
+                       "time_us": round(median_us, 2), "mean_us": round(mean_us, 2),
+                       "algbw_GBps": round(algbw, 4),
                        "busbw_GBps": round(algbw * BUS_FACTORS[collective](n), 4),
                        "wrong": wrong, **descriptors}
                 print(json.dumps(row), flush=True)
@@ -345,7 +368,7 @@ def _collect(system: str, procs: list[subprocess.Popen[str]]) -> list[dict[str, 
             if line.startswith("{"):
                 row = json.loads(line)
                 rows.append(row)
-                print(_format(row), flush=True)
+                print(format_row(row), flush=True)
         for proc in procs:
             if proc.wait(_JOB_TIMEOUT_S) != 0:
                 raise SystemExit(f"asyncoll-bench: a {system} rank exited with "
@@ -357,46 +380,19 @@ def _collect(system: str, procs: list[subprocess.Popen[str]]) -> list[dict[str, 
     return rows
 
 
-def _format(row: dict[str, Any]) -> str:
-    return (f"{row['system']:>13} {row['ranks']:>5} {row['collective']:>14} {row['size']:>11} "
-            f"{row['count']:>10} {row['type']:>6} {row['redop']:>5} {row['root']:>4} "
-            f"{row['time_us']:>11.2f} {row['algbw_GBps']:>8.4f} {row['busbw_GBps']:>8.4f} "
-            f"{row['wrong']:>6}")
-
-
-def _plot(rows: list[dict[str, Any]], path: str) -> None:
+@contextlib.contextmanager
+def busy_processes(count: int) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Run `count` busy-looping processes while the block runs; stop them after."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+             for _ in range(count)]
     try:
-        import matplotlib  # type: ignore[import-not-found, unused-ignore]
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        raise SystemExit("asyncoll-bench: --plot needs matplotlib: pip install "
-                         "'asyncoll[plot]'") from None
-    panels = sorted({(row["collective"], row["ranks"]) for row in rows})
-    systems = list(dict.fromkeys(row["system"] for row in rows))
-    colours = {system: f"C{i}" for i, system in enumerate(systems)}
-    figure, axes = plt.subplots(len(panels), 2, figsize=(11, 3.6 * len(panels)),
-                                squeeze=False)
-    for (bandwidth, latency), (collective, ranks) in zip(axes, panels):
-        for system in systems:
-            points = [row for row in rows if row["system"] == system
-                      and row["collective"] == collective and row["ranks"] == ranks]
-            if not points:
-                continue
-            sizes = [p["size"] for p in points]
-            style = {"marker": "o", "label": system, "color": colours[system]}
-            bandwidth.plot(sizes, [p["busbw_GBps"] for p in points], **style)
-            latency.plot(sizes, [p["time_us"] for p in points], **style)
-        for ax, what in ((bandwidth, "bus bandwidth (GB/s)"), (latency, "time (us)")):
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("size (bytes)")
-            ax.set_ylabel(what)
-            ax.set_title(f"{collective}, {ranks} ranks: {what}")
-            ax.grid(True, which="both", alpha=0.3)
-        latency.set_yscale("log")
-        bandwidth.legend(fontsize="small")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+        yield procs
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
 
 
 @ends_quietly_on_a_closed_pipe
@@ -416,25 +412,38 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="also run this system, in the same invocation")
     parser.add_argument("--csv", help="write every row to this CSV file")
     parser.add_argument("--plot", help="draw bandwidth and latency against size (PNG)")
+    parser.add_argument("--busy", type=int, default=0, metavar="N",
+                        help="run N busy-looping processes beside the ranks throughout "
+                             "(default 0)")
     parser.add_argument("--worker", choices=SYSTEMS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     bad = [c for c in args.collectives.split(",") if c not in BUS_FACTORS]
     if bad:
         raise SystemExit(f"asyncoll-bench: unknown collective(s) {', '.join(bad)}; choose "
                          f"from {', '.join(BUS_FACTORS)}")
+    if args.busy < 0:
+        raise SystemExit(f"asyncoll-bench: --busy {args.busy} is not a number of "
+                         "processes; give 0 or more")
     if args.worker:
         return _rank_main(args)
     passed = list(argv) if argv is not None else sys.argv[1:]
-    forwarded = _without(passed, ("--compare", "--csv", "--plot", "--world-sizes"))
-    print(f"# asyncoll-bench: float32, one host, {os.cpu_count()} CPUs; time is the "
-          "median over ops of the max over ranks")
+    forwarded = _without(passed, ("--compare", "--csv", "--plot", "--world-sizes", "--busy"))
+    print(f"# asyncoll-bench: float32, one host, {os.cpu_count()} CPUs; median: of the ops' "
+          "times (each the max over ranks); mean: a batch's time over its count")
     print(f"#{'system':>12} {'ranks':>5} {'collective':>14} {'size':>11} {'count':>10} "
-          f"{'type':>6} {'redop':>5} {'root':>4} {'time(us)':>11} {'algbw':>8} "
-          f"{'busbw':>8} {'#wrong':>6}")
+          f"{'type':>6} {'redop':>5} {'root':>4} {'median(us)':>11} {'mean(us)':>11} "
+          f"{'algbw':>8} {'busbw':>8} {'#wrong':>6}")
     rows = []
-    for world_size in (int(w) for w in args.world_sizes.split(",")):
-        for system in ("asyncoll", *args.compare):
-            rows += _run(system, world_size, forwarded)
+    with busy_processes(args.busy) as busy:
+        if busy:
+            print(f"# beside the ranks throughout: {len(busy)} busy-looping process(es), "
+                  f"pid(s) {' '.join(str(p.pid) for p in busy)}")
+        for world_size in (int(w) for w in args.world_sizes.split(",")):
+            for system in ("asyncoll", *args.compare):
+                rows += _run(system, world_size, forwarded)
+    if args.compare:
+        for line in by_mean(rows):
+            print(line)
     if args.csv:
         with open(args.csv, "w", newline="") as out:
             extra = [c for c in FD_COLUMNS if any(c in row for row in rows)]
@@ -442,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             writer.writeheader()
             writer.writerows(rows)
     if args.plot:
-        _plot(rows, args.plot)
+        plot(rows, args.plot)
     return 1 if any(row["wrong"] for row in rows) else 0
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -44,6 +46,39 @@ def test_bench_runs_gloo_beside_asyncoll_in_one_invocation():
     assert result.returncode == 0, result.stdout + result.stderr
     systems = [line.split()[0] for line in result.stdout.splitlines() if line.startswith(" ")]
     assert systems.count("asyncoll") == 4 and systems.count("gloo") == 4
+
+
+def test_bench_times_a_batch_beside_each_op_and_ranks_the_systems_by_mean(tmp_path):
+    out = tmp_path / "rows.csv"
+    result = bench("--collectives", "all_reduce,barrier", "--compare", "asyncoll-tcp",
+                   "--busy", "1", "--csv", str(out))
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 2 * 3 and all(float(row["mean_us"]) > 0 for row in rows)
+    # The busy process ran beside both systems, and is stopped at the end.
+    said = [line for line in result.stdout.splitlines() if line.startswith("# beside")]
+    assert len(said) == 1 and "1 busy-looping process(es)" in said[0], result.stdout
+    pid = int(said[0].rsplit(" ", 1)[1])
+    assert not os.path.exists(f"/proc/{pid}") or "Z" in Path(f"/proc/{pid}/stat").read_text()
+    # One summary line per case, fastest mean first, each other system's ratio.
+    summary = [line for line in result.stdout.splitlines() if " ranks " in line
+               and line.startswith("# 2 ranks")]
+    assert len(summary) == 3, result.stdout
+    for line in summary:
+        case = line.split(": ", 1)[0].removeprefix("# 2 ranks ").split()
+        means = {row["system"]: float(row["mean_us"]) for row in rows
+                 if row["collective"] == case[0] and row["size"] == case[1]}
+        order = [part.split()[0] for part in line.split(": ", 1)[1].split(", ")]
+        assert order == sorted(means, key=means.get), (line, means)
+        assert f"({means['asyncoll'] / means['asyncoll-tcp']:.2f}x)" in line, (line, means)
+
+
+def test_bench_refuses_a_negative_number_of_busy_processes():
+    result = bench("--busy", "-1")
+
+    assert result.returncode != 0
+    assert "--busy -1 is not a number of processes; give 0 or more" in result.stderr
 
 
 def test_bench_runs_asyncoll_over_tcp_only_beside_its_default_transports():
