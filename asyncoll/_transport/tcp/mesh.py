@@ -184,13 +184,14 @@ class TcpMesh:
     # -- for the layer above: control frames, early frames, failures ---------------
 
     def send_control(self, peer: int, tag: Tag, payload: memoryview) -> None:
-        """Send an ABORT frame about ``tag`` to ``peer`` if connected; best effort."""
-        state = self._peers.get(peer)
-        connection = state.connection if state is not None else None
-        if (peer != self._rank and connection is not None and connection.ready.done()
-                and connection.writable):
-            sent = connection.send_frame(FrameKind.ABORT, tag, payload)
-            # Nobody waits for it, and its failure must not be logged as unretrieved.
+        """Send an ABORT frame about ``tag`` to ``peer``; best effort: a connection coming
+        up carries it once ready (within HANDSHAKE_TIMEOUT_S), none is dialed for it."""
+        state = self._peer(peer)
+        if peer == self._rank or self._closed or state.error is not None:
+            return
+        sent = (state.send_control(tag, payload) if state.settled.is_set() else
+                state.send_control_when_ready(tag, bytes(payload), HANDSHAKE_TIMEOUT_S))
+        if sent is not None:  # nobody waits for it: its failure is not logged as unretrieved
             asyncio.ensure_future(sent).add_done_callback(_retrieve)
 
     def early(self, channel: int) -> list[tuple[int, Tag, Fingerprint]]:
@@ -477,8 +478,9 @@ class TcpMesh:
                                fingerprint: Fingerprint) -> None:
         state = self._peer(peer)
         await state.settled.wait()
-        if state.error is not None:
-            raise state.error
+        error = state.error or self._failed_channels.get(tag[0])  # failed while it dialed
+        if error is not None:
+            raise error
         connection = state.connection
         assert connection is not None  # settled without error: connected
         if self._through_shm(state, payload):

@@ -6,8 +6,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from asyncoll._compat import timeout as timeout_after
 from asyncoll._transport.inbox import Inbox
 from asyncoll._transport.tcp.connection import PeerConnection
+from asyncoll._wire.frames import FrameKind
 from asyncoll.errors import AsyncollError
 
 #: How the mesh learns the (host, port) of a peer whose port the directory left
@@ -53,3 +55,26 @@ class PeerState:
         if connection is not None and not connection.ready.done():
             connection.ready.set_exception(self.inbox.error or error)
             connection.ready.exception()  # mark retrieved: the dialer may be gone
+
+    def send_control(self, tag: tuple[int, int, int], payload: memoryview
+                     ) -> Awaitable[None] | None:
+        """Send an ABORT frame about ``tag`` now, if the connection can carry it (None if
+        not): its writes come before any frame sent after."""
+        connection = self.connection
+        if (self.error is None and connection is not None and connection.ready.done()
+                and connection.writable):
+            return connection.send_frame(FrameKind.ABORT, tag, payload)
+        return None
+
+    async def send_control_when_ready(self, tag: tuple[int, int, int], payload: bytes,
+                                      limit: float) -> None:
+        """:meth:`send_control` once the connection is usable (or the peer has failed),
+        waiting at most ``limit`` seconds for it."""
+        try:
+            async with timeout_after(limit):
+                await self.settled.wait()
+        except TimeoutError:
+            return
+        sent = self.send_control(tag, memoryview(payload))
+        if sent is not None:
+            await sent

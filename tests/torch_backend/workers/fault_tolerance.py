@@ -23,7 +23,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -45,6 +47,21 @@ def total(value: float) -> float:
     t = torch.tensor([value])
     dist.all_reduce(t)
     return float(t.item())
+
+
+def until(condition: Callable[[], bool], what: str) -> None:
+    """Return once ``condition()`` is true (checked every 10 ms, for at most LIMIT)."""
+    deadline = time.monotonic() + LIMIT.total_seconds()
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {LIMIT}")
+        time.sleep(0.01)
+
+
+def faults_of(group: dist.ProcessGroup) -> tuple[int, Any]:
+    """The id of the asyncoll group under torch's ``group``, and this rank's GroupFaults."""
+    inner = group._get_backend(torch.device("cpu"))._group()._group  # held weakly there
+    return inner.group_id, inner._session.faults
 
 
 def exchange(store: dist.Store, key: str, ranks: list[int], mine: str) -> list[str]:
@@ -122,8 +139,10 @@ def rank0() -> None:
     say("all", total(rank + 1.0))
     if rank == 0:
         os.kill(os.getpid(), signal.SIGKILL)
-    # Rank 0 is gone by then, and with it torch's store (env:// hosts it there).
-    time.sleep(1.0)
+    # Rank 0 is gone by then, and with it torch's store (env:// hosts it there):
+    # this rank waits until it heard so.
+    until(lambda: 0 in faults_of(c10d._get_default_group())[1].gone(),
+          "rank 0's loss reaching this rank")
     dist._reconfigure(2, handles[1:], timeout=LIMIT).wait()
     say("without rank 0", dist.get_rank(), dist.get_world_size(), total(rank + 1.0))
     dist.destroy_process_group()
@@ -131,14 +150,17 @@ def rank0() -> None:
 
 def abort() -> None:
     dist.init_process_group("asyncoll", timeout=LIMIT)
+    store = c10d._get_default_store()
     rank = dist.get_rank()
     sub = dist.new_group([0, 1])
+    sub_id, faults = faults_of(sub)
     if rank == 0:
         t = torch.ones(4)
         work = dist.all_reduce(t, group=sub, async_op=True)  # rank 1 never joins it
-        time.sleep(0.5)
+        until(lambda: faults.progress(sub_id)[0] > 0, "the sub-group's all_reduce beginning")
         started = time.monotonic()
         shrunk = dist.shrink_group([1], group=sub, shrink_flags=c10d.SHRINK_ABORT)
+        store.set("abort/shrunk", "1")  # the sub-group is broken here
         say("shrunk", shrunk.size())
         try:
             work.wait()
@@ -146,7 +168,8 @@ def abort() -> None:
         except asyncoll.AbortedError as exc:
             say("in flight", type(exc).__name__, round(time.monotonic() - started) < 5)
     else:
-        time.sleep(1.0)  # rank 0's abort reaches this rank first
+        # Rank 0 broke the sub-group first: this rank's first call on it hears so from rank 0.
+        store.wait(["abort/shrunk"], LIMIT)
         try:
             dist.all_reduce(torch.ones(4), group=sub)
             say("peer", "NO ERROR")
@@ -158,17 +181,21 @@ def abort() -> None:
     cpu = pg._get_backend(torch.device("cpu"))
     dist.barrier()
     if rank == 1:
-        work = dist.all_reduce(torch.ones(4), async_op=True)  # rank 0 never joins it
+        # A small all_reduce runs in the caller's thread: rank 0's abort arrives while
+        # it waits in it, or (rarely) just before it begins; it fails fast either way.
+        store.set("abort/calling", "1")
         started = time.monotonic()
+        work = dist.all_reduce(torch.ones(4), async_op=True)  # rank 0 never joins it
         try:
             work.wait()
             say("peer's in flight", "NO ERROR")
         except asyncoll.CollectiveError as exc:
             say("peer's in flight", type(exc).__name__, time.monotonic() - started < 5)
         say("peer's error", cpu.get_error())
-        time.sleep(1.0)
+        # It leaves now: rank 0 aborted the group before this rank's operation failed, so
+        # nothing rank 0 sees after depends on this rank.
     else:
-        time.sleep(0.5)
+        store.wait(["abort/calling"], LIMIT)
         say("error before", cpu.get_error())
         pg.abort()
         try:
