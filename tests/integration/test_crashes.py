@@ -16,7 +16,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -54,7 +53,9 @@ def end_rank_1(tmp_path: Path, how: str, path: str = "arena", when: str = "insid
              for rank in range(2)]
     try:
         wait_ready(procs)
-        time.sleep(0.3)  # rank 1 reads its stdin; rank 0 waits in its all_reduce
+        if when == "inside":  # rank 0 is in its all_reduce (it has called it) first
+            assert procs[0].stdout is not None
+            assert procs[0].stdout.readline() == "CALLING\n"
         if how == "sigint":
             procs[1].send_signal(signal.SIGINT)
         else:

@@ -105,7 +105,9 @@ def freeze_rank_1(tmp_path: Path, path: str, timeout: float, heartbeat: float,
         if without_coordinator:
             kill_coordinator(daemon, tmp_path)
         go(procs)
-        time.sleep(0.5)  # well inside the all_reduces
+        for proc in procs:  # well inside the all_reduces: each one ran one of them
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == "LOOPING\n"
         stopped_at = time.time()
         procs[1].send_signal(signal.SIGSTOP)  # alive, sockets open, silent
         lines = reports(procs, [0, 2])

@@ -9,8 +9,8 @@ KeyboardInterrupt) or "destroy" (destroy_process_group, then its end); it
 never calls destroy_process_group otherwise. Rank 0 runs a second
 all_reduce, at once (WHEN "inside": it waits in it when rank 1 ends) or
 after a line from stdin ("after": the test sends it once rank 1 is gone),
-and prints "RAISED <class> peer_lost=<bool> rank=<rank named> :: <message>", or
-"COMPLETED".
+printing "CALLING" just before it, and prints "RAISED <class>
+peer_lost=<bool> rank=<rank named> :: <message>", or "COMPLETED".
 """
 
 import sys
@@ -34,6 +34,7 @@ if rank == "1":
     sys.exit(0)
 if when == "after":
     sys.stdin.readline()
+print("CALLING", flush=True)
 try:
     dist.all_reduce(data)
 except dist.AsyncollError as exc:

@@ -5,7 +5,8 @@ Usage: liveness.py COORDINATOR WORLD_SIZE RANK JOB ELEMENTS TIMEOUT MODE [LATE]
 Prints "READY" after its first all_reduce, then waits for a line on stdin
 (the test may have killed the coordinator meanwhile). Then, by MODE:
 
-- "until_failure": all_reduces until one fails (at most 60 s), and prints
+- "until_failure": all_reduces once and prints "LOOPING", then goes on
+  all_reducing until one fails (at most 60 s), and prints
   "FAILED <error class> rank=<rank named> at=<unix time> waiting_for=<ranks> <message>";
 - "late": rank 1 first computes in pure Python for LATE seconds (its event
   loop's thread only gets the interpreter between switches), then every
@@ -45,6 +46,9 @@ def failed(exc: dist.AsyncollError) -> None:
 try:
     if mode == "until_failure":
         deadline = time.monotonic() + 60
+        data.fill(1)
+        dist.all_reduce(data)
+        print("LOOPING", flush=True)  # every rank got this far: the loop runs
         while time.monotonic() < deadline:
             data.fill(1)
             dist.all_reduce(data)

@@ -24,7 +24,13 @@ for _ in range(3):
 dist.barrier()
 if dist.get_rank() == 1:
     os._exit(0)  # no goodbye: the others see it lost
-time.sleep(1.0)  # the coordinator's notice arrives first
+# The coordinator's notice that rank 1 is lost arrives first.
+faults = dist.distributed_c10d._get_default_group()._get_backend(
+    torch.device("cpu"))._group()._group._session.faults
+deadline = time.monotonic() + 30
+while 1 not in faults.gone():
+    assert time.monotonic() < deadline, "rank 0 never heard that rank 1 is lost"
+    time.sleep(0.01)
 try:
     ddp(torch.ones(4, 8)).sum().backward()
     print("NO ERROR", flush=True)
