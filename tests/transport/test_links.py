@@ -9,6 +9,7 @@ deadline, the failure check).
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import time
@@ -193,8 +194,9 @@ def test_a_record_kept_early_is_checked_at_the_first_wait_of_its_operation():
         assert (mismatch.value.theirs[0], mismatch.value.operation) == (9, expected)
 
 
-def star() -> tuple[DirectLinks, DirectLinks, DirectLinks]:
-    """Links of member 0 to members 1 and 2, and theirs to it, stamped for operation 1."""
+def star() -> tuple[DirectLinks, DirectLinks, DirectLinks, socket.socket]:
+    """Links of member 0 to members 1 and 2, and theirs to it, stamped for operation 1;
+    and member 0's socket to member 2."""
     server = socket.create_server(("127.0.0.1", 0))
     to_1 = socket.create_connection(server.getsockname())
     from_0, _ = server.accept()
@@ -205,13 +207,13 @@ def star() -> tuple[DirectLinks, DirectLinks, DirectLinks]:
     one, two = DirectLinks({0: from_0}), DirectLinks({0: from_0_at_2})
     for links in (zero, one, two):
         stamp(links, 1)
-    return zero, one, two
+    return zero, one, two, to_2
 
 
 def test_a_member_that_closed_fails_only_waits_for_it():
     # Member 2 sent its last record and closed (it finished the group's last
     # operation first); member 0 still waits for member 1, and must get it.
-    zero, one, two = star()
+    zero, one, two, to_2 = star()
     two.send(0, 0, as_bytes(np.full(2, 2, np.int64)))
     two.flush()
     two.close()
@@ -219,7 +221,8 @@ def test_a_member_that_closed_fails_only_waits_for_it():
     zero.post(2, 0, as_bytes(from_two))
     zero.post(1, 0, as_bytes(from_one))
     zero.wait_received(2, 0)
-    time.sleep(0.1)  # member 2's end of stream is there to be read
+    # Member 2's end of stream is there to be read (its record was read already).
+    assert select.select([to_2], [], [], 20)[0], "member 2's end of stream never came"
     one.send(0, 0, as_bytes(np.full(2, 1, np.int64)))
     one.flush()
     zero.wait_received(1, 0)
@@ -237,7 +240,7 @@ def test_a_record_that_came_before_its_sender_closed_is_still_taken():
     # 0's wait for member 2's record then has what it waits for (the
     # hierarchy's barrier between 4 hosts failed this way when the first
     # host's leader left after its last neighbour check).
-    zero, one, two = star()
+    zero, one, two, _ = star()
     from_two, from_one = np.zeros(2, np.int64), np.zeros(2, np.int64)
     zero.post(2, 0, as_bytes(from_two))
     zero.post(1, 0, as_bytes(from_one))
