@@ -44,6 +44,12 @@ def _retrieve(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
+def _failed(loop: asyncio.AbstractEventLoop, error: AsyncollError) -> asyncio.Future[None]:
+    future: asyncio.Future[None] = loop.create_future()
+    future.set_exception(error)
+    return future
+
+
 class TcpMesh:
     """Data-plane connections to the other ranks of one job, over TCP.
 
@@ -150,10 +156,10 @@ class TcpMesh:
              fingerprint: Fingerprint = NO_FINGERPRINT) -> Awaitable[None]:
         """Send ``payload`` to ``peer`` as frame ``tag``; done when it may be reused."""
         if self._failed_channels and tag[0] in self._failed_channels:
-            return self._failed_future(self._failed_channels[tag[0]])
+            return _failed(self.loop, self._failed_channels[tag[0]])
         state = self._connected_peer(peer)
         if state.error is not None:
-            return self._failed_future(state.error)
+            return _failed(self.loop, state.error)
         connection = state.connection
         if connection is not None and connection.ready.done():
             if self._through_shm(state, payload):
@@ -170,7 +176,7 @@ class TcpMesh:
                   ) -> Awaitable[None]:
         """Receive frame ``tag`` from ``peer`` into ``out`` (or to ``consume``)."""
         if self._failed_channels and tag[0] in self._failed_channels:
-            return self._failed_future(self._failed_channels[tag[0]])
+            return _failed(self.loop, self._failed_channels[tag[0]])
         return self._connected_peer(peer).inbox.post(tag, out, fingerprint, consume)
 
     def watch(self, peer: int, tag: Tag) -> asyncio.Future[int]:
@@ -491,9 +497,4 @@ class TcpMesh:
     def _through_shm(self, state: PeerState, payload: memoryview) -> bool:
         threshold = self.settings.shm_min_bytes
         return bool(threshold) and state.same_host and payload.nbytes >= threshold
-
-    def _failed_future(self, error: AsyncollError) -> asyncio.Future[None]:
-        future: asyncio.Future[None] = self.loop.create_future()
-        future.set_exception(error)
-        return future
 
