@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -172,10 +173,45 @@ static void rest_if_shared(Core *self, int64_t phase) {
     __atomic_store_n(&mine[W_SLEEPING], 0, __ATOMIC_RELAXED);
 }
 
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* A gap this long between two looks at the clock while spinning: this member
+ * was taken off its processor, which another task wants. It stops spinning. */
+#define PREEMPTED_NS 20000
+/* Polls between looks at the clock. */
+#define POLLS_PER_LOOK 16
+
+/* Whether every member published `phase`, after BRIEF_YIELDS yields at most,
+ * each handing the processor to a member that needs it; none while a yield
+ * lately went to a stranger (Core.quiet_until). Without the GIL. */
+static int yield_briefly(Core *self, int64_t phase) {
+    int64_t before = now_ns();
+    if (before < self->quiet_until)
+        return 0;
+    for (int i = 0; i < BRIEF_YIELDS; i++) {
+        sched_yield();
+        if (all_published(self, phase))
+            return 1;
+        int64_t after = now_ns();
+        if (after - before > STRANGER_NS) {
+            self->quiet_until = after + QUIET_NS;
+            return 0;
+        }
+        before = after;
+    }
+    return 0;
+}
+
 /* Whether every member published `phase`, after `spins` polls and BRIEF_YIELDS
  * yields at most: the first HELD_SPINS polls with the GIL, the rest released.
- * No spins (more members than processors, where sharing one is the rule and a
- * yield hands it over for less than a sleep costs): no rest either. */
+ * The spinning stops early when this member was preempted (its processor is
+ * wanted: spinning keeps it from others, the member waited for among them). No
+ * spins (more members than processors): no rest either. The caller yields or
+ * sleeps next (Waiter.until, wait_rest). */
 int wait_briefly(Core *self, int64_t phase, long spins) {
     if (all_published(self, phase))
         return 1;
@@ -189,18 +225,23 @@ int wait_briefly(Core *self, int64_t phase, long spins) {
     if (ready)
         return 1;
     Py_BEGIN_ALLOW_THREADS
+    int64_t looked = spins > 0 ? now_ns() : 0;
     for (long i = 0; i < spins && !ready; i++) {
         PAUSE();
         ready = all_published(self, phase);
+        if (i % POLLS_PER_LOOK == POLLS_PER_LOOK - 1) {
+            int64_t now = now_ns();
+            if (now - looked > PREEMPTED_NS)
+                break;
+            looked = now;
+        }
     }
     if (!ready && rests) {
         rest_if_shared(self, phase);
         ready = all_published(self, phase);
     }
-    for (int i = 0; i < BRIEF_YIELDS && !ready; i++) {
-        sched_yield();
-        ready = all_published(self, phase);
-    }
+    if (!ready)
+        ready = yield_briefly(self, phase);
     Py_END_ALLOW_THREADS
     return ready;
 }

@@ -23,6 +23,9 @@ typedef struct {
     /* The fingerprint object last parsed (a strong reference) and its words. */
     PyObject *fingerprint;
     int64_t packed[FINGERPRINT_WORDS];
+    /* Until then (CLOCK_MONOTONIC, ns), waits do not yield: a yield lately went to a
+     * task that is no member, for a whole time slice (yield_briefly). */
+    int64_t quiet_until;
 } Core;
 
 static inline int64_t *line(Core *self, Py_ssize_t member) {

@@ -72,7 +72,9 @@ from asyncoll._native.contract import (
     LINE_WORDS,
     PID,
     PUBLISHED,
+    QUIET_NS,
     SLEEPING,
+    STRANGER_NS,
 )
 from asyncoll._transport.shm import futex, segment
 
@@ -92,6 +94,9 @@ OVERSUBSCRIBED_YIELDS = 4096
 #: While yielding, the failure check and the deadline are looked at every this many polls
 #: (the compiled brief wait's yields, BRIEF_YIELDS: a wait going on from it checks at once).
 CHECK_EVERY = BRIEF_YIELDS
+#: STRANGER_NS and QUIET_NS in seconds, time.monotonic's unit.
+_STRANGER_S = STRANGER_NS / 1e9
+_QUIET_S = QUIET_NS / 1e9
 #: Sleeps start at this many seconds and double up to the largest.
 FIRST_SLEEP_S = 20e-6
 LONGEST_SLEEP_S = 1e-3
@@ -187,6 +192,9 @@ class Waiter:
         #: The compiled wait for every member's PUBLISHED (phase, spins) -> ready:
         #: the spins and BRIEF_YIELDS yields, with the GIL released; None: none.
         self.brief = brief
+        #: Until then (time.monotonic), waits do not yield: a yield lately handed the
+        #: processor to a task that is no member, for a time slice (STRANGER_NS).
+        self.quiet_until = 0.0
 
     def until(self, ready: Poll, polls: int = 0) -> None:
         """Return once ``ready()`` is true.
@@ -211,11 +219,18 @@ class Waiter:
             if polls <= spins:
                 continue
             if polls <= spins + self.yields:
+                before = time.monotonic()
+                if before < self.quiet_until:
+                    polls = spins + self.yields  # sleeps from now on
+                    continue
                 if polls % CHECK_EVERY == 0:
                     self._check(ready)
-                    if time.monotonic() >= self.deadline:
+                    if before >= self.deadline:
                         raise ArenaExpired(ready.behind())
                 os.sched_yield()
+                after = time.monotonic()
+                if after - before > _STRANGER_S:
+                    self.quiet_until = after + _QUIET_S
             else:
                 self._check(ready)
                 if time.monotonic() >= self.deadline:
