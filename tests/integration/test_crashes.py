@@ -16,7 +16,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -54,12 +53,10 @@ def end_rank_1(tmp_path: Path, how: str, path: str = "arena", when: str = "insid
              for rank in range(2)]
     try:
         wait_ready(procs)
-        if when == "inside":  # rank 0 is in its all_reduce first
+        if when == "inside":  # rank 0 waits in its all_reduce first
             assert procs[0].stdout is not None
             assert procs[0].stdout.readline() == "CALLING\n"
-            # It has called it: nothing outside the process shows when it waits in
-            # it, so a pause (without it, both SIGINT cases of a CI run saw rank 1 gone first).
-            time.sleep(0.3)
+            assert procs[0].stdout.readline() == "WAITING\n"
         if how == "sigint":
             procs[1].send_signal(signal.SIGINT)
         else:

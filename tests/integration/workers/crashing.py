@@ -9,15 +9,40 @@ KeyboardInterrupt) or "destroy" (destroy_process_group, then its end); it
 never calls destroy_process_group otherwise. Rank 0 runs a second
 all_reduce, at once (WHEN "inside": it waits in it when rank 1 ends) or
 after a line from stdin ("after": the test sends it once rank 1 is gone),
-printing "CALLING" just before it, and prints "RAISED <class>
-peer_lost=<bool> rank=<rank named> :: <message>", or "COMPLETED".
+printing "CALLING" just before it and, "inside", "WAITING" once its main
+thread waits in asyncoll (a thread watches its stack); then it prints
+"RAISED <class> peer_lost=<bool> rank=<rank named> :: <message>", or
+"COMPLETED".
 """
 
+import os
 import sys
+import threading
+import time
 
 import numpy as np
 
 import asyncoll as dist
+
+#: The functions an all_reduce's caller waits in: the arena's waiter and its sleep,
+#: direct links' wait, a future's (the event loop's paths).
+WAITS = {"until", "rest", "_wait", "wait_received", "wait"}
+PACKAGE = os.path.dirname(dist.__file__) + os.sep
+
+
+def say_when_waiting(main: int) -> None:
+    """Print WAITING once thread ``main`` waits inside asyncoll (at most 30 s)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        frame, stack = sys._current_frames().get(main), []
+        while frame is not None:
+            stack.append(frame.f_code)
+            frame = frame.f_back
+        if stack and stack[0].co_name in WAITS and any(
+                code.co_filename.startswith(PACKAGE) for code in stack):
+            print("WAITING", flush=True)
+            return
+        time.sleep(0.001)
 
 address, rank, job, how, elements, when = sys.argv[1:7]
 dist.init_process_group(init_method=f"tcp://{address}", world_size=2, rank=int(rank),
@@ -35,6 +60,9 @@ if rank == "1":
 if when == "after":
     sys.stdin.readline()
 print("CALLING", flush=True)
+if when == "inside":
+    threading.Thread(target=say_when_waiting, args=(threading.get_ident(),),
+                     daemon=True).start()
 try:
     dist.all_reduce(data)
 except dist.AsyncollError as exc:
