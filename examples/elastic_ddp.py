@@ -12,7 +12,8 @@ starts from the others' state.
 
 Options: ``--steps`` (default 300), ``--pause`` (seconds per step, default
 0.01). Each worker prints its pid and rank when it starts, one line per
-membership change and, at the end, the checksum of its parameters.
+membership change, one when its first step in each world is done (with the
+time) and, at the end, the checksum of its parameters.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def main() -> None:
     else:
         print(f"[pid {os.getpid()}] joined as rank {asyncoll.get_rank()} of "
               f"{asyncoll.get_world_size()} at step {int(step)}", flush=True)
-    new_world = False
+    new_world = True  # its first step is said, in this world as in each one after
     while step < args.steps:
         try:
             if asyncoll.membership_changed():

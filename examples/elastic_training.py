@@ -17,7 +17,7 @@ The pattern: the state is the application's. After every membership change
 Options: ``--steps`` (default 300), ``--size`` (parameters, default 100000),
 ``--pause`` (seconds per step, default 0.01: slow enough to kill one).
 Each worker prints its pid and rank when it starts, one line per membership
-change and one when its first step after it is done (with the time, to
+change, one when its first step in each world is done (with the time, to
 measure the pause a change costs) and, at the end, the checksum of its weights.
 """
 
@@ -88,7 +88,7 @@ def main() -> None:
         share_state(weights, step)  # a newcomer, admitted into a running job
         print(f"[pid {os.getpid()}] joined as rank {dist.get_rank()} of "
               f"{dist.get_world_size()} at step {int(step[0])}", flush=True)
-    new_world = False
+    new_world = True  # its first step is said, in this world as in each one after
     while step[0] < args.steps:
         try:
             if dist.membership_changed():

@@ -40,7 +40,7 @@ def lines_of(proc: subprocess.Popen[str]) -> queue.Queue[str]:
 def run_and_kill_one(example: str, nproc: int, *args: str) -> tuple[str, float]:
     """Run ``example`` under ``asyncoll-run --max-restarts 1``; kill -9 its last rank.
 
-    The kill comes once every worker trains, well inside the training.
+    The kill comes once every worker completed a step, well inside the training.
     Returns the launcher's output and the moment of the kill (Unix time).
     """
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
@@ -54,7 +54,8 @@ def run_and_kill_one(example: str, nproc: int, *args: str) -> tuple[str, float]:
         lines = lines_of(launcher)
         seen: list[str] = []
         pids: dict[int, int] = {}
-        while len(pids) < nproc:
+        trained = 0  # workers that completed a step in the first world
+        while len(pids) < nproc or trained < nproc:
             try:
                 line = lines.get(timeout=90)
             except queue.Empty:
@@ -62,7 +63,7 @@ def run_and_kill_one(example: str, nproc: int, *args: str) -> tuple[str, float]:
             seen.append(line)
             # Workers share the launcher's output: two lines may come as one.
             pids.update((int(rank), int(pid)) for pid, rank in started.findall(line))
-        time.sleep(0.5)
+            trained += sum(int(n) == nproc for n, _ in FIRST_STEP.findall(line))
         killed_at = time.time()
         os.kill(pids[nproc - 1], signal.SIGKILL)
         code = launcher.wait(timeout=180)
@@ -93,7 +94,8 @@ def assert_went_on_and_ended_together(output: str, nproc: int, steps: int) -> No
 
 def pause_after(output: str, killed_at: float, size: int) -> float:
     """Seconds from the kill until every survivor completed a step in the world of ``size``."""
-    firsts = [float(t) for n, t in FIRST_STEP.findall(output) if int(n) == size]
+    firsts = [float(t) for n, t in FIRST_STEP.findall(output)
+              if int(n) == size and float(t) > killed_at]
     assert len(firsts) == size, output
     return max(firsts) - killed_at
 
