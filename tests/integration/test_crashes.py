@@ -41,6 +41,10 @@ class Outcome(NamedTuple):
     victim_stderr: str
     daemon_log: str
 
+    def __str__(self) -> str:
+        """Every field in full (a failed assertion shows it): pytest cuts a tuple's repr."""
+        return "\n".join(f"{name}: {value}" for name, value in self._asdict().items())
+
 
 def end_rank_1(tmp_path: Path, how: str, path: str = "arena", when: str = "inside") -> Outcome:
     """Run workers/crashing.py's job; end rank 1 ``how``; what rank 0 raised."""
@@ -79,10 +83,10 @@ def test_a_rank_that_raises_between_collectives_is_lost_for_one_waiting_on_it(
         tmp_path: Path, path: str) -> None:
     got = end_rank_1(tmp_path, "raise", path)
 
-    assert (got.kind, got.named) == ("PeerLostError", "1"), got
+    assert (got.kind, got.named) == ("PeerLostError", "1"), str(got)
     assert "rank 1" in got.message and "was lost" in got.message, got.message
     assert "ValueError (boom between collectives)" in got.message, got.message
-    assert got.victim_code == 1 and "ValueError: boom" in got.victim_stderr, got
+    assert got.victim_code == 1 and "ValueError: boom" in got.victim_stderr, str(got)
     assert "rank 1 on" in got.daemon_log and "its program raised ValueError" in got.daemon_log
 
 
@@ -101,17 +105,17 @@ def test_a_rank_interrupted_by_sigint_between_collectives_is_lost_for_the_others
         tmp_path: Path, path: str) -> None:
     got = end_rank_1(tmp_path, "sigint", path)
 
-    assert (got.kind, got.named) == ("PeerLostError", "1"), got
+    assert (got.kind, got.named) == ("PeerLostError", "1"), str(got)
     assert "rank 1" in got.message, got.message
     assert "interrupted (KeyboardInterrupt: SIGINT or Ctrl-C)" in got.message, got.message
-    assert got.victim_code == -signal.SIGINT and "KeyboardInterrupt" in got.victim_stderr, got
+    assert got.victim_code == -signal.SIGINT and "KeyboardInterrupt" in got.victim_stderr, str(got)
 
 
 def test_a_rank_that_destroyed_its_group_early_still_left_in_order(tmp_path: Path) -> None:
     got = end_rank_1(tmp_path, "destroy")
 
-    assert got.kind == "MismatchError", got
+    assert got.kind == "MismatchError", str(got)
     assert "rank 1" in got.message and "left the job (destroy_process_group)" in got.message
     assert "different numbers of collectives" in got.message, got.message
-    assert got.victim_code == 0, got
+    assert got.victim_code == 0, str(got)
     assert "was lost" not in got.daemon_log, got.daemon_log
