@@ -211,7 +211,7 @@ static int yield_briefly(Core *self, int64_t phase) {
  * The spinning stops early when this member was preempted (its processor is
  * wanted: spinning keeps it from others, the member waited for among them). No
  * spins (more members than processors): no rest either. The caller yields or
- * sleeps next (Waiter.until, wait_rest). */
+ * sleeps next (Waiter.until, then Arena.rest). */
 int wait_briefly(Core *self, int64_t phase, long spins) {
     if (all_published(self, phase))
         return 1;

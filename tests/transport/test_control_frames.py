@@ -22,6 +22,8 @@ from asyncoll._transport.tcp.mesh import TcpMesh
 from asyncoll._transport.tcp.peer_state import PeerState
 from asyncoll.errors import AbortedError, AsyncollError, PeerLostError
 
+from loopback_pair import loopback_pair  # tests/transport/loopback_pair.py
+
 pytestmark = pytest.mark.timeout(30)
 
 GROUP = 7
@@ -45,11 +47,7 @@ class Told:
 
 @pytest.fixture
 async def pair() -> AsyncIterator[tuple[TcpMesh, TcpMesh, Told]]:
-    zero, one = TcpMesh("job"), TcpMesh("job")
-    directory = {0: ("127.0.0.1", await zero.listen("127.0.0.1"), "a"),
-                 1: ("127.0.0.1", await one.listen("127.0.0.1"), "b")}
-    zero.set_directory(0, directory)
-    one.set_directory(1, directory)
+    zero, one = await loopback_pair()
     told = Told()
     one.listener = told  # type: ignore[assignment]
     try:

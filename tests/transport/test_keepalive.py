@@ -19,6 +19,8 @@ import pytest
 from asyncoll._transport.tcp.mesh import TcpMesh
 from asyncoll.errors import AsyncollError, PeerLostError
 
+from loopback_pair import loopback_pair  # tests/transport/loopback_pair.py
+
 pytestmark = pytest.mark.timeout(30)
 
 DEADLINE = 0.4
@@ -37,11 +39,7 @@ class Told:
 
 @pytest.fixture
 async def pair() -> AsyncIterator[tuple[TcpMesh, TcpMesh, Told]]:
-    zero, one = TcpMesh("job"), TcpMesh("job")
-    directory = {0: ("127.0.0.1", await zero.listen("127.0.0.1"), "a"),
-                 1: ("127.0.0.1", await one.listen("127.0.0.1"), "b")}
-    zero.set_directory(0, directory)
-    one.set_directory(1, directory)
+    zero, one = await loopback_pair()
     told = Told()
     zero.listener = told  # type: ignore[assignment]
     data = np.ones(4, dtype=np.uint8)

@@ -192,9 +192,9 @@ class TcpMesh:
     def send_control(self, peer: int, tag: Tag, payload: memoryview) -> None:
         """Send an ABORT frame about ``tag`` to ``peer``; best effort: a connection coming
         up carries it once ready (within HANDSHAKE_TIMEOUT_S), none is dialed for it."""
-        state = self._peer(peer)
-        if peer == self._rank or self._closed or state.error is not None:
+        if peer == self._rank or self._closed or self._peer(peer).error is not None:
             return
+        state = self._peers[peer]
         sent = (state.send_control(tag, payload) if state.settled.is_set() else
                 state.send_control_when_ready(tag, bytes(payload), HANDSHAKE_TIMEOUT_S))
         if sent is not None:  # nobody waits for it: its failure is not logged as unretrieved
