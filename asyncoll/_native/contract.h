@@ -48,11 +48,9 @@ static const int FINGERPRINT_AT[2] = {8, 16};
  * (Waiter's CHECK_EVERY). */
 #define BRIEF_YIELDS 16
 /* A yield that came back this late went to a task that is no member, for a
- * scheduler's time slice; after one, waits skip their yields for QUIET_FIRST_NS,
- * doubled up to QUIET_LONGEST_NS while strangers come back (be_quiet). */
+ * scheduler's time slice; after one, waits skip their yields for QUIET_NS. */
 #define STRANGER_NS 500000
-#define QUIET_FIRST_NS 8000000
-#define QUIET_LONGEST_NS 256000000
+#define QUIET_NS 250000000
 /* Copies into and out of the slots go in steps of at most this many bytes
  * (steps.c says why). */
 #define COPY_BLOCK_BYTES (256 << 10)

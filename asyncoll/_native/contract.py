@@ -23,8 +23,7 @@ from __future__ import annotations
 __all__ = ["ABANDONED", "ABANDONED_CODE", "ABANDONED_MS", "ABANDONED_RANK", "ALIGN",
            "ALL_REDUCE", "ATTRIBUTES", "BARRIER", "BRIEF_YIELDS", "COPY_BLOCK_BYTES", "DONE",
            "FIELDS", "FINGERPRINTS", "FINGERPRINT_WORDS", "IN_C", "LINE_BYTES", "LINE_WORDS",
-           "MISMATCH", "OPS", "PID", "PROCESSOR", "PUBLISHED", "QUIET_FIRST_NS",
-           "QUIET_LONGEST_NS", "REDUCE_OPS",
+           "MISMATCH", "OPS", "PID", "PROCESSOR", "PUBLISHED", "QUIET_NS", "REDUCE_OPS",
            "SLEEPING", "STRANGER_NS", "TYPES", "WAITING", "WAITING_RESULTS"]
 
 # -- what a step returns (the compiled steps' and the compiled entry's status) ----------
@@ -72,13 +71,9 @@ BRIEF_YIELDS = 16
 #: A yield (the compiled brief wait's, the Python Waiter's) that came back this late
 #: (nanoseconds) handed the processor to a task that is no member, for a scheduler's
 #: time slice: a member waiting hands it back within its poll, one working within its
-#: step. After one, waits skip their yields for a while and sleep on the futex instead:
-#: QUIET_FIRST_NS, doubled up to QUIET_LONGEST_NS each time a stranger is met again
-#: within the last quiet time's length of its end. An idle machine's rare stranger (a
-#: daemon's wake-up) then costs a short quiet; a busy neighbour soon a long one.
+#: step. After one, waits skip their yields for QUIET_NS and sleep on the futex instead.
 STRANGER_NS = 500_000
-QUIET_FIRST_NS = 8_000_000
-QUIET_LONGEST_NS = 256_000_000
+QUIET_NS = 250_000_000
 #: Copies to and from the slots go in steps of this many bytes (docs/design/native.md,
 #: "Processors that share no cache").
 COPY_BLOCK_BYTES = 256 << 10
@@ -109,4 +104,4 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
 IN_C = ("DONE", "WAITING", "MISMATCH", "WAITING_RESULTS", "ALL_REDUCE", "BARRIER", "TYPES",
         "REDUCE_OPS", "OPS", "LINE_BYTES", "LINE_WORDS", "PUBLISHED", "SLEEPING", "PROCESSOR",
         "FINGERPRINTS", "FINGERPRINT_WORDS", "ALIGN", "BRIEF_YIELDS", "COPY_BLOCK_BYTES",
-        "STRANGER_NS", "QUIET_FIRST_NS", "QUIET_LONGEST_NS", "FIELDS", "ATTRIBUTES")
+        "STRANGER_NS", "QUIET_NS", "FIELDS", "ATTRIBUTES")

@@ -185,16 +185,6 @@ static int64_t now_ns(void) {
 /* Polls between looks at the clock. */
 #define POLLS_PER_LOOK 16
 
-/* A yield that ended at `now` went to a stranger: no yields for a while, twice
- * the last while where the last one ended less than its length ago (the
- * Python Waiter's _met_stranger). */
-static void be_quiet(Core *self, int64_t now) {
-    int again = now - self->quiet_until < self->quiet_ns;
-    int64_t twice = 2 * self->quiet_ns;
-    self->quiet_ns = !again ? QUIET_FIRST_NS : twice < QUIET_LONGEST_NS ? twice : QUIET_LONGEST_NS;
-    self->quiet_until = now + self->quiet_ns;
-}
-
 /* Whether every member published `phase`, after BRIEF_YIELDS yields at most,
  * each handing the processor to a member that needs it; none while a yield
  * lately went to a stranger (Core.quiet_until). Without the GIL. */
@@ -208,7 +198,7 @@ static int yield_briefly(Core *self, int64_t phase) {
             return 1;
         int64_t after = now_ns();
         if (after - before > STRANGER_NS) {
-            be_quiet(self, after);
+            self->quiet_until = after + QUIET_NS;
             return 0;
         }
         before = after;

@@ -24,9 +24,8 @@ typedef struct {
     PyObject *fingerprint;
     int64_t packed[FINGERPRINT_WORDS];
     /* Until then (CLOCK_MONOTONIC, ns), waits do not yield: a yield lately went to a
-     * task that is no member, for a whole time slice (yield_briefly); and the
-     * length of that quiet time (be_quiet). */
-    int64_t quiet_until, quiet_ns;
+     * task that is no member, for a whole time slice (yield_briefly). */
+    int64_t quiet_until;
 } Core;
 
 static inline int64_t *line(Core *self, Py_ssize_t member) {

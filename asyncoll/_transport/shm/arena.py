@@ -72,8 +72,7 @@ from asyncoll._native.contract import (
     LINE_WORDS,
     PID,
     PUBLISHED,
-    QUIET_FIRST_NS,
-    QUIET_LONGEST_NS,
+    QUIET_NS,
     SLEEPING,
     STRANGER_NS,
 )
@@ -95,10 +94,9 @@ OVERSUBSCRIBED_YIELDS = 4096
 #: While yielding, the failure check and the deadline are looked at every this many polls
 #: (the compiled brief wait's yields, BRIEF_YIELDS: a wait going on from it checks at once).
 CHECK_EVERY = BRIEF_YIELDS
-#: STRANGER_NS and the quiet times in seconds, time.monotonic's unit.
+#: STRANGER_NS and QUIET_NS in seconds, time.monotonic's unit.
 _STRANGER_S = STRANGER_NS / 1e9
-_QUIET_FIRST_S = QUIET_FIRST_NS / 1e9
-_QUIET_LONGEST_S = QUIET_LONGEST_NS / 1e9
+_QUIET_S = QUIET_NS / 1e9
 #: Sleeps start at this many seconds and double up to the largest.
 FIRST_SLEEP_S = 20e-6
 LONGEST_SLEEP_S = 1e-3
@@ -195,10 +193,8 @@ class Waiter:
         #: the spins and BRIEF_YIELDS yields, with the GIL released; None: none.
         self.brief = brief
         #: Until then (time.monotonic), waits do not yield: a yield lately handed the
-        #: processor to a task that is no member, for a time slice (STRANGER_NS);
-        #: and that quiet time's length (_met_stranger).
+        #: processor to a task that is no member, for a time slice (STRANGER_NS).
         self.quiet_until = 0.0
-        self.quiet_s = 0.0
 
     def until(self, ready: Poll, polls: int = 0) -> None:
         """Return once ``ready()`` is true.
@@ -234,22 +230,13 @@ class Waiter:
                 os.sched_yield()
                 after = time.monotonic()
                 if after - before > _STRANGER_S:
-                    self._met_stranger(after)
+                    self.quiet_until = after + _QUIET_S
             else:
                 self._check(ready)
                 if time.monotonic() >= self.deadline:
                     raise ArenaExpired(ready.behind())
                 self._rest(ready, pause)
                 pause = min(pause * 2, LONGEST_SLEEP_S)
-
-
-    def _met_stranger(self, now: float) -> None:
-        """A yield that ended at ``now`` went to a stranger: no yields for a while,
-        twice the last while where the last one ended less than its length ago
-        (QUIET_FIRST_NS, QUIET_LONGEST_NS; the compiled be_quiet keeps the same rule)."""
-        again = now - self.quiet_until < self.quiet_s
-        self.quiet_s = min(2 * self.quiet_s, _QUIET_LONGEST_S) if again else _QUIET_FIRST_S
-        self.quiet_until = now + self.quiet_s
 
 
 class Holder(Protocol):
