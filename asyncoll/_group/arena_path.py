@@ -262,7 +262,7 @@ class GroupArena:
             step = self._step = ArenaStep(arena, 0, fingerprint, Waiter(
                 0.0, self.check, 0 if crowded else SPINS, arena.rest,
                 arena.core.wait if arena.core is not None else None,
-                OVERSUBSCRIBED_YIELDS if crowded else YIELDS))
+                OVERSUBSCRIBED_YIELDS if crowded else YIELDS, arena.strangers_running))
         step.operation = started or step.operation + 1
         step.fingerprint = fingerprint
         step.cancelled = False

@@ -10,9 +10,11 @@
  */
 #include "core.h"
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -185,9 +187,34 @@ static int64_t now_ns(void) {
 /* Polls between looks at the clock. */
 #define POLLS_PER_LOOK 16
 
+/* Whether this machine runs more tasks than this group has members awake (not
+ * asleep on a futex, SLEEPING): a task that is no member wants a processor.
+ * The count of running tasks is /proc/loadavg's fourth field's first number;
+ * where it cannot be read, yes. (Arena.strangers_running in Python.) */
+static int strangers_running(Core *self) {
+    char text[128];
+    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 1;
+    ssize_t got = read(fd, text, sizeof text - 1);
+    close(fd);
+    char *slash = got > 0 ? memchr(text, '/', (size_t)got) : NULL;
+    if (slash == NULL)
+        return 1;
+    char *number = slash;
+    while (number > text && number[-1] != ' ')
+        number--;
+    long running = strtol(number, NULL, 10);
+    Py_ssize_t awake = 0;
+    for (Py_ssize_t m = 0; m < self->size; m++)
+        awake += !__atomic_load_n(&line(self, m)[W_SLEEPING], __ATOMIC_RELAXED);
+    return running > awake;
+}
+
 /* Whether every member published `phase`, after BRIEF_YIELDS yields at most,
  * each handing the processor to a member that needs it; none while a yield
- * lately went to a stranger (Core.quiet_until). Without the GIL. */
+ * lately went to a stranger (Core.quiet_until): one that came back late while
+ * a task that is no member was running. Without the GIL. */
 static int yield_briefly(Core *self, int64_t phase) {
     int64_t before = now_ns();
     if (before < self->quiet_until)
@@ -197,7 +224,7 @@ static int yield_briefly(Core *self, int64_t phase) {
         if (all_published(self, phase))
             return 1;
         int64_t after = now_ns();
-        if (after - before > STRANGER_NS) {
+        if (after - before > STRANGER_NS && strangers_running(self)) {
             self->quiet_until = after + QUIET_NS;
             return 0;
         }
@@ -319,6 +346,12 @@ static PyObject *core_wait(Core *self, PyObject *const *args, Py_ssize_t nargs) 
     return PyBool_FromLong(wait_briefly(self, phase, spins));
 }
 
+static PyObject *core_strangers_running(Core *self, PyObject *Py_UNUSED(unused)) {
+    if (!core_mapped(self))
+        return NULL;
+    return PyBool_FromLong(strangers_running(self));
+}
+
 static PyObject *core_release_method(Core *self, PyObject *Py_UNUSED(unused)) {
     core_release(self);
     Py_RETURN_NONE;
@@ -332,6 +365,8 @@ static const PyMethodDef core_methods[] = {
      "publish(phase, fingerprint): say this member's slot holds phase's data"},
     {"wait", (PyCFunction)(void (*)(void))core_wait, METH_FASTCALL,
      "wait(phase, spins) -> whether every member published phase, after a brief wait"},
+    {"strangers_running", (PyCFunction)core_strangers_running, METH_NOARGS,
+     "strangers_running() -> whether more tasks run than members are awake"},
     {"release", (PyCFunction)core_release_method, METH_NOARGS,
      "release(): let go of the mapping (the arena closes)"},
     {NULL, NULL, 0, NULL},

@@ -1,7 +1,8 @@
 """The arena Waiter's yields: a yield that hands the processor to a stranger ends them.
 
 A yield that comes back after a scheduler's time slice (longer than
-STRANGER_NS) went to a task that is no member: the Waiter stops yielding,
+STRANGER_NS) while the machine runs a task that is no member (more tasks
+run than the arena has members awake) went to that task: the Waiter stops yielding,
 sleeps instead (its rest, which the member waited for wakes), and skips its
 yields in every wait for QUIET_NS. The yields are faked: a slow one sleeps
 past STRANGER_NS, a lower bound that a loaded machine only lengthens.
@@ -9,13 +10,15 @@ past STRANGER_NS, a lower bound that a loaded machine only lengthens.
 
 from __future__ import annotations
 
+import mmap
 import time
 
 import pytest
 
-from asyncoll._native.contract import QUIET_NS, STRANGER_NS
+from asyncoll._native import arena as native
+from asyncoll._native.contract import QUIET_NS, SLEEPING, STRANGER_NS
 from asyncoll._transport.shm import arena
-from asyncoll._transport.shm.arena import Waiter
+from asyncoll._transport.shm.arena import Arena, Waiter, arena_bytes, running_tasks
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -90,3 +93,56 @@ def test_once_the_quiet_time_is_over_the_waits_yield_again(slow):
     waiter.until(ReadyAfter(10))
 
     assert slow.yields > 0
+
+
+def test_a_late_yield_while_no_stranger_runs_leaves_the_yields_on(slow):
+    # More members than processors: a member that works for longer than a
+    # time slice takes the yield, and yielding to it is still right.
+    waiter = Waiter(time.monotonic() + 60, lambda poll: None, 0, slow.rest, yields=100,
+                    strangers=lambda: False)
+
+    waiter.until(ReadyAfter(10))
+
+    assert slow.yields == 10 and slow.rests == []
+    assert waiter.quiet_until == 0.0
+
+
+@pytest.fixture
+def first_of_three() -> Arena:
+    """Member 0's view of an arena of three (the others' lines are its words too)."""
+    member = Arena(mmap.mmap(-1, arena_bytes(3, 64)), 3, 0, 64)
+    yield member
+    member.close()
+
+
+@pytest.mark.parametrize("running, asleep, strangers", [
+    (3, [], False), (4, [], True), (2, [], False), (2, [1], False), (3, [1], True),
+    (2, [1, 2], True), (None, [], True)])
+def test_strangers_run_where_more_tasks_run_than_members_are_awake(
+        first_of_three, monkeypatch, running, asleep, strangers):
+    monkeypatch.setattr(arena, "running_tasks", lambda: running)
+    for member in asleep:
+        first_of_three._words[member * arena.LINE_WORDS + SLEEPING] = 1
+
+    assert first_of_three.strangers_running() is strangers
+
+
+@pytest.mark.skipif(not native, reason="the compiled extension is not built")
+@pytest.mark.parametrize("asleep", [0, 256], ids=["all awake", "all asleep"])
+def test_the_compiled_rule_gives_the_python_one_s_answer(asleep):
+    # 256 members awake outnumber what this machine runs; none awake, they cannot.
+    member = Arena(mmap.mmap(-1, arena_bytes(256, 64)), 256, 0, 64)
+    try:
+        for index in range(asleep):
+            member._words[index * arena.LINE_WORDS + SLEEPING] = 1
+        assert member.core.strangers_running() is member.strangers_running() is (asleep > 0)
+    finally:
+        member.close()
+
+
+def test_the_running_tasks_are_read_from_the_kernel_and_count_this_one():
+    running = running_tasks()
+
+    assert running is None or running >= 1
+    if open("/proc/loadavg").read():  # Linux: the count is there
+        assert running is not None

@@ -170,6 +170,20 @@ def _sleep(ready: Poll, seconds: float) -> None:
     time.sleep(seconds)
 
 
+def _unknown() -> bool:
+    return True
+
+
+def running_tasks() -> int | None:
+    """How many tasks this machine runs now (the first number of /proc/loadavg's
+    fourth field); None where that cannot be read."""
+    try:
+        with open("/proc/loadavg", "rb") as loadavg:
+            return int(loadavg.read().split()[3].split(b"/")[0])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class Waiter:
     """Adaptive waiting with a deadline and a failure check between polls.
 
@@ -179,7 +193,7 @@ class Waiter:
     def __init__(self, deadline: float, check: Callable[[Poll], None],
                  spins: int = SPINS, rest: Callable[[Poll, float], None] = _sleep,
                  brief: Callable[[int, int], bool] | None = None,
-                 yields: int = YIELDS) -> None:
+                 yields: int = YIELDS, strangers: Callable[[], bool] = _unknown) -> None:
         self.deadline = deadline
         self._check = check
         #: How a long wait sleeps for up to a step's seconds (Arena.rest, or a timed sleep).
@@ -193,8 +207,10 @@ class Waiter:
         #: the spins and BRIEF_YIELDS yields, with the GIL released; None: none.
         self.brief = brief
         #: Until then (time.monotonic), waits do not yield: a yield lately handed the
-        #: processor to a task that is no member, for a time slice (STRANGER_NS).
+        #: processor to a task that is no member, for a time slice (STRANGER_NS),
+        #: that is, it came back late while ``strangers()`` said such tasks run.
         self.quiet_until = 0.0
+        self._strangers = strangers
 
     def until(self, ready: Poll, polls: int = 0) -> None:
         """Return once ``ready()`` is true.
@@ -229,7 +245,7 @@ class Waiter:
                         raise ArenaExpired(ready.behind())
                 os.sched_yield()
                 after = time.monotonic()
-                if after - before > _STRANGER_S:
+                if after - before > _STRANGER_S and self._strangers():
                     self.quiet_until = after + _QUIET_S
             else:
                 self._check(ready)
@@ -348,6 +364,17 @@ class Arena:
     def sleeping(self, member: int) -> bool:
         """Whether ``member`` sleeps on a futex now."""
         return bool(self._words[member * _LINE + SLEEPING])
+
+    def strangers_running(self) -> bool:
+        """Whether this machine runs more tasks than this arena has members awake
+        (not asleep on a futex): a task that is no member wants a processor. Yes
+        where the count of running tasks cannot be read (the compiled
+        strangers_running keeps the same rule)."""
+        running = running_tasks()
+        if running is None:
+            return True
+        words = self._words
+        return running > sum(not words[index] for index in self._sleeping)
 
     def rest(self, ready: Poll, seconds: float) -> None:
         """Sleep up to ``seconds``, or until the first member ``ready`` waits for publishes.
