@@ -62,23 +62,29 @@ class TorchCollectives:
     #: The asyncoll group and the error of the last operation that broke it in the caller's
     #: thread: the group's own record of it (GroupCore.failure) is made on the loop, later.
     _failed_here: tuple[AsyncProcessGroup, AsyncollError] | None = None
+    #: numpy's view of the tensor the last repeated call took (made at the first).
+    _flat: repeats.LastFlat | None = None
 
     # -- reductions ------------------------------------------------------------------------
 
-    def allreduce(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
+    def allreduce(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork | None:
         """Reduce each tensor across the group, in place (torch's allreduce).
 
         Sparse COO tensors are gathered and summed (asyncoll._torch_backend.sparse).
+        None for a blocking call (``opts.asyncOp`` False, as torch's all_reduce
+        sets it) that completed in this thread as a repeat: torch takes no Work
+        as a backend that synchronized, and waits for nothing.
         """
         # Its errors become torch's here, not through through_torch: each small
         # allreduce that repeats would pay for the wrapper's call.
         try:
             op, limit = _op(opts), self._limit(opts)
             if len(tensors) == 1:
-                again = self._ran_again("allreduce", tensors[0], "all_reduce",
-                                        repeats.reduce_op(op), limit)
-                if again is not None:
-                    return again
+                ran, work = self._ran_again("allreduce", tensors[0], "all_reduce",
+                                            repeats.reduce_op(op), limit,
+                                            opts is not None and not opts.asyncOp)
+                if ran:
+                    return work
             return self._start("allreduce", list(tensors), (
                 self._sparse_sum(t, op, limit) if sparse.is_sparse(t) else
                 _reducing(t, lambda s: self._group.all_reduce(s, op, limit))
@@ -325,23 +331,30 @@ class TorchCollectives:
                                      f"{len(ranks)}; use 0 to {len(ranks) - 1}")
         return ranks[group_rank]
 
-    def _ran_again(self, what: str, tensor: Any, collective: str,
-                   op: Any = None, limit: float | None = None) -> AsyncollWork | None:
-        """The Work of ``tensor``'s call when it ran in this thread, within ``limit`` seconds
-        (None: the group's timeout), as a repeat of an earlier one (asyncoll's
-        ``collective``, ``tensor``'s dtype and size, ``op``: ran_again, the repeat check
-        the blocking API uses too); None, having done nothing, for anything else."""
-        array = repeats.flat_array(tensor)
+    def _ran_again(self, what: str, tensor: Any, collective: str, op: Any = None,
+                   limit: float | None = None,
+                   blocking: bool = False) -> tuple[bool, AsyncollWork | None]:
+        """Whether ``tensor``'s call ran in this thread, within ``limit`` seconds (None:
+        the group's timeout), as a repeat of an earlier one (asyncoll's ``collective``,
+        ``tensor``'s dtype and size, ``op``: ran_again, the repeat check the blocking
+        API uses too), and its Work: none for a ``blocking`` call that succeeded.
+        (False, None), having done nothing, for anything else."""
+        flat = self._flat
+        if flat is None:
+            flat = self._flat = repeats.LastFlat()
+        array = flat.of(tensor)
         if array is None:
-            return None
+            return False, None
         try:
             if not ran_again(self._group, collective, array, op, -1, limit):  # -1: no root
-                return None
+                return False, None
+            if blocking:
+                return True, None
             future = DONE
         except AsyncollError as exc:
             future = failed(exc)  # raised by wait(), as from the loop
             self._failed_in_this_thread(exc)
-        return AsyncollWork(future, [tensor], f"{what} on {self._named}", self._world)
+        return True, AsyncollWork(future, [tensor], f"{what} on {self._named}", self._world)
 
     def _failed_in_this_thread(self, error: BaseException | None) -> None:
         # Only what breaks the group (a refused argument does not): get_error reads it

@@ -11,6 +11,7 @@ path, which checks it and says what is wrong.
 from __future__ import annotations
 
 from typing import Any
+import weakref
 
 from numpy.typing import NDArray
 import torch
@@ -34,6 +35,39 @@ def flat_array(tensor: Any) -> NDArray[Any] | None:
     except (TypeError, RuntimeError):
         return None  # a dtype numpy lacks: the full path says so
     return array if array.ndim == 1 else array.reshape(-1)
+
+
+class LastFlat:
+    """:func:`flat_array` of the tensor a group's call took last, kept while that
+    tensor is the same memory seen the same way: a program repeating a call on
+    one tensor (a gradient bucket, a loss) then skips making numpy's view anew.
+
+    The tensor is held weakly; its data pointer, shape, dtype and contiguity
+    are compared at each call (``set_``, ``resize_`` and ``.data =`` change
+    them), and the view is made anew where one differs. Complex tensors are
+    not kept: ``.data = t.conj()`` would change only their conjugate bit.
+    """
+
+    __slots__ = ("_tensor", "_seen", "_array")
+
+    def __init__(self) -> None:
+        self._tensor: weakref.ref[Any] | None = None
+        self._seen: tuple[Any, ...] = ()
+        self._array: NDArray[Any] | None = None
+
+    def of(self, tensor: Any) -> NDArray[Any] | None:
+        """flat_array(tensor), from the last call's where ``tensor`` is that one's."""
+        last = self._tensor
+        if last is not None and last() is tensor and self._seen == (
+                tensor.data_ptr(), tensor.shape, tensor.dtype, tensor.is_contiguous()):
+            return self._array
+        array = flat_array(tensor)
+        if array is None or array.dtype.kind == "c":
+            return array
+        self._tensor = weakref.ref(tensor)
+        self._seen = (tensor.data_ptr(), tensor.shape, tensor.dtype, True)
+        self._array = array
+        return array
 
 
 def reduce_op(op: Any) -> ReduceOp | None:

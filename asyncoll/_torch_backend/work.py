@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -28,11 +29,15 @@ import torch
 import torch.distributed as dist
 
 from asyncoll._api.work import Work
+from asyncoll._group.core import DONE
 from asyncoll._torch_backend.errors import torch_error
 from asyncoll._torch_backend.world import TorchWorld
 from asyncoll.errors import AsyncollError
 
 _WorkBase: Any = dist.distributed_c10d.Work
+#: Taken to make a Work's torch future and to claim completing it: briefly, and
+#: rarely (once per future), so all Works share it.
+_SETTLING = threading.Lock()
 
 
 class AsyncollWork(_WorkBase):  # type: ignore[misc]
@@ -41,16 +46,24 @@ class AsyncollWork(_WorkBase):  # type: ignore[misc]
     def __init__(self, future: concurrent.futures.Future[Any], outputs: list[Any], what: str,
                  world: TorchWorld, source: int | Callable[[], int] = -1) -> None:
         super().__init__()
-        self._work = Work(future, what)
+        self._future = future
         self._outputs = outputs
         self._what = what
         self._world = world
-        self._source = source
-        self._torch_future: Any = None
-        self._settled: Any = None
-        #: Whether a thread has taken on completing the torch future (it is done once).
-        self._claimed = False
-        self._lock = threading.Lock()
+        if source != -1:
+            self._source = source
+
+    # Each call makes a Work, and most are repeats that ran in the caller's thread
+    # (DONE): what they leave as it is, and asyncoll's Work, are made only when asked.
+    _source: int | Callable[[], int] = -1
+    _torch_future: Any = None
+    _settled: Any = None
+    #: Whether a thread has taken on completing the torch future (it is done once).
+    _claimed = False
+
+    @functools.cached_property
+    def _work(self) -> Work:
+        return Work(self._future, self._what)
 
     def wait(self, timeout: timedelta | float | None = None) -> bool:
         """Block until the operation completes; return True or raise its error.
@@ -64,6 +77,8 @@ class AsyncollWork(_WorkBase):  # type: ignore[misc]
                 operation failed: asyncoll's error as torch's, both classes
                 (asyncoll._torch_backend.errors), caused by asyncoll's own.
         """
+        if self._future is DONE and self._torch_future is None:
+            return True  # a repeat that ran in this thread: nothing to wait for or settle
         limit = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
         try:
             return self._work.wait(limit if limit else None)
@@ -118,7 +133,7 @@ class AsyncollWork(_WorkBase):  # type: ignore[misc]
         (a crash). Its ``wait()`` raises a RuntimeError carrying asyncoll's
         message, as gloo's does.
         """
-        with self._lock:
+        with _SETTLING:
             made = self._torch_future is None
             if made:
                 settled = self._settled = torch.futures.Future()
@@ -146,7 +161,7 @@ class AsyncollWork(_WorkBase):  # type: ignore[misc]
     def _settle(self) -> None:
         """Complete the torch future of the finished operation, once; return when it is
         done, whichever thread completes it."""
-        with self._lock:
+        with _SETTLING:
             claimed, self._claimed = not self._claimed, True
         if claimed:
             # Runs _outcome, which completes the future then() gave, and its callbacks.

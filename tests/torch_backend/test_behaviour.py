@@ -118,6 +118,13 @@ def test_repeated_all_reduce_runs_again_in_the_callers_thread_with_the_right_res
         assert ran_compiled == (1 if compiled else 0), r["repeats"]
 
 
+def test_a_blocking_repeat_gives_torch_no_work_and_one_tensor_s_memory_is_followed(reports):
+    # 3 ranks: 0 + 1 + 2 = 3, tripled by each later all_reduce; after set_, 3 ones.
+    for r in reports:
+        assert r["one_tensor"] == [[False, True, True], True,
+                                   [[81.0] * 11, True, True, [3.0] * 11]], r["one_tensor"]
+
+
 def test_refused_call_raises_asyncolls_error_as_torchs_from_the_torch_call(reports):
     for r in reports:
         # Both: a DistBackendError (a RuntimeError) and asyncoll's ConfigurationError,

@@ -184,6 +184,22 @@ def main() -> None:
     group.again, group.express = real_run_again, real_express
     results["repeats"] = [repeated, again, real_express is not None, sum(compiled)]
 
+    # One tensor's repeats: a blocking one that ran in this thread gives torch no Work
+    # (torch's all_reduce then waits for nothing), an asynchronous one a Work. After
+    # set_ puts the tensor on other memory, the result lands there, not in the old.
+    # (11 elements: a signature no call above had, so the first call is no repeat.)
+    default_group, same = dist.distributed_c10d._get_default_group(), torch.full((11,), 0.0)
+    same += rank
+    blocking, asynchronous = dist.AllreduceOptions(), dist.AllreduceOptions()
+    blocking.asyncOp = False
+    works = [default_group.allreduce([same], blocking) for _ in range(3)]
+    work = default_group.allreduce([same], asynchronous)
+    values = [same.tolist(), work.wait(), work.result()[0] is same]
+    same.set_(torch.ones(11))
+    default_group.allreduce([same], blocking)
+    values.append(same.tolist())
+    results["one_tensor"] = [[w is None for w in works], isinstance(work, dist.Work), values]
+
     # batch_isend_irecv around the ring.
     n = dist.get_world_size()
     outgoing, incoming = torch.full((2,), float(rank)), torch.zeros(2)
