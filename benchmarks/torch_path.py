@@ -10,6 +10,10 @@ Rank 0 prints the median µs of a blocking 4-byte all_reduce (over batches
 of calls) and the median ms of one DDP training step (forward, backward
 with its gradient all_reduces, optimizer step) of an MLP of about 4.2M
 parameters. Compare versions and backends side by side, alternating runs.
+
+The backend "nothing" is a Python ProcessGroup whose all_reduce does
+nothing: its 4-byte figure is what torch itself costs a Python backend's
+call (no DDP step on it).
 """
 
 from __future__ import annotations
@@ -38,6 +42,25 @@ def all_reduce_us(batches: int = 200, calls: int = 200) -> float:
     return statistics.median(per_batch)
 
 
+class _DoneWork(dist.distributed_c10d.Work):  # type: ignore[misc]
+    def wait(self, timeout: object = None) -> bool:
+        return True
+
+
+class _Nothing(dist.ProcessGroup):  # type: ignore[misc]
+    """A process group whose all_reduce does nothing and is done at once."""
+
+    def allreduce(self, tensors: object, opts: object = None) -> _DoneWork:
+        return _DoneWork()
+
+
+def _register_nothing() -> None:
+    dist.Backend.register_backend(
+        "nothing", lambda options, backend_options=None: _Nothing(options.group_rank,
+                                                                  options.group_size),
+        extended_api=True, devices=["cpu"])
+
+
 def ddp_step_ms(steps: int = 60) -> float:
     """The median ms of one DDP step of a 4.2M-parameter MLP on a batch of 64."""
     torch.manual_seed(0)
@@ -60,9 +83,11 @@ def ddp_step_ms(steps: int = 60) -> float:
 def main() -> None:
     backend = sys.argv[1] if len(sys.argv) > 1 else "asyncoll"
     torch.set_num_threads(1)
+    if backend == "nothing":
+        _register_nothing()
     dist.init_process_group(backend)
     small = all_reduce_us()
-    step = ddp_step_ms()
+    step = ddp_step_ms() if backend != "nothing" else float("nan")
     if dist.get_rank() == 0:
         print(f"{backend}: 4 B all_reduce {small:.1f} us; DDP step {step:.2f} ms", flush=True)
     dist.destroy_process_group()
