@@ -91,6 +91,12 @@ _NAME_BYTES = 64
 _ROOM_SHARE = 4
 
 
+def _unheeded() -> bool:
+    """Strangers, for a group with a processor per member: its waits keep yielding
+    (a DDP step's compute threads beside it ran slower when they slept instead)."""
+    return False
+
+
 def slot_for(members: int, largest: int, room: int | None) -> int:
     """The slot of a new arena for ``members``, sized to /dev/shm's free ``room``.
 
@@ -262,7 +268,8 @@ class GroupArena:
             step = self._step = ArenaStep(arena, 0, fingerprint, Waiter(
                 0.0, self.check, 0 if crowded else SPINS, arena.rest,
                 arena.core.wait if arena.core is not None else None,
-                OVERSUBSCRIBED_YIELDS if crowded else YIELDS, arena.strangers_running))
+                OVERSUBSCRIBED_YIELDS if crowded else YIELDS,
+                arena.strangers_running if crowded else _unheeded))
         step.operation = started or step.operation + 1
         step.fingerprint = fingerprint
         step.cancelled = False

@@ -214,8 +214,9 @@ static int strangers_running(Core *self) {
 /* Whether every member published `phase`, after BRIEF_YIELDS yields at most,
  * each handing the processor to a member that needs it; none while a yield
  * lately went to a stranger (Core.quiet_until): one that came back late while
- * a task that is no member was running. Without the GIL. */
-static int yield_briefly(Core *self, int64_t phase) {
+ * a task that is no member was running, in a group `crowded` with more
+ * members than processors. Without the GIL. */
+static int yield_briefly(Core *self, int64_t phase, int crowded) {
     int64_t before = now_ns();
     if (before < self->quiet_until)
         return 0;
@@ -224,7 +225,7 @@ static int yield_briefly(Core *self, int64_t phase) {
         if (all_published(self, phase))
             return 1;
         int64_t after = now_ns();
-        if (after - before > STRANGER_NS && strangers_running(self)) {
+        if (crowded && after - before > STRANGER_NS && strangers_running(self)) {
             self->quiet_until = after + QUIET_NS;
             return 0;
         }
@@ -268,7 +269,7 @@ int wait_briefly(Core *self, int64_t phase, long spins) {
         ready = all_published(self, phase);
     }
     if (!ready)
-        ready = yield_briefly(self, phase);
+        ready = yield_briefly(self, phase, !rests);
     Py_END_ALLOW_THREADS
     return ready;
 }
