@@ -48,9 +48,11 @@ static const int FINGERPRINT_AT[2] = {8, 16};
  * (Waiter's CHECK_EVERY). */
 #define BRIEF_YIELDS 16
 /* A yield that came back this late went to a task that is no member, for a
- * scheduler's time slice; after one, waits skip their yields for QUIET_NS. */
+ * scheduler's time slice; after two within QUIET_NS, waits skip their yields
+ * for QUIET_NS, and after one within NEIGHBOUR_STAYS quiet times of the last. */
 #define STRANGER_NS 500000
 #define QUIET_NS 250000000
+#define NEIGHBOUR_STAYS 8
 /* Copies into and out of the slots go in steps of at most this many bytes
  * (steps.c says why). */
 #define COPY_BLOCK_BYTES (256 << 10)

@@ -20,10 +20,10 @@ Only the standard library is imported, so any layer may read this.
 
 from __future__ import annotations
 
-__all__ = ["ABANDONED", "ABANDONED_CODE", "ABANDONED_MS", "ABANDONED_RANK", "ALIGN",
-           "ALL_REDUCE", "ATTRIBUTES", "BARRIER", "BRIEF_YIELDS", "COPY_BLOCK_BYTES", "DONE",
-           "FIELDS", "FINGERPRINTS", "FINGERPRINT_WORDS", "IN_C", "LINE_BYTES", "LINE_WORDS",
-           "MISMATCH", "OPS", "PID", "PROCESSOR", "PUBLISHED", "QUIET_NS", "REDUCE_OPS",
+__all__ = ["ABANDONED", "ABANDONED_CODE", "ABANDONED_MS", "ABANDONED_RANK", "ALIGN", "ALL_REDUCE",
+           "ATTRIBUTES", "BARRIER", "BRIEF_YIELDS", "COPY_BLOCK_BYTES", "DONE", "FIELDS",
+           "FINGERPRINTS", "FINGERPRINT_WORDS", "IN_C", "LINE_BYTES", "LINE_WORDS", "MISMATCH",
+           "NEIGHBOUR_STAYS", "OPS", "PID", "PROCESSOR", "PUBLISHED", "QUIET_NS", "REDUCE_OPS",
            "SLEEPING", "STRANGER_NS", "TYPES", "WAITING", "WAITING_RESULTS"]
 
 # -- what a step returns (the compiled steps' and the compiled entry's status) ----------
@@ -71,9 +71,12 @@ BRIEF_YIELDS = 16
 #: A yield (the compiled brief wait's, the Python Waiter's) that came back this late
 #: (nanoseconds) handed the processor to a task that is no member, for a scheduler's
 #: time slice: a member waiting hands it back within its poll, one working within its
-#: step. After one, waits skip their yields for QUIET_NS and sleep on the futex instead.
+#: step. After two within QUIET_NS (one: a passing task), waits skip their yields for
+#: QUIET_NS and sleep on the futex instead; after that, one within NEIGHBOUR_STAYS quiet
+#: times of the last quiet time's end makes them quiet again (a busy neighbour stays).
 STRANGER_NS = 500_000
 QUIET_NS = 250_000_000
+NEIGHBOUR_STAYS = 8
 #: Copies to and from the slots go in steps of this many bytes (docs/design/native.md,
 #: "Processors that share no cache").
 COPY_BLOCK_BYTES = 256 << 10
@@ -104,4 +107,4 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
 IN_C = ("DONE", "WAITING", "MISMATCH", "WAITING_RESULTS", "ALL_REDUCE", "BARRIER", "TYPES",
         "REDUCE_OPS", "OPS", "LINE_BYTES", "LINE_WORDS", "PUBLISHED", "SLEEPING", "PROCESSOR",
         "FINGERPRINTS", "FINGERPRINT_WORDS", "ALIGN", "BRIEF_YIELDS", "COPY_BLOCK_BYTES",
-        "STRANGER_NS", "QUIET_NS", "FIELDS", "ATTRIBUTES")
+        "STRANGER_NS", "QUIET_NS", "NEIGHBOUR_STAYS", "FIELDS", "ATTRIBUTES")

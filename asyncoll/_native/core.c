@@ -211,6 +211,20 @@ static int strangers_running(Core *self) {
     return running > awake;
 }
 
+/* A yield that ended at `now` went to a stranger. The second within QUIET_NS of
+ * the first makes the waits quiet for QUIET_NS (an idle machine's passing
+ * task makes one, a busy neighbour many), and one within NEIGHBOUR_STAYS
+ * quiet times after a quiet time ended makes them quiet again: a busy
+ * neighbour stays. (Waiter._met_stranger in Python.) */
+static void met_stranger(Core *self, int64_t now) {
+    if (now < self->suspect_until) {
+        self->quiet_until = now + QUIET_NS;
+        self->suspect_until = self->quiet_until + NEIGHBOUR_STAYS * QUIET_NS;
+    } else {
+        self->suspect_until = now + QUIET_NS;
+    }
+}
+
 /* Whether every member published `phase`, after BRIEF_YIELDS yields at most,
  * each handing the processor to a member that needs it; none while a yield
  * lately went to a stranger (Core.quiet_until): one that came back late while
@@ -226,8 +240,9 @@ static int yield_briefly(Core *self, int64_t phase, int crowded) {
             return 1;
         int64_t after = now_ns();
         if (crowded && after - before > STRANGER_NS && strangers_running(self)) {
-            self->quiet_until = after + QUIET_NS;
-            return 0;
+            met_stranger(self, after);
+            if (after < self->quiet_until)
+                return 0;
         }
         before = after;
     }

@@ -24,8 +24,9 @@ typedef struct {
     PyObject *fingerprint;
     int64_t packed[FINGERPRINT_WORDS];
     /* Until then (CLOCK_MONOTONIC, ns), waits do not yield: a yield lately went to a
-     * task that is no member, for a whole time slice (yield_briefly). */
-    int64_t quiet_until;
+     * task that is no member, for a whole time slice (yield_briefly); and until
+     * when one more such yield makes them quiet (met_stranger). */
+    int64_t quiet_until, suspect_until;
 } Core;
 
 static inline int64_t *line(Core *self, Py_ssize_t member) {

@@ -74,7 +74,7 @@ static PyObject *module_contract(PyObject *Py_UNUSED(module), PyObject *Py_UNUSE
         {"PROCESSOR", W_PROCESSOR}, {"FINGERPRINT_WORDS", FINGERPRINT_WORDS},
         {"ALIGN", ALIGN}, {"BRIEF_YIELDS", BRIEF_YIELDS},
         {"COPY_BLOCK_BYTES", COPY_BLOCK_BYTES}, {"STRANGER_NS", STRANGER_NS},
-        {"QUIET_NS", QUIET_NS},
+        {"QUIET_NS", QUIET_NS}, {"NEIGHBOUR_STAYS", NEIGHBOUR_STAYS},
     };
     PyObject *contract = PyDict_New(), *fields = PyDict_New(), *attributes = PyDict_New();
     int failed = contract == NULL || fields == NULL || attributes == NULL;

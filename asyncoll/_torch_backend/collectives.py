@@ -98,8 +98,9 @@ class TorchCollectives:
                 sparse.summing_into(tensor, parts, self._group.ranks))
 
     @through_torch
-    def allreduce_coalesced(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
-        """allreduce of several tensors, one after another."""
+    def allreduce_coalesced(self, tensors: Sequence[Any],
+                            opts: Any = None) -> AsyncollWork | None:
+        """allreduce of several tensors, one after another (None as allreduce's)."""
         return self.allreduce(tensors, opts)
 
     @through_torch

@@ -57,8 +57,8 @@ class LastFlat:
 
     def of(self, tensor: Any) -> NDArray[Any] | None:
         """flat_array(tensor), from the last call's where ``tensor`` is that one's."""
-        last = self._tensor
-        if last is not None and last() is tensor and self._seen == (
+        last = self._tensor  # (id: "is" would narrow tensor to the referent's type)
+        if last is not None and id(last()) == id(tensor) and self._seen == (
                 tensor.data_ptr(), tensor.shape, tensor.dtype, tensor.is_contiguous()):
             return self._array
         array = flat_array(tensor)

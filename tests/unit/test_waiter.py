@@ -64,14 +64,41 @@ def slow(monkeypatch: pytest.MonkeyPatch) -> Scheduler:
     return scheduler
 
 
-def test_a_yield_that_went_to_a_stranger_ends_the_yields_and_the_wait_sleeps(slow):
+def test_a_second_yield_that_went_to_a_stranger_ends_the_yields_and_the_wait_sleeps(slow):
     waiter = Waiter(time.monotonic() + 60, lambda poll: None, 0, slow.rest, yields=100)
 
     waiter.until(ReadyAfter(10))
 
-    assert slow.yields == 1, "it went on yielding after a yield lost a time slice"
+    assert slow.yields == 2, "it went on yielding after two yields lost a time slice each"
     assert len(slow.rests) >= 1
     assert waiter.quiet_until > time.monotonic()
+
+
+def test_one_yield_to_a_passing_stranger_leaves_the_yields_on(slow):
+    # An idle machine's passing task (a daemon's wake-up) takes one late yield.
+    waiter = Waiter(time.monotonic() + 60, lambda poll: None, 0, slow.rest, yields=100)
+
+    waiter.until(ReadyAfter(1))
+    slow.slow = False
+    waiter.until(ReadyAfter(10))
+
+    assert slow.yields == 11 and slow.rests == []
+    assert waiter.quiet_until == 0.0 and waiter.suspect_until > time.monotonic()
+
+
+def test_one_yield_to_a_stranger_soon_after_a_quiet_time_makes_the_waits_quiet_again(slow):
+    waiter = Waiter(time.monotonic() + 60, lambda poll: None, 0, slow.rest, yields=100)
+    quiet_s = QUIET_NS / 1e9
+    waiter._met_stranger(100.0)
+    waiter._met_stranger(100.1)
+    assert waiter.quiet_until == 100.1 + quiet_s
+
+    waiter._met_stranger(waiter.quiet_until + quiet_s / 2)  # the neighbour is still there
+    assert waiter.quiet_until == pytest.approx(100.1 + 2.5 * quiet_s)
+
+    # Long after: one is not enough.
+    waiter._met_stranger(waiter.quiet_until + (arena.NEIGHBOUR_STAYS + 1) * quiet_s)
+    assert waiter.quiet_until == pytest.approx(100.1 + 2.5 * quiet_s)
 
 
 def test_after_one_the_next_waits_sleep_without_yielding(slow):

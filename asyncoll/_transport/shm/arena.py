@@ -72,6 +72,7 @@ from asyncoll._native.contract import (
     LINE_WORDS,
     PID,
     PUBLISHED,
+    NEIGHBOUR_STAYS,
     QUIET_NS,
     SLEEPING,
     STRANGER_NS,
@@ -210,6 +211,8 @@ class Waiter:
         #: processor to a task that is no member, for a time slice (STRANGER_NS),
         #: that is, it came back late while ``strangers()`` said such tasks run.
         self.quiet_until = 0.0
+        #: Until then, one more yield to a stranger makes the waits quiet (_met_stranger).
+        self.suspect_until = 0.0
         self._strangers = strangers
 
     def until(self, ready: Poll, polls: int = 0) -> None:
@@ -246,13 +249,27 @@ class Waiter:
                 os.sched_yield()
                 after = time.monotonic()
                 if after - before > _STRANGER_S and self._strangers():
-                    self.quiet_until = after + _QUIET_S
+                    self._met_stranger(after)
             else:
                 self._check(ready)
                 if time.monotonic() >= self.deadline:
                     raise ArenaExpired(ready.behind())
                 self._rest(ready, pause)
                 pause = min(pause * 2, LONGEST_SLEEP_S)
+
+
+    def _met_stranger(self, now: float) -> None:
+        """A yield that ended at ``now`` went to a stranger: the second within
+        QUIET_NS of the first makes the waits quiet for QUIET_NS (an idle
+        machine's passing task makes one, a busy neighbour many), and one within
+        NEIGHBOUR_STAYS quiet times after a quiet time ended makes them quiet
+        again: a busy neighbour stays (the compiled met_stranger keeps the same
+        rule)."""
+        if now < self.suspect_until:
+            self.quiet_until = now + _QUIET_S
+            self.suspect_until = self.quiet_until + NEIGHBOUR_STAYS * _QUIET_S
+        else:
+            self.suspect_until = now + _QUIET_S
 
 
 class Holder(Protocol):
