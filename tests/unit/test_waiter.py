@@ -18,7 +18,8 @@ import pytest
 from asyncoll._native import arena as native
 from asyncoll._native.contract import QUIET_NS, SLEEPING, STRANGER_NS
 from asyncoll._transport.shm import arena
-from asyncoll._transport.shm.arena import Arena, Waiter, arena_bytes, running_tasks
+from asyncoll._transport.shm.arena import Arena, Waiter, arena_bytes
+from asyncoll._transport.shm.tasks import running_tasks
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -78,6 +78,7 @@ from asyncoll._native.contract import (
     STRANGER_NS,
 )
 from asyncoll._transport.shm import futex, segment
+from asyncoll._transport.shm.tasks import running_tasks
 
 #: A fingerprint's fields as a control line holds them (int64, this machine's order).
 _FINGERPRINT = struct.Struct(f"={FINGERPRINT_WORDS}q")
@@ -173,16 +174,6 @@ def _sleep(ready: Poll, seconds: float) -> None:
 
 def _unknown() -> bool:
     return True
-
-
-def running_tasks() -> int | None:
-    """How many tasks this machine runs now (the first number of /proc/loadavg's
-    fourth field); None where that cannot be read."""
-    try:
-        with open("/proc/loadavg", "rb") as loadavg:
-            return int(loadavg.read().split()[3].split(b"/")[0])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 class Waiter:
