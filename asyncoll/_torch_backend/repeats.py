@@ -42,10 +42,12 @@ class LastFlat:
     tensor is the same memory seen the same way: a program repeating a call on
     one tensor (a gradient bucket, a loss) then skips making numpy's view anew.
 
-    The tensor is held weakly; its data pointer, shape, dtype and contiguity
-    are compared at each call (``set_``, ``resize_`` and ``.data =`` change
-    them), and the view is made anew where one differs. Complex tensors are
-    not kept: ``.data = t.conj()`` would change only their conjugate bit.
+    The tensor is held weakly, and the view is dropped when it goes (the
+    view keeps its memory: the group must not, once the program let go of
+    it). Its data pointer, shape, dtype and contiguity are compared at each
+    call (``set_``, ``resize_`` and ``.data =`` change them), and the view is
+    made anew where one differs. Complex tensors are not kept: ``.data =
+    t.conj()`` would change only their conjugate bit.
     """
 
     __slots__ = ("_tensor", "_seen", "_array")
@@ -64,10 +66,14 @@ class LastFlat:
         array = flat_array(tensor)
         if array is None or array.dtype.kind == "c":
             return array
-        self._tensor = weakref.ref(tensor)
+        self._tensor = weakref.ref(tensor, self._forget)
         self._seen = (tensor.data_ptr(), tensor.shape, tensor.dtype, True)
         self._array = array
         return array
+
+    def _forget(self, gone: weakref.ref[Any]) -> None:
+        if self._tensor is gone:
+            self._tensor, self._seen, self._array = None, (), None
 
 
 def reduce_op(op: Any) -> ReduceOp | None:

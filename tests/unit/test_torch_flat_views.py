@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -48,9 +50,18 @@ def test_another_tensor_and_a_complex_one_are_not_taken_for_the_last():
     assert flat.of(complex_tensor) is not flat.of(complex_tensor)
 
 
-def test_the_last_tensor_is_held_weakly():
+def test_the_last_tensor_is_held_weakly_and_its_memory_let_go_with_it():
     flat, tensor = LastFlat(), torch.zeros(3)
-    flat.of(tensor)
+    memory = weakref.ref(flat.of(tensor))  # the view, which holds the tensor's memory
     del tensor
 
-    assert flat._tensor is not None and flat._tensor() is None
+    assert flat._tensor is None and memory() is None
+
+
+def test_a_tensor_gone_after_another_was_taken_leaves_the_other_s_view():
+    flat, first, second = LastFlat(), torch.zeros(3), torch.zeros(3)
+    flat.of(first)
+    view = flat.of(second)
+    del first
+
+    assert flat.of(second) is view
