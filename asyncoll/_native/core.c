@@ -141,51 +141,11 @@ static inline int all_published(Core *self, int64_t phase) {
     return 1;
 }
 
-/* A member that must wait for one on its own processor (the scheduler put both
- * there, as it often does for processes just forked from one parent) sleeps until
- * that member publishes, or for SHARED_REST_NS at most: spinning only keeps the
- * processor from it, and yielding hands it over but keeps the two together, every
- * operation then costing two switches. Woken, the sleeper is placed on an idle
- * processor if there is one. Each member says where it waited last in its line
- * (W_PROCESSOR: the processor + 1; 0: not known, as on the Python path). */
-#define SHARED_REST_NS 50000
-
-static void rest_if_shared(Core *self, int64_t phase) {
-    int here = sched_getcpu();
-    if (here < 0)
-        return;
-    int64_t *mine = line(self, self->me);
-    __atomic_store_n(&mine[W_PROCESSOR], (int64_t)here + 1, __ATOMIC_RELAXED);
-    Py_ssize_t late = 0;
-    while (late < self->size && load(&line(self, late)[W_PUBLISHED]) >= phase)
-        late++;
-    if (late == self->size
-        || __atomic_load_n(&line(self, late)[W_PROCESSOR], __ATOMIC_RELAXED) != here + 1)
-        return;
-    int64_t *word = &line(self, late)[W_PUBLISHED];
-    /* The flag before the word is read again (publish stores the word, then reads
-     * the flags): a publish after that read sees the flag and wakes this member. */
-    __atomic_store_n(&mine[W_SLEEPING], 1, __ATOMIC_SEQ_CST);
-    int64_t seen = __atomic_load_n(word, __ATOMIC_SEQ_CST);
-    if (seen < phase) {
-        struct timespec rest = {0, SHARED_REST_NS};
-        /* The word's low half, where this little-endian machine keeps it. */
-        syscall(SYS_futex, word, FUTEX_WAIT, (uint32_t)seen, &rest, NULL, 0);
-    }
-    __atomic_store_n(&mine[W_SLEEPING], 0, __ATOMIC_RELAXED);
-}
-
 static int64_t now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
-
-/* A gap this long between two looks at the clock while spinning: this member
- * was taken off its processor, which another task wants. It stops spinning. */
-#define PREEMPTED_NS 20000
-/* Polls between looks at the clock. */
-#define POLLS_PER_LOOK 16
 
 /* Whether this machine runs more tasks than this group has members awake (not
  * asleep on a futex, SLEEPING): a task that is no member wants a processor.
@@ -210,6 +170,59 @@ static int strangers_running(Core *self) {
         awake += !__atomic_load_n(&line(self, m)[W_SLEEPING], __ATOMIC_RELAXED);
     return running > awake;
 }
+
+/* A member that must wait for one on its own processor (the scheduler put both
+ * there, as it often does for processes just forked from one parent) sleeps until
+ * that member publishes, or for SHARED_REST_NS at most: spinning only keeps the
+ * processor from it, and yielding hands it over but keeps the two together, every
+ * operation then costing two switches. Woken, the sleeper is placed on an idle
+ * processor if there is one. Each member says where it waited last in its line
+ * (W_PROCESSOR: the processor + 1; 0: not known, as on the Python path).
+ * Not while a stranger runs: then no processor is idle, and every operation
+ * would pay a sleep and a wake for nothing (asked once per STRANGERS_LOOK_NS). */
+#define SHARED_REST_NS 50000
+#define STRANGERS_LOOK_NS 1000000
+
+static int stranger_beside(Core *self) {
+    int64_t now = now_ns();
+    if (now - self->strangers_looked >= STRANGERS_LOOK_NS) {
+        self->strangers_seen = strangers_running(self);
+        self->strangers_looked = now;
+    }
+    return self->strangers_seen;
+}
+
+static void rest_if_shared(Core *self, int64_t phase) {
+    int here = sched_getcpu();
+    if (here < 0)
+        return;
+    int64_t *mine = line(self, self->me);
+    __atomic_store_n(&mine[W_PROCESSOR], (int64_t)here + 1, __ATOMIC_RELAXED);
+    Py_ssize_t late = 0;
+    while (late < self->size && load(&line(self, late)[W_PUBLISHED]) >= phase)
+        late++;
+    if (late == self->size
+        || __atomic_load_n(&line(self, late)[W_PROCESSOR], __ATOMIC_RELAXED) != here + 1
+        || stranger_beside(self))
+        return;
+    int64_t *word = &line(self, late)[W_PUBLISHED];
+    /* The flag before the word is read again (publish stores the word, then reads
+     * the flags): a publish after that read sees the flag and wakes this member. */
+    __atomic_store_n(&mine[W_SLEEPING], 1, __ATOMIC_SEQ_CST);
+    int64_t seen = __atomic_load_n(word, __ATOMIC_SEQ_CST);
+    if (seen < phase) {
+        struct timespec rest = {0, SHARED_REST_NS};
+        /* The word's low half, where this little-endian machine keeps it. */
+        syscall(SYS_futex, word, FUTEX_WAIT, (uint32_t)seen, &rest, NULL, 0);
+    }
+    __atomic_store_n(&mine[W_SLEEPING], 0, __ATOMIC_RELAXED);
+}
+
+/* A gap this long between two looks at the clock while spinning: this member
+ * was taken off its processor, which another task wants. It stops spinning. */
+#define PREEMPTED_NS 20000
+/* Polls between looks at the clock. */
+#define POLLS_PER_LOOK 16
 
 /* A yield that ended at `now` went to a stranger. The second within QUIET_NS of
  * the first makes the waits quiet for QUIET_NS (an idle machine's passing
