@@ -55,7 +55,7 @@ LINE_WORDS = LINE_BYTES // 8
 PUBLISHED, PID = 0, 1
 ABANDONED, ABANDONED_CODE, ABANDONED_RANK = 2, 3, 4
 SLEEPING = 5
-#: Where the member last waited (the processor + 1; 0: not known): the compiled wait
+#: Where the member last published or waited (the processor + 1; 0: not known): the compiled wait
 #: sleeps rather than spin for a member on its own processor.
 PROCESSOR = 6
 #: The deadline (milliseconds) of the wait the member gave up on, where it timed out.

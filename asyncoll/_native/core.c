@@ -114,10 +114,19 @@ int parse_fingerprint(Core *self, PyObject *fingerprint) {
     return 0;
 }
 
-/* Publish `phase` (the data is in this member's slot): the fingerprint of its
- * operation, then the phase, then wake any member asleep on a futex. */
+/* Say in this member's line that it runs on processor `here` (W_PROCESSOR). */
+static inline void note_processor(Core *self, int here) {
+    int64_t *word = &line(self, self->me)[W_PROCESSOR];
+    if (here >= 0 && __atomic_load_n(word, __ATOMIC_RELAXED) != here + 1)
+        __atomic_store_n(word, (int64_t)here + 1, __ATOMIC_RELAXED);
+}
+
+/* Publish `phase` (the data is in this member's slot): where this member runs, the
+ * fingerprint of its operation, then the phase, then wake any member asleep on a
+ * futex. */
 void publish(Core *self, int64_t phase) {
     int64_t *mine = line(self, self->me);
+    note_processor(self, sched_getcpu());
     int64_t *field = mine + FINGERPRINT_AT[((phase + 1) / 2) & 1];
     for (int k = 0; k < FINGERPRINT_WORDS; k++)
         if (field[k] != self->packed[k])
@@ -176,8 +185,8 @@ static int strangers_running(Core *self) {
  * that member publishes, or for SHARED_REST_NS at most: spinning only keeps the
  * processor from it, and yielding hands it over but keeps the two together, every
  * operation then costing two switches. Woken, the sleeper is placed on an idle
- * processor if there is one. Each member says where it waited last in its line
- * (W_PROCESSOR: the processor + 1; 0: not known, as on the Python path).
+ * processor if there is one. Each member says where it published or waited last
+ * in its line (W_PROCESSOR: the processor + 1; 0: not known, as on the Python path).
  * Not while a stranger runs: then no processor is idle, and every operation
  * would pay a sleep and a wake for nothing (asked once per STRANGERS_LOOK_NS). */
 #define SHARED_REST_NS 50000
@@ -192,20 +201,23 @@ static int stranger_beside(Core *self) {
     return self->strangers_seen;
 }
 
-static void rest_if_shared(Core *self, int64_t phase) {
-    int here = sched_getcpu();
-    if (here < 0)
-        return;
-    int64_t *mine = line(self, self->me);
-    __atomic_store_n(&mine[W_PROCESSOR], (int64_t)here + 1, __ATOMIC_RELAXED);
+/* The first member that has not published `phase`, where it last published or
+ * waited on processor `here`, as this member waits now; -1: none. */
+static Py_ssize_t late_beside(Core *self, int64_t phase, int here) {
+    note_processor(self, here);
     Py_ssize_t late = 0;
     while (late < self->size && load(&line(self, late)[W_PUBLISHED]) >= phase)
         late++;
     if (late == self->size
-        || __atomic_load_n(&line(self, late)[W_PROCESSOR], __ATOMIC_RELAXED) != here + 1
-        || stranger_beside(self))
+        || __atomic_load_n(&line(self, late)[W_PROCESSOR], __ATOMIC_RELAXED) != here + 1)
+        return -1;
+    return late;
+}
+
+static void rest_if_shared(Core *self, int64_t phase, Py_ssize_t late) {
+    if (stranger_beside(self))
         return;
-    int64_t *word = &line(self, late)[W_PUBLISHED];
+    int64_t *mine = line(self, self->me), *word = &line(self, late)[W_PUBLISHED];
     /* The flag before the word is read again (publish stores the word, then reads
      * the flags): a publish after that read sees the flag and wakes this member. */
     __atomic_store_n(&mine[W_SLEEPING], 1, __ATOMIC_SEQ_CST);
@@ -281,6 +293,11 @@ int wait_briefly(Core *self, int64_t phase, long spins) {
     if (ready)
         return 1;
     Py_BEGIN_ALLOW_THREADS
+    /* A member waited for on this processor cannot publish while this one spins. */
+    int here = rests ? sched_getcpu() : -1;
+    Py_ssize_t late = here >= 0 ? late_beside(self, phase, here) : -1;
+    if (late >= 0)
+        spins = 0;
     int64_t looked = spins > 0 ? now_ns() : 0;
     for (long i = 0; i < spins && !ready; i++) {
         PAUSE();
@@ -292,9 +309,13 @@ int wait_briefly(Core *self, int64_t phase, long spins) {
             looked = now;
         }
     }
-    if (!ready && rests) {
-        rest_if_shared(self, phase);
-        ready = all_published(self, phase);
+    if (!ready && here >= 0) {
+        if (late < 0 && (here = sched_getcpu()) >= 0)  /* it may have moved */
+            late = late_beside(self, phase, here);
+        if (late >= 0) {
+            rest_if_shared(self, phase, late);
+            ready = all_published(self, phase);
+        }
     }
     if (!ready)
         ready = yield_briefly(self, phase, !rests);
