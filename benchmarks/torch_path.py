@@ -1,4 +1,4 @@
-"""Through torch.distributed: a 4 B all_reduce and a DDP step, on one backend.
+"""Through torch.distributed: small calls and a DDP step, on one backend.
 
 Run the same program on "asyncoll" and on "gloo" in one sitting, 2 ranks on
 this host (torchrun, or RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set by hand):
@@ -6,14 +6,15 @@ this host (torchrun, or RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set by hand):
     torchrun --nproc-per-node 2 benchmarks/torch_path.py asyncoll
     torchrun --nproc-per-node 2 benchmarks/torch_path.py gloo
 
-Rank 0 prints the median µs of a blocking 4-byte all_reduce (over batches
-of calls) and the median ms of one DDP training step (forward, backward
-with its gradient all_reduces, optimizer step) of an MLP of about 4.2M
-parameters. Compare versions and backends side by side, alternating runs.
+Rank 0 prints the median µs of a blocking 4-byte all_reduce, of a barrier
+and of a 4-byte broadcast from rank 0 (over batches of calls), and the
+median ms of one DDP training step (forward, backward with its gradient
+all_reduces, optimizer step) of an MLP of about 4.2M parameters. Compare
+versions and backends side by side, alternating runs.
 
 The backend "nothing" is a Python ProcessGroup whose all_reduce does
-nothing: its 4-byte figure is what torch itself costs a Python backend's
-call (no DDP step on it).
+nothing (as do its barrier and broadcast): its figures are what torch itself
+costs a Python backend's call (no DDP step on it).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -28,16 +30,15 @@ import torch.distributed as dist
 import asyncoll  # noqa: F401 - registers the backend
 
 
-def all_reduce_us(batches: int = 200, calls: int = 200) -> float:
-    """The median µs per blocking all_reduce of one float32, over ``batches`` batches."""
-    t = torch.ones(1)
+def call_us(call: Callable[[], object], batches: int = 200, calls: int = 200) -> float:
+    """The median µs per ``call()``, over ``batches`` batches of ``calls``."""
     for _ in range(calls):
-        dist.all_reduce(t)
+        call()
     per_batch = []
     for _ in range(batches):
         began = time.perf_counter()
         for _ in range(calls):
-            dist.all_reduce(t)
+            call()
         per_batch.append((time.perf_counter() - began) / calls * 1e6)
     return statistics.median(per_batch)
 
@@ -48,9 +49,16 @@ class _DoneWork(dist.distributed_c10d.Work):  # type: ignore[misc]
 
 
 class _Nothing(dist.ProcessGroup):  # type: ignore[misc]
-    """A process group whose all_reduce does nothing and is done at once."""
+    """A process group whose all_reduce, barrier and broadcast do nothing and are done
+    at once."""
 
     def allreduce(self, tensors: object, opts: object = None) -> _DoneWork:
+        return _DoneWork()
+
+    def barrier(self, opts: object = None) -> _DoneWork:
+        return _DoneWork()
+
+    def broadcast(self, tensors: object, opts: object = None) -> _DoneWork:
         return _DoneWork()
 
 
@@ -86,10 +94,14 @@ def main() -> None:
     if backend == "nothing":
         _register_nothing()
     dist.init_process_group(backend)
-    small = all_reduce_us()
+    t = torch.ones(1)
+    small = call_us(lambda: dist.all_reduce(t))
+    barrier = call_us(dist.barrier)
+    cast = call_us(lambda: dist.broadcast(t, 0))
     step = ddp_step_ms() if backend != "nothing" else float("nan")
     if dist.get_rank() == 0:
-        print(f"{backend}: 4 B all_reduce {small:.1f} us; DDP step {step:.2f} ms", flush=True)
+        print(f"{backend}: 4 B all_reduce {small:.1f} us; barrier {barrier:.1f} us; 4 B "
+              f"broadcast {cast:.1f} us; DDP step {step:.2f} ms", flush=True)
     dist.destroy_process_group()
 
 

@@ -81,8 +81,7 @@ class TorchCollectives:
             op, limit = _op(opts), self._limit(opts)
             if len(tensors) == 1:
                 ran, work = self._ran_again("allreduce", tensors[0], "all_reduce",
-                                            repeats.reduce_op(op), limit,
-                                            opts is not None and not opts.asyncOp)
+                                            repeats.reduce_op(op), limit, _blocking(opts))
                 if ran:
                     return work
             return self._start("allreduce", list(tensors), (
@@ -103,12 +102,20 @@ class TorchCollectives:
         """allreduce of several tensors, one after another (None as allreduce's)."""
         return self.allreduce(tensors, opts)
 
-    @through_torch
-    def reduce(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
-        """Reduce each tensor into group rank ``opts.rootRank``'s."""
-        op, limit, root = _op(opts), self._limit(opts), self._global(opts.rootRank, "rootRank")
-        return self._start("reduce", list(tensors), (
-            _reducing(t, lambda s: self._group.reduce(s, root, op, limit)) for t in tensors))
+    def reduce(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork | None:
+        """Reduce each tensor into group rank ``opts.rootRank``'s (None as allreduce's)."""
+        try:
+            op, limit = _op(opts), self._limit(opts)
+            root = self._global(opts.rootRank, "rootRank")
+            if len(tensors) == 1:
+                ran, work = self._ran_again("reduce", tensors[0], "reduce",
+                                            repeats.reduce_op(op), limit, _blocking(opts), root)
+                if ran:
+                    return work
+            return self._start("reduce", list(tensors), (
+                _reducing(t, lambda s: self._group.reduce(s, root, op, limit)) for t in tensors))
+        except AsyncollError as exc:
+            reraise(exc)
 
     @through_torch
     def reduce_scatter(self, output_tensors: Sequence[Any],
@@ -143,12 +150,20 @@ class TorchCollectives:
 
     # -- data movement -----------------------------------------------------------------------
 
-    @through_torch
-    def broadcast(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork:
-        """Copy group rank ``opts.rootRank``'s tensors into every member's."""
-        limit, root = self._limit(opts), self._global(opts.rootRank, "rootRank")
-        return self._start("broadcast", list(tensors), (
-            (self._group.broadcast(dtypes.movable(t), root, limit), None) for t in tensors))
+    def broadcast(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork | None:
+        """Copy group rank ``opts.rootRank``'s tensors into every member's (None as
+        allreduce's)."""
+        try:
+            limit, root = self._limit(opts), self._global(opts.rootRank, "rootRank")
+            if len(tensors) == 1:
+                ran, work = self._ran_again("broadcast", tensors[0], "broadcast", None, limit,
+                                            _blocking(opts), root)
+                if ran:
+                    return work
+            return self._start("broadcast", list(tensors), (
+                (self._group.broadcast(dtypes.movable(t), root, limit), None) for t in tensors))
+        except AsyncollError as exc:
+            reraise(exc)
 
     @through_torch
     def allgather(self, output_tensors: Sequence[Sequence[Any]], input_tensors: Sequence[Any],
@@ -246,10 +261,17 @@ class TorchCollectives:
             [dtypes.movable(t) for t in output_tensors],
             [dtypes.movable(t) for t in input_tensors], self._limit(opts)), None)])
 
-    @through_torch
-    def barrier(self, opts: Any = None) -> AsyncollWork:
-        """Complete once every member has called barrier."""
-        return self._start("barrier", [], [(self._group.barrier(self._limit(opts)), None)])
+    def barrier(self, opts: Any = None) -> AsyncollWork | None:
+        """Complete once every member has called barrier (None as allreduce's)."""
+        try:
+            limit = self._limit(opts)
+            ran, work = self._ran_again("barrier", None, "barrier", None, limit,
+                                        _blocking(opts))
+            if ran:
+                return work
+            return self._start("barrier", [], [(self._group.barrier(limit), None)])
+        except AsyncollError as exc:
+            reraise(exc)
 
     @through_torch
     def monitored_barrier(self, timeout: timedelta | float | None = None,
@@ -333,21 +355,25 @@ class TorchCollectives:
         return ranks[group_rank]
 
     def _ran_again(self, what: str, tensor: Any, collective: str, op: Any = None,
-                   limit: float | None = None,
-                   blocking: bool = False) -> tuple[bool, AsyncollWork | None]:
+                   limit: float | None = None, blocking: bool = False,
+                   root: int = -1) -> tuple[bool, AsyncollWork | None]:
         """Whether ``tensor``'s call ran in this thread, within ``limit`` seconds (None:
         the group's timeout), as a repeat of an earlier one (asyncoll's ``collective``,
-        ``tensor``'s dtype and size, ``op``: ran_again, the repeat check the blocking
-        API uses too), and its Work: none for a ``blocking`` call that succeeded.
+        ``tensor``'s dtype and size, ``op``, global rank ``root``, -1 for none:
+        ran_again, the repeat check the blocking API uses too), and its Work: none
+        for a ``blocking`` call that succeeded. A barrier takes no tensor (None).
         (False, None), having done nothing, for anything else."""
-        flat = self._flat
-        if flat is None:
-            flat = self._flat = repeats.LastFlat()
-        array = flat.of(tensor)
-        if array is None:
-            return False, None
+        if tensor is None:
+            array = None
+        else:
+            flat = self._flat
+            if flat is None:
+                flat = self._flat = repeats.LastFlat()
+            array = flat.of(tensor)
+            if array is None:
+                return False, None
         try:
-            if not ran_again(self._group, collective, array, op, -1, limit):  # -1: no root
+            if not ran_again(self._group, collective, array, op, root, limit):
                 return False, None
             if blocking:
                 return True, None
@@ -355,7 +381,8 @@ class TorchCollectives:
         except AsyncollError as exc:
             future = failed(exc)  # raised by wait(), as from the loop
             self._failed_in_this_thread(exc)
-        return True, AsyncollWork(future, [tensor], f"{what} on {self._named}", self._world)
+        return True, AsyncollWork(future, [] if tensor is None else [tensor],
+                                  f"{what} on {self._named}", self._world)
 
     def _failed_in_this_thread(self, error: BaseException | None) -> None:
         # Only what breaks the group (a refused argument does not): get_error reads it
@@ -415,5 +442,11 @@ def _single(tensors: Sequence[Any], what: str) -> Any:
 
 def _op(opts: Any) -> Any:
     return ReduceOp.SUM if opts is None else opts.reduceOp.op
+
+
+def _blocking(opts: Any) -> bool:
+    """Whether torch waits for the call (``opts.asyncOp`` False): a backend that
+    completed it may then give torch no Work."""
+    return opts is not None and not opts.asyncOp
 
 

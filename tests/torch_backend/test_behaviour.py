@@ -125,6 +125,19 @@ def test_a_blocking_repeat_gives_torch_no_work_and_one_tensor_s_memory_is_follow
                                    [[81.0] * 11, True, True, [3.0] * 11]], r["one_tensor"]
 
 
+def test_blocking_repeats_of_broadcast_reduce_and_barrier_give_torch_no_work(reports):
+    # The first call of each signature takes the full path (a Work); its repeats run in
+    # the caller's thread and give none. Root 1 broadcasts 1, 11, 21; root 2 gets the
+    # sums (0 + 1 + 2) + 30k. The barrier ran before (torch's own), so every one repeats.
+    for r in reports:
+        casts, sums, barriers = r["other_repeats"]
+        assert casts == [[k > 0, [1.0 + 10 * k] * 13] for k in range(3)], casts
+        assert [s[0] for s in sums] == [False, True, True], sums
+        if r["rank"] == 2:
+            assert [s[1] for s in sums] == [[3.0 + 30 * k] * 17 for k in range(3)], sums
+        assert barriers == [True, True, True, [True, True]], barriers
+
+
 def test_refused_call_raises_asyncolls_error_as_torchs_from_the_torch_call(reports):
     for r in reports:
         # Both: a DistBackendError (a RuntimeError) and asyncoll's ConfigurationError,

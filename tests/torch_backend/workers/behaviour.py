@@ -164,6 +164,9 @@ def main() -> None:
             compiled.append(result)
             return result
 
+        def barrier(self):
+            return real_express.barrier()
+
     group.again = spy
     if real_express is not None:
         group.express = SpyExpress()
@@ -199,6 +202,29 @@ def main() -> None:
     default_group.allreduce([same], blocking)
     values.append(same.tolist())
     results["one_tensor"] = [[w is None for w in works], isinstance(work, dist.Work), values]
+
+    # The same for broadcast, reduce and barrier: a blocking repeat gives torch no Work,
+    # and each repeat moves the data of that call (13 and 17 elements: new signatures).
+    cast, casts = torch.zeros(13), []
+    options = dist.BroadcastOptions()
+    options.rootRank, options.asyncOp = 1, False
+    for k in range(3):
+        cast.fill_(float(rank + 10 * k))
+        casts.append([default_group.broadcast([cast], options) is None, cast.tolist()])
+    summed, sums = torch.zeros(17), []
+    options = dist.ReduceOptions()
+    options.rootRank, options.asyncOp = 2, False
+    for k in range(3):
+        summed.fill_(float(rank + 10 * k))
+        sums.append([default_group.reduce([summed], options) is None,
+                     summed.tolist() if rank == 2 else None])
+    options = dist.BarrierOptions()
+    options.asyncOp = False
+    barriers = [default_group.barrier(options) is None for _ in range(3)]
+    options.asyncOp = True
+    barrier_work = default_group.barrier(options)
+    barriers.append([isinstance(barrier_work, dist.Work), barrier_work.wait()])
+    results["other_repeats"] = [casts, sums, barriers]
 
     # batch_isend_irecv around the ring.
     n = dist.get_world_size()
