@@ -27,7 +27,7 @@ typedef struct {
      * task that is no member, for a whole time slice (yield_briefly); and until
      * when one more such yield makes them quiet (met_stranger). */
     int64_t quiet_until, suspect_until;
-    /* When strangers_running was last asked by rest_if_shared, and its answer. */
+    /* When strangers_running was last asked (stranger_beside), and its answer. */
     int64_t strangers_looked;
     int strangers_seen;
 } Core;

@@ -11,12 +11,13 @@ past STRANGER_NS, a lower bound that a loaded machine only lengthens.
 from __future__ import annotations
 
 import mmap
+import os
 import time
 
 import pytest
 
 from asyncoll._native import arena as native
-from asyncoll._native.contract import QUIET_NS, SLEEPING, STRANGER_NS
+from asyncoll._native.contract import PROCESSOR, QUIET_NS, SLEEPING, STRANGER_NS
 from asyncoll._transport.shm import arena
 from asyncoll._transport.shm.arena import Arena, Waiter, arena_bytes
 from asyncoll._transport.shm.tasks import running_tasks
@@ -174,3 +175,19 @@ def test_the_running_tasks_are_read_from_the_kernel_and_count_this_one():
     assert running is None or running >= 1
     if open("/proc/loadavg").read():  # Linux: the count is there
         assert running is not None
+
+
+@pytest.mark.skipif(not native, reason="the compiled extension is not built")
+def test_a_compiled_publish_notes_the_processor_it_ran_on():
+    # The compiled wait skips its spin for a member on its own processor, which it
+    # reads from that member's line: each publish writes it (the processor + 1).
+    allowed = os.sched_getaffinity(0)
+    member = Arena(mmap.mmap(-1, arena_bytes(2, 64)), 2, 0, 64)
+    try:
+        for phase, processor in enumerate(sorted(allowed)[:2], start=1):
+            os.sched_setaffinity(0, {processor})
+            member.publish(phase, (9, 0, 0, 1, -1, 0))
+            assert member._words[PROCESSOR] == processor + 1
+    finally:
+        os.sched_setaffinity(0, allowed)
+        member.close()
