@@ -38,7 +38,6 @@ from asyncoll._torch_backend.errors import reraise, through_torch
 from asyncoll._torch_backend.work import AsyncollWork
 from asyncoll._torch_backend.world import TorchWorld
 from asyncoll._group.core import DONE, failed
-from asyncoll._group.repeats import ran_again
 from asyncoll.errors import AsyncollError, ConfigurationError
 from asyncoll.group import AsyncProcessGroup
 from asyncoll.types import ReduceOp
@@ -105,8 +104,7 @@ class TorchCollectives:
     def reduce(self, tensors: Sequence[Any], opts: Any = None) -> AsyncollWork | None:
         """Reduce each tensor into group rank ``opts.rootRank``'s (None as allreduce's)."""
         try:
-            op, limit = _op(opts), self._limit(opts)
-            root = self._global(opts.rootRank, "rootRank")
+            op, limit, root = _op(opts), self._limit(opts), self._global(opts.rootRank, "rootRank")
             if len(tensors) == 1:
                 ran, work = self._ran_again("reduce", tensors[0], "reduce",
                                             repeats.reduce_op(op), limit, _blocking(opts), root)
@@ -265,8 +263,7 @@ class TorchCollectives:
         """Complete once every member has called barrier (None as allreduce's)."""
         try:
             limit = self._limit(opts)
-            ran, work = self._ran_again("barrier", None, "barrier", None, limit,
-                                        _blocking(opts))
+            ran, work = self._ran_again("barrier", None, "barrier", None, limit, _blocking(opts))
             if ran:
                 return work
             return self._start("barrier", [], [(self._group.barrier(limit), None)])
@@ -357,23 +354,14 @@ class TorchCollectives:
     def _ran_again(self, what: str, tensor: Any, collective: str, op: Any = None,
                    limit: float | None = None, blocking: bool = False,
                    root: int = -1) -> tuple[bool, AsyncollWork | None]:
-        """Whether ``tensor``'s call ran in this thread, within ``limit`` seconds (None:
-        the group's timeout), as a repeat of an earlier one (asyncoll's ``collective``,
-        ``tensor``'s dtype and size, ``op``, global rank ``root``, -1 for none:
-        ran_again, the repeat check the blocking API uses too), and its Work: none
-        for a ``blocking`` call that succeeded. A barrier takes no tensor (None).
-        (False, None), having done nothing, for anything else."""
-        if tensor is None:
-            array = None
-        else:
-            flat = self._flat
-            if flat is None:
-                flat = self._flat = repeats.LastFlat()
-            array = flat.of(tensor)
-            if array is None:
-                return False, None
+        """Whether the call ran in this thread as a repeat (repeats.ran_in_this_thread),
+        and its Work: none for a ``blocking`` call that succeeded. (False, None),
+        having done nothing, where it did not."""
+        if self._flat is None:
+            self._flat = repeats.LastFlat()
         try:
-            if not ran_again(self._group, collective, array, op, root, limit):
+            if not repeats.ran_in_this_thread(self._group, self._flat, collective, tensor, op,
+                                              root, limit):
                 return False, None
             if blocking:
                 return True, None

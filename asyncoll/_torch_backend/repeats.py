@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 import torch
 
 from asyncoll._algorithms.ops import coerce_op
+from asyncoll._group.repeats import ran_again
 from asyncoll.errors import AsyncollError
 from asyncoll.types import ReduceOp
 
@@ -74,6 +75,19 @@ class LastFlat:
     def _forget(self, gone: weakref.ref[Any]) -> None:
         if self._tensor is gone:
             self._tensor, self._seen, self._array = None, (), None
+
+
+def ran_in_this_thread(group: Any, last: LastFlat, collective: str, tensor: Any, op: Any,
+                       root: int, limit: float | None) -> bool:
+    """Whether ``tensor``'s call (None: a barrier's) ran in this thread as a repeat of
+    an earlier one on ``group``: asyncoll's ``collective``, ``tensor``'s dtype and
+    size (seen through ``last``), ``op``, global rank ``root`` (-1: none), within
+    ``limit`` seconds (None: the group's timeout). False, having done nothing,
+    otherwise; it raises what the repeat raised."""
+    if tensor is None:
+        return ran_again(group, collective, None, op, root, limit)
+    array = last.of(tensor)
+    return array is not None and ran_again(group, collective, array, op, root, limit)
 
 
 def reduce_op(op: Any) -> ReduceOp | None:
