@@ -52,10 +52,10 @@ def _extensions() -> list[Extension]:
             and platform.machine().lower() in ("x86_64", "amd64")):
         return []
     # The module's files, from its init down (docs/design/native.md draws them).
-    names = ("module", "front", "express_type", "express", "lock", "steps", "core", "reduce",
-             "field")
-    headers = ("contract", "core", "express", "express_type", "field", "front", "lock",
-               "reduce", "steps")
+    names = ("module", "front", "express_type", "express", "lock", "steps", "copies", "core",
+             "reduce", "field")
+    headers = ("contract", "copies", "core", "express", "express_type", "field", "front",
+               "lock", "reduce", "steps")
     return [Extension("asyncoll._native._arena", [f"asyncoll/_native/{name}.c" for name in names],
                       depends=[f"asyncoll/_native/{name}.h" for name in headers],
                       extra_compile_args=FLAGS, optional=True)]

@@ -12,6 +12,18 @@
 
 #include "contract.h"
 
+/* How a member writes its slot in the split all_reduce (copies.c judges it). */
+typedef struct {
+    /* Streaming stores now; fixed by slot_writes (not judged); this step streams. */
+    int streaming, fixed, step;
+    /* Judged steps in a row whose cached writes were slow; while streaming, steps
+     * until one writes cached (probing) to judge them again. */
+    int slow, probe_in, probing;
+    /* This step's copies into the slot, where cached: how long they took, and bytes. */
+    int64_t written_ns;
+    Py_ssize_t written;
+} Writes;
+
 /* One member's view of an arena. */
 typedef struct {
     PyObject_HEAD
@@ -30,6 +42,7 @@ typedef struct {
     /* When strangers_running was last asked (stranger_beside), and its answer. */
     int64_t strangers_looked;
     int strangers_seen;
+    Writes writes;
 } Core;
 
 static inline int64_t *line(Core *self, Py_ssize_t member) {

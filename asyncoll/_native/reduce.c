@@ -7,6 +7,8 @@
  */
 #include "reduce.h"
 
+#include "copies.h"
+
 #include <stdint.h>
 #include <string.h>
 
@@ -206,9 +208,10 @@ int kind_of(long code, Kind *kind) {
 /* out = parts[0] (op) parts[1] (op) ... in that order, each element; then AVG's
  * divide by `members`. Every part and out hold `bytes`. With `also`, a second output:
  * `out` is then a slot, so each block is reduced on the stack and copied to both (a
- * copy writes a slot for less than the reduction's loop: COPY_BLOCK_BYTES). */
+ * copy writes a slot for less than the reduction's loop: copies.c), to the slot
+ * with streaming stores where `streaming`. */
 void reduce_parts(const Kind *kind, char *out, const char *const *parts, Py_ssize_t count,
-                  Py_ssize_t bytes, Py_ssize_t members, char *also) {
+                  Py_ssize_t bytes, Py_ssize_t members, char *also, int streaming) {
     _Alignas(64) char staged[BLOCK_BYTES];
     Py_ssize_t block = BLOCK_BYTES / kind->itemsize * kind->itemsize;
     for (Py_ssize_t lo = 0; lo < bytes; lo += block) {
@@ -224,7 +227,7 @@ void reduce_parts(const Kind *kind, char *out, const char *const *parts, Py_ssiz
         if (kind->divide != NULL)
             kind->divide(to, n, members);
         if (also != NULL) {
-            memcpy(out + lo, staged, (size_t)len);
+            write_slot(out + lo, staged, len, streaming);
             memcpy(also + lo, staged, (size_t)len);
         }
     }
@@ -298,7 +301,7 @@ PyObject *reduce_function(PyObject *Py_UNUSED(module), PyObject *const *args,
         }
     }
     if (ok)
-        reduce_parts(&kind, out.buf, pointers, count, out.len, members, NULL);
+        reduce_parts(&kind, out.buf, pointers, count, out.len, members, NULL, 0);
     for (Py_ssize_t i = 0; i < got; i++)
         PyBuffer_Release(&views[i]);
     PyMem_Free(views);

@@ -26,7 +26,7 @@ int kind_of(long code, Kind *kind);
 /* Whether this module has a kind of `code` (no error either way). */
 int kind_known(long code);
 void reduce_parts(const Kind *kind, char *out, const char *const *parts, Py_ssize_t count,
-                  Py_ssize_t bytes, Py_ssize_t members, char *also);
+                  Py_ssize_t bytes, Py_ssize_t members, char *also, int streaming);
 int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize);
 
 /* The module's reduce(kind, out, parts, members) and kinds() (module.c registers them). */

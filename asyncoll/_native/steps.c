@@ -9,19 +9,10 @@
  */
 #include "steps.h"
 
+#include "copies.h"
+
 #include <stdint.h>
 #include <string.h>
-
-/* memcpy of `bytes`, in steps of COPY_BLOCK_BYTES: where two members' processors
- * share no cache, writing a slot that the other last read is several times slower
- * through one large memcpy (on AMD processors, glibc's leaves `rep movsb` for a loop
- * of vector stores past the L2's size) than in smaller steps; so is the reduction's
- * own loop (docs/design/native.md, "Processors that share no cache"). */
-static void copy(char *to, const char *from, Py_ssize_t bytes) {
-    for (Py_ssize_t lo = 0; lo < bytes; lo += COPY_BLOCK_BYTES)
-        memcpy(to + lo, from + lo,
-               (size_t)(bytes - lo < COPY_BLOCK_BYTES ? bytes - lo : COPY_BLOCK_BYTES));
-}
 
 /* all_reduce's end, and reduce's (on `root` only; -1: every member): fingerprints
  * compared, every slot reduced in member order. */
@@ -43,7 +34,7 @@ int all_reduce_out(Core *self, const Kind *kind, char *data, Py_ssize_t bytes,
     }
     for (Py_ssize_t m = 0; m < self->size; m++)
         use[m] = slot(self, operation, m);
-    reduce_parts(kind, data, use, self->size, bytes, self->size, NULL);
+    reduce_parts(kind, data, use, self->size, bytes, self->size, NULL, 0);
     PyMem_Free(many);
     return DONE;
 }
@@ -94,7 +85,7 @@ static PyObject *reduce_step(Core *self, PyObject *const *args, Py_ssize_t nargs
     if (fits(self, data.len)) {
         int ready = 1;
         if (start) {
-            copy(slot(self, operation, self->me), data.buf, data.len);
+            copy_blocks(slot(self, operation, self->me), data.buf, data.len);
             publish(self, 2 * operation - 1);
             ready = wait_briefly(self, 2 * operation - 1, spins);
         }
@@ -138,7 +129,7 @@ static int gather_out(Core *self, Py_buffer *mine, PyObject *outputs, int64_t op
             return -1;
         int ok = fits(self, out.len);
         if (ok && j != self->me) {
-            copy(out.buf, slot(self, operation, j), out.len);
+            copy_blocks(out.buf, slot(self, operation, j), out.len);
         } else if (ok) {
             const char *a = out.buf, *b = mine->buf;
             if (a + out.len <= b || b + mine->len <= a)
@@ -170,7 +161,7 @@ static PyObject *gathered(Core *self, PyObject *const *args, int64_t operation, 
     int status = -1;
     if (fits(self, mine.len)) {
         if (start) {
-            copy(slot(self, operation, self->me), mine.buf, mine.len);
+            copy_blocks(slot(self, operation, self->me), mine.buf, mine.len);
             publish(self, 2 * operation - 1);
         }
         status = !start || wait_briefly(self, 2 * operation - 1, spins)
@@ -261,12 +252,19 @@ static PyObject *core_split(Core *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = self->size, me = self->me, size = kind.itemsize;
     Py_ssize_t count = data.len / size, lo, hi;
     char *buf = data.buf, *mine = slot(self, operation, me);
+    /* The slot is written with cached or streaming stores, as copies.c judges from
+     * the time of the copies in and out. */
     if (stage == 0) {
+        int streams = step_streams(self);
+        int64_t start = clock_ns();
         for (Py_ssize_t j = 0; j < n; j++) {
             chunk(count, n, j, &lo, &hi);
             if (j != me)
-                copy(mine + lo * size, buf + lo * size, (hi - lo) * size);
+                write_slot(mine + lo * size, buf + lo * size, (hi - lo) * size, streams);
         }
+        chunk(count, n, me, &lo, &hi);
+        wrote_slot(self, clock_ns() - start, data.len - (hi - lo) * size);
+        fence_writes(streams);
         publish(self, 2 * operation - 1);
         if (!wait_briefly(self, 2 * operation - 1, spins)) {
             status = WAITING;
@@ -286,23 +284,28 @@ static PyObject *core_split(Core *self, PyObject *const *args, Py_ssize_t nargs)
          * in place where member order reads data's chunk in the first step (me < 2),
          * else through the stack. */
         Py_ssize_t bytes = (hi - lo) * size;
+        int streams = self->writes.step;
         if (me < 2) {
-            reduce_parts(&kind, buf + lo * size, use, n, bytes, n, NULL);
-            copy(mine + lo * size, buf + lo * size, bytes);
+            reduce_parts(&kind, buf + lo * size, use, n, bytes, n, NULL, 0);
+            write_slot(mine + lo * size, buf + lo * size, bytes, streams);
         } else {
-            reduce_parts(&kind, mine + lo * size, use, n, bytes, n, buf + lo * size);
+            reduce_parts(&kind, mine + lo * size, use, n, bytes, n, buf + lo * size, streams);
         }
+        fence_writes(streams);
         publish(self, 2 * operation);
         if (!wait_briefly(self, 2 * operation, spins)) {
             status = WAITING_RESULTS;
             goto done;
         }
     }
+    int64_t start = clock_ns();
     for (Py_ssize_t j = 0; j < n; j++) {
         chunk(count, n, j, &lo, &hi);
         if (j != me)
-            copy(buf + lo * size, slot(self, operation, j) + lo * size, (hi - lo) * size);
+            copy_blocks(buf + lo * size, slot(self, operation, j) + lo * size, (hi - lo) * size);
     }
+    chunk(count, n, me, &lo, &hi);
+    judge_writes(self, clock_ns() - start, data.len - (hi - lo) * size);
     status = DONE;
 done:
     PyMem_Free(many);
@@ -330,7 +333,7 @@ static PyObject *broadcast_step(Core *self, PyObject *const *args, Py_ssize_t na
         int ready = 1;
         if (start) {
             if (self->me == root)
-                copy(slot(self, operation, root), data.buf, data.len);
+                copy_blocks(slot(self, operation, root), data.buf, data.len);
             publish(self, 2 * operation - 1);
             ready = wait_briefly(self, 2 * operation - 1, spins);
         }
@@ -340,7 +343,7 @@ static PyObject *broadcast_step(Core *self, PyObject *const *args, Py_ssize_t na
             status = MISMATCH;
         } else {
             if (self->me != root)
-                copy(data.buf, slot(self, operation, root), data.len);
+                copy_blocks(data.buf, slot(self, operation, root), data.len);
             status = DONE;
         }
     }
@@ -385,6 +388,13 @@ const PyMethodDef STEP_METHODS[] = {
      "all_gather(mine, outputs, operation, fingerprint, spins) -> 0, 1 or 2"},
     {"all_gather_out", (PyCFunction)(void (*)(void))core_all_gather_out, METH_FASTCALL,
      "all_gather_out(mine, outputs, operation, fingerprint) -> 0 or 2"},
+    {"slot_writes", (PyCFunction)(void (*)(void))core_slot_writes, METH_FASTCALL,
+     "slot_writes(mode=None): how this member writes its slot in the split all_reduce, "
+     "\"cached\" or \"streaming\"; mode \"auto\" judges it from then on, \"cached\" "
+     "or \"streaming\" fixes it."},
+    {"judge_step", (PyCFunction)(void (*)(void))core_judge_step, METH_FASTCALL,
+     "judge_step(written_ns, written, read_ns, read): a split step's judgement of its "
+     "copies' times, as the step makes it -> slot_writes()"},
     {"split", (PyCFunction)(void (*)(void))core_split, METH_FASTCALL,
      "split(data, operation, fingerprint, kind, spins, stage) -> 0 done, 1 or 3 waiting, "
      "2 mismatch"},

@@ -232,11 +232,13 @@ def test_no_module_declares_a_shared_value_again() -> None:
 
 #: Each C file's layer (its .c and .h together), by what it mirrors on the Python side:
 #: contract.h the contract (asyncoll._native), field.c Python's attribute protocol (the
-#: bottom), core.c the arena (_transport), reduce.c and steps.c the reductions and the
-#: steps (_algorithms), lock.c and express*.c the group's arena path and its compiled
-#: entry (_group), front.c the blocking API (_api); module.c registers them all: above all.
-C_LAYERS = {"contract": 0, "field": 0, "core": 1, "reduce": 2, "steps": 2, "lock": 3,
-            "express": 3, "express_type": 3, "front": 5, "module": max(LAYERS.values()) + 1}
+#: bottom), core.c the arena (_transport), reduce.c, copies.c and steps.c the reductions,
+#: the slots' copies and the steps (_algorithms), lock.c and express*.c the group's arena
+#: path and its compiled entry (_group), front.c the blocking API (_api); module.c
+#: registers them all: above all.
+C_LAYERS = {"contract": 0, "field": 0, "core": 1, "copies": 2, "reduce": 2, "steps": 2,
+            "lock": 3, "express": 3, "express_type": 3, "front": 5,
+            "module": max(LAYERS.values()) + 1}
 MAX_C_LINES = 500
 
 
