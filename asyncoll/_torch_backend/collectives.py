@@ -37,7 +37,7 @@ from asyncoll._torch_backend import dtypes, repeats, sparse
 from asyncoll._torch_backend.errors import reraise, through_torch
 from asyncoll._torch_backend.work import AsyncollWork
 from asyncoll._torch_backend.world import TorchWorld
-from asyncoll._group.core import DONE, failed
+from asyncoll._group.core import DONE
 from asyncoll.errors import AsyncollError, ConfigurationError
 from asyncoll.group import AsyncProcessGroup
 from asyncoll.types import ReduceOp
@@ -77,10 +77,14 @@ class TorchCollectives:
         # Its errors become torch's here, not through through_torch: each small
         # allreduce that repeats would pay for the wrapper's call.
         try:
+            if len(tensors) == 1 and opts is not None:
+                ran, work = repeats.blocking_all_reduce(self, tensors[0], opts)
+                if ran:
+                    return work
             op, limit = _op(opts), self._limit(opts)
             if len(tensors) == 1:
-                ran, work = self._ran_again("allreduce", tensors[0], "all_reduce",
-                                            repeats.reduce_op(op), limit, _blocking(opts))
+                ran, work = repeats.again(self, "allreduce", tensors[0], "all_reduce",
+                                          repeats.reduce_op(op), limit, _blocking(opts))
                 if ran:
                     return work
             return self._start("allreduce", list(tensors), (
@@ -106,8 +110,8 @@ class TorchCollectives:
         try:
             op, limit, root = _op(opts), self._limit(opts), self._global(opts.rootRank, "rootRank")
             if len(tensors) == 1:
-                ran, work = self._ran_again("reduce", tensors[0], "reduce",
-                                            repeats.reduce_op(op), limit, _blocking(opts), root)
+                ran, work = repeats.again(self, "reduce", tensors[0], "reduce",
+                                          repeats.reduce_op(op), limit, _blocking(opts), root)
                 if ran:
                     return work
             return self._start("reduce", list(tensors), (
@@ -154,8 +158,8 @@ class TorchCollectives:
         try:
             limit, root = self._limit(opts), self._global(opts.rootRank, "rootRank")
             if len(tensors) == 1:
-                ran, work = self._ran_again("broadcast", tensors[0], "broadcast", None, limit,
-                                            _blocking(opts), root)
+                ran, work = repeats.again(self, "broadcast", tensors[0], "broadcast", None,
+                                          limit, _blocking(opts), root)
                 if ran:
                     return work
             return self._start("broadcast", list(tensors), (
@@ -263,7 +267,8 @@ class TorchCollectives:
         """Complete once every member has called barrier (None as allreduce's)."""
         try:
             limit = self._limit(opts)
-            ran, work = self._ran_again("barrier", None, "barrier", None, limit, _blocking(opts))
+            ran, work = repeats.again(self, "barrier", None, "barrier", None, limit,
+                                      _blocking(opts))
             if ran:
                 return work
             return self._start("barrier", [], [(self._group.barrier(limit), None)])
@@ -350,27 +355,6 @@ class TorchCollectives:
             raise ConfigurationError(f"{role} {group_rank} is not a rank of this group of "
                                      f"{len(ranks)}; use 0 to {len(ranks) - 1}")
         return ranks[group_rank]
-
-    def _ran_again(self, what: str, tensor: Any, collective: str, op: Any = None,
-                   limit: float | None = None, blocking: bool = False,
-                   root: int = -1) -> tuple[bool, AsyncollWork | None]:
-        """Whether the call ran in this thread as a repeat (repeats.ran_in_this_thread),
-        and its Work: none for a ``blocking`` call that succeeded. (False, None),
-        having done nothing, where it did not."""
-        if self._flat is None:
-            self._flat = repeats.LastFlat()
-        try:
-            if not repeats.ran_in_this_thread(self._group, self._flat, collective, tensor, op,
-                                              root, limit):
-                return False, None
-            if blocking:
-                return True, None
-            future = DONE
-        except AsyncollError as exc:
-            future = failed(exc)  # raised by wait(), as from the loop
-            self._failed_in_this_thread(exc)
-        return True, AsyncollWork(future, [] if tensor is None else [tensor],
-                                  f"{what} on {self._named}", self._world)
 
     def _failed_in_this_thread(self, error: BaseException | None) -> None:
         # Only what breaks the group (a refused argument does not): get_error reads it

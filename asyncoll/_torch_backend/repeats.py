@@ -17,7 +17,9 @@ from numpy.typing import NDArray
 import torch
 
 from asyncoll._algorithms.ops import coerce_op
+from asyncoll._group.core import DONE, failed
 from asyncoll._group.repeats import ran_again
+from asyncoll._torch_backend.work import AsyncollWork
 from asyncoll.errors import AsyncollError
 from asyncoll.types import ReduceOp
 
@@ -77,6 +79,56 @@ class LastFlat:
             self._tensor, self._seen, self._array = None, (), None
 
 
+def blocking_all_reduce(owner: Any, tensor: Any, opts: Any) -> tuple[bool, AsyncollWork | None]:
+    """Whether torch's blocking all_reduce of ``tensor`` with ``opts`` ran in this
+    thread, as a repeat, through the compiled entry of ``owner``'s group (the
+    TorchCollectives making the call), and its Work, as :func:`again`: a training
+    loop's call, checked in the fewest steps (each pybind read of ``opts`` costs
+    0.1-0.4 us). Only a call with no deadline of its own or of set_timeout's, of an
+    op seen before, qualifies; (False, None), having done nothing, otherwise."""
+    express = owner._group.express
+    if express is None or opts.asyncOp or owner._default_limit is not None or \
+            opts.timeout != _UNSET_TIMEOUT:
+        return False, None
+    op = _OPS.get(opts.reduceOp.op)
+    array = None if op is None else _last(owner).of(tensor)
+    try:
+        return array is not None and bool(express.all_reduce(array, op)), None
+    except AsyncollError as exc:
+        return True, _failed(owner, "allreduce", tensor, exc)
+
+
+def again(owner: Any, what: str, tensor: Any, collective: str, op: Any = None,
+          limit: float | None = None, blocking: bool = False,
+          root: int = -1) -> tuple[bool, AsyncollWork | None]:
+    """Whether ``owner``'s call ``what`` (torch's name) ran in this thread as a repeat
+    (:func:`ran_in_this_thread`), and its Work: none for a ``blocking`` call that
+    succeeded, one whose wait() raises for one that failed. (False, None), having
+    done nothing, where it did not."""
+    try:
+        if not ran_in_this_thread(owner._group, _last(owner), collective, tensor, op, root,
+                                  limit):
+            return False, None
+    except AsyncollError as exc:
+        return True, _failed(owner, what, tensor, exc)
+    return True, None if blocking else AsyncollWork(
+        DONE, [] if tensor is None else [tensor], f"{what} on {owner._named}", owner._world)
+
+
+def _last(owner: Any) -> LastFlat:
+    last: LastFlat | None = owner._flat
+    if last is None:
+        last = owner._flat = LastFlat()
+    return last
+
+
+def _failed(owner: Any, what: str, tensor: Any, exc: AsyncollError) -> AsyncollWork:
+    """The Work of a repeat that raised ``exc``: wait() raises it, as from the loop."""
+    owner._failed_in_this_thread(exc)
+    return AsyncollWork(failed(exc), [] if tensor is None else [tensor],
+                        f"{what} on {owner._named}", owner._world)
+
+
 def ran_in_this_thread(group: Any, last: LastFlat, collective: str, tensor: Any, op: Any,
                        root: int, limit: float | None) -> bool:
     """Whether ``tensor``'s call (None: a barrier's) ran in this thread as a repeat of
@@ -110,3 +162,5 @@ def reduce_op(op: Any) -> ReduceOp | None:
 
 # torch's ops (RedOpType) seen so far: reading one's name through pybind costs microseconds.
 _OPS: dict[Any, ReduceOp | None] = {}
+# The timeout of options that set none (torch's kUnsetTimeout).
+_UNSET_TIMEOUT = torch.distributed.AllreduceOptions().timeout
