@@ -22,6 +22,14 @@ workers get PYTHONUNBUFFERED=1 unless it is set, so that a Python worker's
 lines come out as it prints them. When a worker fails, the others are stopped
 and asyncoll-run exits non-zero, saying which rank failed and how.
 
+Where the workers' OpenMP threads would outnumber this machine's processors
+(several workers, and OMP_NUM_THREADS unset, as torch then takes a thread per
+core in each, or set that high), they get OMP_WAIT_POLICY=PASSIVE unless it
+is set: an OpenMP thread that spins between torch's parallel regions takes
+the processor from another worker's compute and from its collectives
+(docs/guides/benchmarks.md, "A DDP step": 2 ranks of 2 threads each on 2
+processors took 2-3x as long per step with the spinning default).
+
 With `--max-restarts N` (torchrun's name) the job is elastic
 (ASYNCOLL_ELASTIC=1 for every worker) and a worker that fails is not the
 end: the others go on (the program calls asyncoll.reconfigure(), see
@@ -42,7 +50,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from asyncoll import _auth, _native
 from asyncoll._runtime import hosting
@@ -115,6 +123,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("script_args", nargs=argparse.REMAINDER, default=[],
                         help="arguments passed to every worker")
     return parser
+
+
+def _openmp_waits(workers: int, environ: Mapping[str, str], processors: int) -> dict[str, str]:
+    """OMP_WAIT_POLICY=PASSIVE where ``workers`` on ``processors`` would run more OpenMP
+    threads than processors and the variable is unset; else nothing."""
+    if workers < 2 or "OMP_WAIT_POLICY" in environ:
+        return {}
+    try:
+        threads = int(environ.get("OMP_NUM_THREADS", "").split(",")[0])
+    except ValueError:
+        threads = processors  # unset (torch's default: one a core) or not a number
+    return {"OMP_WAIT_POLICY": "PASSIVE"} if workers * threads > processors else {}
 
 
 def _split_address(text: str) -> tuple[tuple[str, int], ...]:
@@ -309,6 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     store_port = _free_port(host) if args.nnodes == 1 else port + 1
     target = ["-m", args.script] if args.module else [args.script]
     n = args.nproc_per_node
+    passed.update(_openmp_waits(n, os.environ, len(os.sched_getaffinity(0))))
     world_size = n * args.nnodes
     procs: list[subprocess.Popen[bytes]] = []
     relay = LineRelay(args.prefix)

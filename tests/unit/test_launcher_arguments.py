@@ -34,3 +34,20 @@ def test_standalone_refuses_what_would_contradict_it(other: list[str]) -> None:
     with pytest.raises(SystemExit, match="--standalone runs one machine's job on an "
                                          "embedded coordinator on a free port"):
         run.main(["--standalone", *other, "train.py"])
+
+
+@pytest.mark.parametrize("workers, environ, processors, expected", [
+    (2, {}, 2, "PASSIVE"),  # torch takes a thread a core in each: 4 on 2
+    (4, {"OMP_NUM_THREADS": "1"}, 4, None),  # one each: they fit
+    (4, {"OMP_NUM_THREADS": "2"}, 4, "PASSIVE"),
+    (2, {"OMP_NUM_THREADS": "4,2"}, 8, None),  # nested: the outer level counts
+    (2, {"OMP_NUM_THREADS": "many"}, 2, "PASSIVE"),
+    (1, {}, 2, None),  # one worker: its threads share with none of ours
+    (2, {"OMP_WAIT_POLICY": "ACTIVE"}, 2, None),  # the user's choice stands
+])
+def test_workers_whose_openmp_threads_outnumber_the_processors_wait_passively(
+        workers, environ, processors, expected) -> None:
+    passed = run._openmp_waits(workers, environ, processors)
+
+    assert passed.get("OMP_WAIT_POLICY") == expected
+    assert set(passed) <= {"OMP_WAIT_POLICY"}
