@@ -269,7 +269,8 @@ class GroupArena:
                 0.0, self.check, 0 if crowded else SPINS, arena.rest,
                 arena.core.wait if arena.core is not None else None,
                 OVERSUBSCRIBED_YIELDS if crowded else YIELDS,
-                arena.strangers_running if crowded else _unheeded))
+                arena.strangers_running if crowded else _unheeded,
+                arena.core.yields_to_stranger if arena.core is not None else None))
         step.operation = started or step.operation + 1
         step.fingerprint = fingerprint
         step.cancelled = False

@@ -230,6 +230,14 @@ static void rest_if_shared(Core *self, int64_t phase, Py_ssize_t late) {
     __atomic_store_n(&mine[W_SLEEPING], 0, __ATOMIC_RELAXED);
 }
 
+/* A member waited for on another processor, while a stranger runs: a yield would
+ * hand this processor to a task that is no member (the stranger beside this member,
+ * or one that takes its place) for the rest of a time slice, and the scheduler
+ * (EEVDF) counts each yield against the yielder, so that a member that yields in
+ * every wait gets a few percent of its processor. So such a wait yields not at all:
+ * it spins, then sleeps until the member publishes (Waiter.until asks
+ * yields_to_stranger, then rests), keeping its fair share of the processor. */
+
 /* A gap this long between two looks at the clock while spinning: this member
  * was taken off its processor, which another task wants. It stops spinning. */
 #define PREEMPTED_NS 20000
@@ -281,6 +289,7 @@ static int yield_briefly(Core *self, int64_t phase, int crowded) {
  * spins (more members than processors): no rest either. The caller yields or
  * sleeps next (Waiter.until, then Arena.rest). */
 int wait_briefly(Core *self, int64_t phase, long spins) {
+    self->stranger_here = 0;
     if (all_published(self, phase))
         return 1;
     int ready = 0, rests = spins > 0;
@@ -315,9 +324,11 @@ int wait_briefly(Core *self, int64_t phase, long spins) {
         if (late >= 0) {
             rest_if_shared(self, phase, late);
             ready = all_published(self, phase);
+        } else {
+            self->stranger_here = stranger_beside(self);
         }
     }
-    if (!ready)
+    if (!ready && !self->stranger_here)
         ready = yield_briefly(self, phase, !rests);
     Py_END_ALLOW_THREADS
     return ready;
@@ -402,6 +413,10 @@ static PyObject *core_strangers_running(Core *self, PyObject *Py_UNUSED(unused))
     return PyBool_FromLong(strangers_running(self));
 }
 
+static PyObject *core_yields_to_stranger(Core *self, PyObject *Py_UNUSED(unused)) {
+    return PyBool_FromLong(self->stranger_here);
+}
+
 static PyObject *core_release_method(Core *self, PyObject *Py_UNUSED(unused)) {
     core_release(self);
     Py_RETURN_NONE;
@@ -417,6 +432,9 @@ static const PyMethodDef core_methods[] = {
      "wait(phase, spins) -> whether every member published phase, after a brief wait"},
     {"strangers_running", (PyCFunction)core_strangers_running, METH_NOARGS,
      "strangers_running() -> whether more tasks run than members are awake"},
+    {"yields_to_stranger", (PyCFunction)core_yields_to_stranger, METH_NOARGS,
+     "yields_to_stranger() -> whether the last brief wait waited for a member on another "
+     "processor while a stranger ran: the wait then sleeps rather than yield"},
     {"release", (PyCFunction)core_release_method, METH_NOARGS,
      "release(): let go of the mapping (the arena closes)"},
     {NULL, NULL, 0, NULL},

@@ -42,6 +42,9 @@ typedef struct {
     /* When strangers_running was last asked (stranger_beside), and its answer. */
     int64_t strangers_looked;
     int strangers_seen;
+    /* The last brief wait waited for a member on another processor while a stranger
+     * ran: it and its caller's wait do not yield (core.c says why). */
+    int stranger_here;
     Writes writes;
 } Core;
 

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from asyncoll._native import arena as native
-from asyncoll._native.contract import PROCESSOR, QUIET_NS, SLEEPING, STRANGER_NS
+from asyncoll._native.contract import PROCESSOR, PUBLISHED, QUIET_NS, SLEEPING, STRANGER_NS
 from asyncoll._transport.shm import arena
 from asyncoll._transport.shm.arena import Arena, Waiter, arena_bytes
 from asyncoll._transport.shm.tasks import running_tasks
@@ -191,3 +191,51 @@ def test_a_compiled_publish_notes_the_processor_it_ran_on():
     finally:
         os.sched_setaffinity(0, allowed)
         member.close()
+
+
+# -- a member waited for on another processor while a stranger runs ---------------------
+
+
+@pytest.mark.parametrize("elsewhere, yields", [(True, 0), (False, 10)])
+def test_a_wait_whose_member_is_elsewhere_beside_a_stranger_sleeps_without_yielding(
+        monkeypatch, elsewhere, yields):
+    # As a compiled step hands its wait over: its brief wait (spins and yields) spent.
+    scheduler = Scheduler(slow=False)
+    monkeypatch.setattr(arena.os, "sched_yield", scheduler.sched_yield)
+    waiter = Waiter(time.monotonic() + 60, lambda poll: None, 4, scheduler.rest, yields=100,
+                    elsewhere=lambda: elsewhere)
+
+    waiter.until(ReadyAfter(10), 4 + 16)
+
+    assert (scheduler.yields, len(scheduler.rests) > 0) == (yields, elsewhere)
+
+
+def _waits_for_member_1(size: int, asleep: bool, beside: bool) -> bool:
+    """Member 0's compiled brief wait for member 1, which never publishes and last
+    ran on this processor or another; every member marked asleep (so that this
+    thread is a task no member accounts for: a stranger runs) or none. Whether the
+    wait found it must not yield."""
+    allowed = os.sched_getaffinity(0)
+    here = sorted(allowed)[0]
+    member = Arena(mmap.mmap(-1, arena_bytes(size, 64)), size, 0, 64)
+    try:
+        os.sched_setaffinity(0, {here})
+        words = member._words
+        for index in range(size):
+            words[index * arena.LINE_WORDS + SLEEPING] = int(asleep)
+        words[PUBLISHED] = 1  # member 0's own part is there
+        words[arena.LINE_WORDS + PROCESSOR] = here + 1 if beside else here + 2
+        assert member.core.wait(1, 64) is False
+        return bool(member.core.yields_to_stranger())
+    finally:
+        os.sched_setaffinity(0, allowed)
+        member.close()
+
+
+@pytest.mark.skipif(not native, reason="the compiled extension is not built")
+def test_the_compiled_wait_says_when_it_waited_elsewhere_beside_a_stranger():
+    assert _waits_for_member_1(2, asleep=True, beside=False)
+    # No stranger: 256 members awake outnumber what this machine runs.
+    assert not _waits_for_member_1(256, asleep=False, beside=False)
+    # The member on this processor: the wait hands the processor to it, as before.
+    assert not _waits_for_member_1(2, asleep=True, beside=True)

@@ -185,7 +185,8 @@ class Waiter:
     def __init__(self, deadline: float, check: Callable[[Poll], None],
                  spins: int = SPINS, rest: Callable[[Poll, float], None] = _sleep,
                  brief: Callable[[int, int], bool] | None = None,
-                 yields: int = YIELDS, strangers: Callable[[], bool] = _unknown) -> None:
+                 yields: int = YIELDS, strangers: Callable[[], bool] = _unknown,
+                 elsewhere: Callable[[], bool] | None = None) -> None:
         self.deadline = deadline
         self._check = check
         #: How a long wait sleeps for up to a step's seconds (Arena.rest, or a timed sleep).
@@ -205,6 +206,10 @@ class Waiter:
         #: Until then, one more yield to a stranger makes the waits quiet (_met_stranger).
         self.suspect_until = 0.0
         self._strangers = strangers
+        #: Whether the compiled brief wait found the member it waits for on another
+        #: processor while a stranger ran (Core.yields_to_stranger): the wait then
+        #: sleeps rather than yield. None: never (the pure-Python path).
+        self._elsewhere = elsewhere
 
     def until(self, ready: Poll, polls: int = 0) -> None:
         """Return once ``ready()`` is true.
@@ -223,6 +228,8 @@ class Waiter:
             if brief(ready.phase, spins):
                 return
             polls = spins + BRIEF_YIELDS
+        if polls and self._elsewhere is not None and self._elsewhere():
+            polls = spins + self.yields  # the compiled wait's finding: sleeps from now on
         pause = FIRST_SLEEP_S
         while not ready():
             polls += 1
