@@ -126,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _openmp_waits(workers: int, environ: Mapping[str, str], processors: int) -> dict[str, str]:
-    """OMP_WAIT_POLICY=PASSIVE where ``workers`` on ``processors`` would run more OpenMP
+    """OMP_WAIT_POLICY=PASSIVE where `workers` on `processors` would run more OpenMP
     threads than processors and the variable is unset; else nothing."""
     if workers < 2 or "OMP_WAIT_POLICY" in environ:
         return {}

@@ -131,11 +131,8 @@ class ArenaExpired(Exception):
 
 
 class Poll:
-    """A wait's condition: has every member's control field reached a phase?
-
-    Read straight from the control lines, one int64 each, without numpy:
-    for a handful of members this is several times faster.
-    """
+    """A wait's condition: has every member's control field reached a phase? Read
+    from the control lines without numpy: several times faster for a few members."""
 
     def __init__(self, words: memoryview, fields: Sequence[int], phase: int,
                  published: bool = False) -> None:
@@ -206,9 +203,7 @@ class Waiter:
         #: Until then, one more yield to a stranger makes the waits quiet (_met_stranger).
         self.suspect_until = 0.0
         self._strangers = strangers
-        #: Whether the compiled brief wait found the member it waits for on another
-        #: processor while a stranger ran (Core.yields_to_stranger): the wait then
-        #: sleeps rather than yield. None: never (the pure-Python path).
+        #: Core.yields_to_stranger (after it, the wait sleeps, not yields), or None.
         self._elsewhere = elsewhere
 
     def until(self, ready: Poll, polls: int = 0) -> None:
