@@ -23,7 +23,6 @@
 #include <emmintrin.h>
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 
 /* Only copies of at least this many bytes each way are judged (smaller ones are too
  * short to time). */
@@ -69,12 +68,6 @@ void write_slot(char *to, const char *from, Py_ssize_t bytes, int streaming) {
 void fence_writes(int streaming) {
     if (streaming)
         _mm_sfence();
-}
-
-int64_t clock_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
 int step_streams(Core *self) {

@@ -14,7 +14,6 @@ void copy_blocks(char *to, const char *from, Py_ssize_t bytes);
 void write_slot(char *to, const char *from, Py_ssize_t bytes, int streaming);
 /* Orders streaming stores before the stores that follow (a publish). */
 void fence_writes(int streaming);
-int64_t clock_ns(void);
 
 /* Whether this split step writes this member's slot with streaming stores. */
 int step_streams(Core *self);

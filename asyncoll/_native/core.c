@@ -150,7 +150,7 @@ static inline int all_published(Core *self, int64_t phase) {
     return 1;
 }
 
-static int64_t now_ns(void) {
+int64_t now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
@@ -229,14 +229,6 @@ static void rest_if_shared(Core *self, int64_t phase, Py_ssize_t late) {
     }
     __atomic_store_n(&mine[W_SLEEPING], 0, __ATOMIC_RELAXED);
 }
-
-/* A member waited for on another processor, while a stranger runs: a yield would
- * hand this processor to a task that is no member (the stranger beside this member,
- * or one that takes its place) for the rest of a time slice, and the scheduler
- * (EEVDF) counts each yield against the yielder, so that a member that yields in
- * every wait gets a few percent of its processor. So such a wait yields not at all:
- * it spins, then sleeps until the member publishes (Waiter.until asks
- * yields_to_stranger, then rests), keeping its fair share of the processor. */
 
 /* A gap this long between two looks at the clock while spinning: this member
  * was taken off its processor, which another task wants. It stops spinning. */
@@ -325,6 +317,12 @@ int wait_briefly(Core *self, int64_t phase, long spins) {
             rest_if_shared(self, phase, late);
             ready = all_published(self, phase);
         } else {
+            /* Waited for on another processor while a stranger runs: a yield would
+             * hand this processor to a task that is no member for the rest of a time
+             * slice, and the scheduler (EEVDF) counts each yield against the yielder,
+             * so that a member yielding in every wait gets a few percent of its
+             * processor. It skips its yields; Waiter.until asks yields_to_stranger
+             * and sleeps on the futex, which the member's publish wakes. */
             self->stranger_here = stranger_beside(self);
         }
     }

@@ -65,6 +65,8 @@ extern PyTypeObject CoreType;
 int core_ready(const PyMethodDef *steps);
 
 int core_mapped(Core *self);
+/* CLOCK_MONOTONIC, in ns. */
+int64_t now_ns(void);
 int parse_fingerprint(Core *self, PyObject *fingerprint);
 void publish(Core *self, int64_t phase);
 int wait_briefly(Core *self, int64_t phase, long spins);

@@ -256,14 +256,14 @@ static PyObject *core_split(Core *self, PyObject *const *args, Py_ssize_t nargs)
      * the time of the copies in and out. */
     if (stage == 0) {
         int streams = step_streams(self);
-        int64_t start = clock_ns();
+        int64_t start = now_ns();
         for (Py_ssize_t j = 0; j < n; j++) {
             chunk(count, n, j, &lo, &hi);
             if (j != me)
                 write_slot(mine + lo * size, buf + lo * size, (hi - lo) * size, streams);
         }
         chunk(count, n, me, &lo, &hi);
-        wrote_slot(self, clock_ns() - start, data.len - (hi - lo) * size);
+        wrote_slot(self, now_ns() - start, data.len - (hi - lo) * size);
         fence_writes(streams);
         publish(self, 2 * operation - 1);
         if (!wait_briefly(self, 2 * operation - 1, spins)) {
@@ -298,14 +298,14 @@ static PyObject *core_split(Core *self, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
     }
-    int64_t start = clock_ns();
+    int64_t start = now_ns();
     for (Py_ssize_t j = 0; j < n; j++) {
         chunk(count, n, j, &lo, &hi);
         if (j != me)
             copy_blocks(buf + lo * size, slot(self, operation, j) + lo * size, (hi - lo) * size);
     }
     chunk(count, n, me, &lo, &hi);
-    judge_writes(self, clock_ns() - start, data.len - (hi - lo) * size);
+    judge_writes(self, now_ns() - start, data.len - (hi - lo) * size);
     status = DONE;
 done:
     PyMem_Free(many);
