@@ -53,9 +53,9 @@ def _extensions() -> list[Extension]:
         return []
     # The module's files, from its init down (docs/design/native.md draws them).
     names = ("module", "front", "express_type", "express", "lock", "steps", "copies", "core",
-             "reduce", "field")
+             "reduce", "field", "place")
     headers = ("contract", "copies", "core", "express", "express_type", "field", "front",
-               "lock", "reduce", "steps")
+               "lock", "place", "reduce", "steps")
     return [Extension("asyncoll._native._arena", [f"asyncoll/_native/{name}.c" for name in names],
                       depends=[f"asyncoll/_native/{name}.h" for name in headers],
                       extra_compile_args=FLAGS, optional=True)]

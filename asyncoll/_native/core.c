@@ -9,12 +9,11 @@
  * Every pointer is checked against the mapping's bounds before use.
  */
 #include "core.h"
+#include "place.h"
 
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -161,19 +160,9 @@ int64_t now_ns(void) {
  * The count of running tasks is /proc/loadavg's fourth field's first number;
  * where it cannot be read, yes. (Arena.strangers_running in Python.) */
 static int strangers_running(Core *self) {
-    char text[128];
-    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    long running = running_tasks();
+    if (running < 0)
         return 1;
-    ssize_t got = read(fd, text, sizeof text - 1);
-    close(fd);
-    char *slash = got > 0 ? memchr(text, '/', (size_t)got) : NULL;
-    if (slash == NULL)
-        return 1;
-    char *number = slash;
-    while (number > text && number[-1] != ' ')
-        number--;
-    long running = strtol(number, NULL, 10);
     Py_ssize_t awake = 0;
     for (Py_ssize_t m = 0; m < self->size; m++)
         awake += !__atomic_load_n(&line(self, m)[W_SLEEPING], __ATOMIC_RELAXED);
@@ -214,9 +203,38 @@ static Py_ssize_t late_beside(Core *self, int64_t phase, int here) {
     return late;
 }
 
-static void rest_if_shared(Core *self, int64_t phase, Py_ssize_t late) {
-    if (stranger_beside(self))
+/* While a stranger runs, two members the scheduler put on one processor stay
+ * there: each wait yields it to the other, a switch every operation, while the
+ * stranger has a processor to itself. After SHARED_WAITS_TO_MOVE such waits with
+ * none for a member elsewhere between them, the waiting member moves itself off
+ * its processor (place.c): the two then run side by side, one of them beside the
+ * stranger. At most once in MOVE_EVERY_NS, as the scheduler's balancing may
+ * bring them together again, and each move costs a migration.
+ * The split all_reduce's waits do not count (Core.splitting): its work between
+ * two waits outweighs a switch, and is done as soon on one processor as on two,
+ * one of them shared with the stranger, where the member beside the stranger
+ * keeps the other waiting out its time slices. */
+#define SHARED_WAITS_TO_MOVE 32
+#define MOVE_EVERY_NS 5000000
+
+static void move_if_shared(Core *self, int here) {
+    if (self->splitting)
         return;
+    if (++self->shared_waits < SHARED_WAITS_TO_MOVE)
+        return;
+    self->shared_waits = 0;
+    int64_t now = now_ns();
+    if (now >= self->moved_at + MOVE_EVERY_NS) {
+        self->moved_at = now;
+        move_off(here);
+    }
+}
+
+static void rest_if_shared(Core *self, int64_t phase, Py_ssize_t late, int here) {
+    if (stranger_beside(self)) {
+        move_if_shared(self, here);
+        return;
+    }
     int64_t *mine = line(self, self->me), *word = &line(self, late)[W_PUBLISHED];
     /* The flag before the word is read again (publish stores the word, then reads
      * the flags): a publish after that read sees the flag and wakes this member. */
@@ -314,9 +332,10 @@ int wait_briefly(Core *self, int64_t phase, long spins) {
         if (late < 0 && (here = sched_getcpu()) >= 0)  /* it may have moved */
             late = late_beside(self, phase, here);
         if (late >= 0) {
-            rest_if_shared(self, phase, late);
+            rest_if_shared(self, phase, late, here);
             ready = all_published(self, phase);
         } else {
+            self->shared_waits = 0;
             /* Waited for on another processor while a stranger runs: a yield would
              * hand this processor to a task that is no member for the rest of a time
              * slice, and the scheduler (EEVDF) counts each yield against the yielder,

@@ -45,6 +45,11 @@ typedef struct {
     /* The last brief wait waited for a member on another processor while a stranger
      * ran: it and its caller's wait do not yield (core.c says why). */
     int stranger_here;
+    /* Waits in a row for a member on this processor while a stranger ran, and when
+     * this member last moved itself off its processor (core.c's move_if_shared);
+     * whether the split all_reduce is waiting, whose waits do not count. */
+    int shared_waits, splitting;
+    int64_t moved_at;
     Writes writes;
 } Core;
 

@@ -236,6 +236,7 @@ static PyObject *core_split(Core *self, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer data;
     if (get_buffer(args[0], &data, 1, kind.itemsize) < 0)
         return NULL;
+    self->splitting = 1;
     int status = -1;
     const char *parts[64];
     const char **many = NULL, **use = parts;
@@ -308,6 +309,7 @@ static PyObject *core_split(Core *self, PyObject *const *args, Py_ssize_t nargs)
     judge_writes(self, now_ns() - start, data.len - (hi - lo) * size);
     status = DONE;
 done:
+    self->splitting = 0;
     PyMem_Free(many);
     PyBuffer_Release(&data);
     return status < 0 ? NULL : PyLong_FromLong(status);

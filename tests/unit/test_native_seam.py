@@ -236,8 +236,8 @@ def test_no_module_declares_a_shared_value_again() -> None:
 #: the slots' copies and the steps (_algorithms), lock.c and express*.c the group's arena
 #: path and its compiled entry (_group), front.c the blocking API (_api); module.c
 #: registers them all: above all.
-C_LAYERS = {"contract": 0, "field": 0, "core": 1, "copies": 2, "reduce": 2, "steps": 2,
-            "lock": 3, "express": 3, "express_type": 3, "front": 5,
+C_LAYERS = {"contract": 0, "field": 0, "place": 1, "core": 1, "copies": 2, "reduce": 2,
+            "steps": 2, "lock": 3, "express": 3, "express_type": 3, "front": 5,
             "module": max(LAYERS.values()) + 1}
 MAX_C_LINES = 500
 

@@ -14,13 +14,17 @@ import mmap
 import os
 import time
 
+import numpy as np
 import pytest
 
+from asyncoll import _native
 from asyncoll._native import arena as native
-from asyncoll._native.contract import PROCESSOR, PUBLISHED, QUIET_NS, SLEEPING, STRANGER_NS
+from asyncoll._native.contract import (PROCESSOR, PUBLISHED, QUIET_NS, SLEEPING, STRANGER_NS,
+                                       WAITING)
 from asyncoll._transport.shm import arena
 from asyncoll._transport.shm.arena import Arena, Waiter, arena_bytes
 from asyncoll._transport.shm.tasks import running_tasks
+from asyncoll.types import ReduceOp
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -239,3 +243,59 @@ def test_the_compiled_wait_says_when_it_waited_elsewhere_beside_a_stranger():
     assert not _waits_for_member_1(256, asleep=False, beside=False)
     # The member on this processor: the wait hands the processor to it, as before.
     assert not _waits_for_member_1(2, asleep=True, beside=True)
+
+
+# -- two members on one processor while a stranger runs -----------------------------------
+
+
+def _processor_after_waits_beside(waits: int, split: bool = False) -> tuple[int, int, set[int]]:
+    """Member 0's compiled brief waits for member 1, which never publishes and last
+    ran on member 0's processor, while a stranger runs (every member marked asleep);
+    member 0 started on the first of two processors it may run on. That processor,
+    the one it noted in its line after ``waits`` waits (or ``split`` all_reduce
+    steps, each ending in a wait), and its affinity then."""
+    allowed = os.sched_getaffinity(0)
+    here, other = sorted(allowed)[:2]
+    member = Arena(mmap.mmap(-1, arena_bytes(2, 64)), 2, 0, 64)
+    try:
+        os.sched_setaffinity(0, {here})
+        os.sched_setaffinity(0, {here, other})  # still on `here`: no reason to move
+        words = member._words
+        for index in range(2):
+            words[index * arena.LINE_WORDS + SLEEPING] = 1
+        words[PUBLISHED] = 1  # member 0's own part is there
+        words[arena.LINE_WORDS + PROCESSOR] = here + 1
+        data = np.ones(16, dtype=np.float32)
+        kind = _native.kind(data.dtype, ReduceOp.SUM)
+        for _ in range(waits):
+            if split:
+                assert member.core.split(data, 1, (9, 0, 0, 1, -1, 0), kind, 64, 0) == WAITING
+            else:
+                assert member.core.wait(1, 64) is False
+        member.core.wait(1, 64)  # notes where it runs now
+        return here, words[PROCESSOR] - 1, os.sched_getaffinity(0)
+    finally:
+        os.sched_setaffinity(0, allowed)
+        member.close()
+
+
+@pytest.mark.skipif(not native, reason="the compiled extension is not built")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one processor: none to move to")
+def test_a_member_that_keeps_waiting_beside_its_member_while_a_stranger_runs_moves_off():
+    # The 32nd wait in a row moves member 0 off the processor it shares with member 1
+    # (SHARED_WAITS_TO_MOVE in core.c); the wait after it notes the new one. Its
+    # affinity is given back whole: the move binds nothing.
+    here, noted, affinity = _processor_after_waits_beside(32)
+
+    assert noted != here
+    assert affinity == set(sorted(os.sched_getaffinity(0))[:2])
+
+
+@pytest.mark.skipif(not native, reason="the compiled extension is not built")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one processor: none to move to")
+@pytest.mark.parametrize("waits, split", [(8, False), (64, True)], ids=["a few", "split"])
+def test_a_few_waits_or_the_split_all_reduce_s_leave_a_member_where_it_is(waits, split):
+    # The split all_reduce's work between waits outweighs a switch: its waits do not count.
+    here, noted, _ = _processor_after_waits_beside(waits, split)
+
+    assert noted == here
