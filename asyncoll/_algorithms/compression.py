@@ -1,0 +1,212 @@
+"""What a compressed all_reduce sends in place of its partial sums: the codecs.
+
+A codec turns a 1-D float array into bytes and back. The compressed ring
+(compressed_ring.py) encodes each partial sum it passes on, adds what it
+decodes to its own data in the input's precision, and encodes each finished
+block once: every member decodes the same bytes, so every member ends with
+the same bits.
+
+``bf16`` (float32 only) keeps each value's top 16 bits, rounded to nearest
+even: 2 bytes a value. A finite value past bfloat16's largest becomes that
+largest value, not infinity; NaN stays NaN and infinities stay infinite.
+
+``int8`` (float32 and float64) cuts the array into blocks of ``block``
+values (in the ring, from the start of each member's part); each block sends its scale ``s`` (the largest finite magnitude
+over 126, in the input's dtype, at least the dtype's smallest normal
+number) and one byte a value, ``round(x / s)`` in -126..126. The other
+three byte values carry what no scale can: -128 NaN, -127 minus infinity,
+127 plus infinity; they come through exactly.
+
+Error bounds. Over a ring of n members, the sums of element e are encoded
+n times (n - 1 partial sums, then the result), each encoding and the
+addition after it adding at most ``r`` times the magnitude of what they
+handle (bf16: the partial sum at e; int8: the largest in e's block). That
+magnitude is at most ``A (1 + r) ** (k - 1)`` at the k-th encoding, and
+summing the n errors gives the bound below. With ``A`` = the sum over members of |x| at e (bf16), or the sum over
+members of the largest finite |x| in e's block (int8), the result differs
+from the exact sum by at most ``((1 + r) ** n - 1) * A`` plus, for int8,
+``n`` times the dtype's smallest normal number, where
+
+- bf16: ``r = 2**-8 + 2**-22``;
+- int8: ``r = 1/252 + 2**-22`` (float32) or ``1/252 + 2**-51`` (float64).
+
+(2**-22 and 2**-51: two roundings of the input's precision, the
+addition's and the decoding's.) AVG divides that by n, and rounds once more.
+
+``error_bound`` computes it. While nothing overflows, NaN and infinities
+come through as the uncompressed sum gives them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from asyncoll.errors import ConfigurationError
+
+#: The codecs by name.
+MODES = ("bf16", "int8")
+#: Values that share one scale in int8, unless the caller says otherwise.
+DEFAULT_BLOCK = 256
+#: The largest code int8 gives a finite value; the rest mean NaN and infinities.
+_LARGEST = 126
+_NAN, _MINUS_INF, _PLUS_INF = -128, -127, 127
+#: bfloat16's largest finite value, with its sign bit clear (0x7F7F), and its
+#: exponent bits (all ones: infinity or NaN).
+_BF16_MAX, _BF16_EXPONENT = np.uint16(0x7F7F), np.uint16(0x7F80)
+
+
+class Codec:
+    """One mode's encoding of ``dtype`` arrays: sizes, encode and decode."""
+
+    name = ""
+
+    def __init__(self, dtype: np.dtype[Any]) -> None:
+        self.dtype = dtype
+
+    def encoded_bytes(self, count: int) -> int:
+        """Bytes that ``count`` values encode to."""
+        raise NotImplementedError
+
+    def encode(self, values: NDArray[Any], out: NDArray[np.uint8]) -> None:
+        """Write ``values``' encoding into ``out`` (``encoded_bytes(values.size)`` bytes)."""
+        raise NotImplementedError
+
+    def decode(self, payload: NDArray[np.uint8], out: NDArray[Any]) -> None:
+        """Write the values ``payload`` encodes into ``out``."""
+        raise NotImplementedError
+
+    def ratio(self) -> float:
+        """Encoded bytes per input byte, for a long array."""
+        return self.encoded_bytes(1 << 20) / ((1 << 20) * self.dtype.itemsize)
+
+
+class BFloat16(Codec):
+    """float32 values as their top 16 bits, rounded to nearest even."""
+
+    name = "bf16"
+
+    def encoded_bytes(self, count: int) -> int:
+        return 2 * count
+
+    def encode(self, values: NDArray[Any], out: NDArray[np.uint8]) -> None:
+        bits = values.view(np.uint32)
+        top = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+        sign = (bits >> 16).astype(np.uint16) & np.uint16(0x8000)
+        finite = np.isfinite(values)
+        # Rounding carried a finite value into the exponent's top: the largest
+        # finite value instead. A NaN keeps its top bits, quieted (rounding could
+        # have carried it into infinity's bits).
+        overflowed = finite & ((top & _BF16_EXPONENT) == _BF16_EXPONENT)
+        top[overflowed] = sign[overflowed] | _BF16_MAX
+        nan = np.isnan(values)
+        top[nan] = (bits[nan] >> 16).astype(np.uint16) | np.uint16(0x0040)
+        out.view(np.uint16)[:] = top
+
+    def decode(self, payload: NDArray[np.uint8], out: NDArray[Any]) -> None:
+        wide = out.view(np.uint32)
+        wide[:] = payload.view(np.uint16)
+        wide <<= 16
+
+
+class Int8(Codec):
+    """Blocks of ``block`` values as one scale and a byte a value."""
+
+    name = "int8"
+
+    def __init__(self, dtype: np.dtype[Any], block: int = DEFAULT_BLOCK) -> None:
+        super().__init__(dtype)
+        self.block = block
+        self._tiny = np.finfo(dtype).tiny
+
+    def encoded_bytes(self, count: int) -> int:
+        return -(-count // self.block) * self.dtype.itemsize + count
+
+    def _blocks(self, count: int) -> int:
+        return -(-count // self.block)
+
+    def encode(self, values: NDArray[Any], out: NDArray[np.uint8]) -> None:
+        count, block = values.size, self.block
+        blocks = self._blocks(count)
+        scales = out[:blocks * self.dtype.itemsize].view(self.dtype)
+        codes = out[blocks * self.dtype.itemsize:].view(np.int8)
+        finite = np.isfinite(values)
+        magnitude = np.where(finite, np.abs(values), 0)
+        whole = (count // block) * block
+        if whole:
+            scales[:count // block] = magnitude[:whole].reshape(-1, block).max(axis=1)
+        if whole < count:
+            scales[-1] = magnitude[whole:].max()
+        scales /= _LARGEST
+        np.maximum(scales, self._tiny, out=scales)
+        scaled = np.where(finite, values, 0) / np.repeat(scales, block)[:count]
+        np.rint(scaled, out=scaled)
+        np.clip(scaled, -_LARGEST, _LARGEST, out=scaled)
+        codes[:] = scaled
+        if not finite.all():
+            codes[np.isnan(values)] = _NAN
+            codes[values == np.inf] = _PLUS_INF
+            codes[values == -np.inf] = _MINUS_INF
+
+    def decode(self, payload: NDArray[np.uint8], out: NDArray[Any]) -> None:
+        count = out.size
+        blocks = self._blocks(count)
+        scales = payload[:blocks * self.dtype.itemsize].view(self.dtype)
+        codes = payload[blocks * self.dtype.itemsize:].view(np.int8)
+        np.multiply(codes, np.repeat(scales, self.block)[:count], out=out)
+        special = codes < -_LARGEST
+        special |= codes > _LARGEST
+        if special.any():
+            out[codes == _NAN] = np.nan
+            out[codes == _PLUS_INF] = np.inf
+            out[codes == _MINUS_INF] = -np.inf
+
+
+def codec(mode: str, dtype: np.dtype[Any], block: int = DEFAULT_BLOCK) -> Codec:
+    """The codec of ``mode`` for arrays of ``dtype``.
+
+    Raises:
+        ConfigurationError: no such mode, a block under 1, or a dtype the
+            mode cannot hold within its bound.
+    """
+    dtype = np.dtype(dtype)
+    if mode not in MODES:
+        raise ConfigurationError(
+            f"compression {mode!r} is not one of {', '.join(MODES)}; pass one of them, "
+            "or None for the exact all_reduce.")
+    if mode == "bf16":
+        if dtype != np.float32:
+            raise ConfigurationError(
+                f"bf16 compression takes float32 arrays, not {dtype}: bfloat16 has "
+                "float32's range, not float64's. Use int8 compression, or none.")
+        return BFloat16(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise ConfigurationError(
+            f"int8 compression takes float32 or float64 arrays, not {dtype}: integers "
+            "and half floats have no room for its error. Use no compression.")
+    if not isinstance(block, int) or block < 1:
+        raise ConfigurationError(f"an int8 block of {block!r} values is not a whole number "
+                                 "of at least 1; pass e.g. 256.")
+    return Int8(dtype, block)
+
+
+def relative_step(mode: str, dtype: np.dtype[Any]) -> float:
+    """``r``, the most one encoding and one addition add, relative to what they encode."""
+    rounding = 2 * float(np.finfo(dtype).eps)  # the addition's and the decoding's, with room
+    return (2.0 ** -8 if mode == "bf16" else 1.0 / (2 * _LARGEST)) + rounding
+
+
+def error_bound(mode: str, dtype: np.dtype[Any], members: int,
+                magnitude: NDArray[Any]) -> NDArray[np.float64]:
+    """The most a compressed SUM over ``members`` can differ from the exact sum.
+
+    ``magnitude``: per element, the sum over members of |x| (bf16) or of the
+    largest finite |x| in the element's int8 block (int8).
+    """
+    growth = math.expm1(members * math.log1p(relative_step(mode, dtype)))
+    floor = members * float(np.finfo(dtype).tiny) if mode == "int8" else 0.0
+    bound: NDArray[np.float64] = growth * np.asarray(magnitude, dtype=np.float64) + floor
+    return bound
