@@ -11,21 +11,22 @@ even: 2 bytes a value. A finite value past bfloat16's largest becomes that
 largest value, not infinity; NaN stays NaN and infinities stay infinite.
 
 ``int8`` (float32 and float64) cuts the array into blocks of ``block``
-values (in the ring, from the start of each member's part); each block sends its scale ``s`` (the largest finite magnitude
-over 126, in the input's dtype, at least the dtype's smallest normal
-number) and one byte a value, ``round(x / s)`` in -126..126. The other
-three byte values carry what no scale can: -128 NaN, -127 minus infinity,
-127 plus infinity; they come through exactly.
+values (in the ring, from the start of each member's part); each block sends
+its scale ``s`` (the largest finite magnitude over 126, in the input's
+dtype, at least the dtype's smallest normal number) and one byte a value,
+``round(x / s)`` in -126..126. The other three byte values carry what no
+scale can: -128 NaN, -127 minus infinity, 127 plus infinity; they come
+through exactly.
 
-Error bounds. Over a ring of n members, the sums of element e are encoded
-n times (n - 1 partial sums, then the result), each encoding and the
-addition after it adding at most ``r`` times the magnitude of what they
-handle (bf16: the partial sum at e; int8: the largest in e's block). That
-magnitude is at most ``A (1 + r) ** (k - 1)`` at the k-th encoding, and
-summing the n errors gives the bound below. With ``A`` = the sum over members of |x| at e (bf16), or the sum over
-members of the largest finite |x| in e's block (int8), the result differs
-from the exact sum by at most ``((1 + r) ** n - 1) * A`` plus, for int8,
-``n`` times the dtype's smallest normal number, where
+Error bounds. Over a ring of n members, the sums of element e are encoded n
+times (n - 1 partial sums, then the result), each encoding and the addition
+after it adding at most ``r`` times the magnitude of what they handle (bf16:
+the partial sum at e; int8: the largest in e's block). That magnitude is at
+most ``A (1 + r) ** (k - 1)`` at the k-th encoding, and summing the n errors
+gives the bound below. With ``A`` = the sum over members of |x| at e (bf16),
+or the sum over members of the largest finite |x| in e's block (int8), the
+result differs from the exact sum by at most ``((1 + r) ** n - 1) * A``
+plus, for int8, ``n`` times the dtype's smallest normal number, where
 
 - bf16: ``r = 2**-8 + 2**-22``;
 - int8: ``r = 1/252 + 2**-22`` (float32) or ``1/252 + 2**-51`` (float64).
@@ -46,11 +47,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asyncoll.errors import ConfigurationError
+from asyncoll.types import ReduceOp
 
 #: The codecs by name.
 MODES = ("bf16", "int8")
-#: Values that share one scale in int8, unless the caller says otherwise.
+#: Values that share one scale in int8, unless the caller says otherwise, and
+#: the most (a power of two, as every block is: fingerprints carry its log).
 DEFAULT_BLOCK = 256
+MAX_BLOCK = 4096
 #: The largest code int8 gives a finite value; the rest mean NaN and infinities.
 _LARGEST = 126
 _NAN, _MINUS_INF, _PLUS_INF = -128, -127, 127
@@ -187,10 +191,38 @@ def codec(mode: str, dtype: np.dtype[Any], block: int = DEFAULT_BLOCK) -> Codec:
         raise ConfigurationError(
             f"int8 compression takes float32 or float64 arrays, not {dtype}: integers "
             "and half floats have no room for its error. Use no compression.")
-    if not isinstance(block, int) or block < 1:
-        raise ConfigurationError(f"an int8 block of {block!r} values is not a whole number "
-                                 "of at least 1; pass e.g. 256.")
+    if not isinstance(block, int) or block < 1 or block > MAX_BLOCK or block & (block - 1):
+        raise ConfigurationError(f"an int8 block of {block!r} values is not a power of two "
+                                 f"from 1 to {MAX_BLOCK}; pass e.g. 256.")
     return Int8(dtype, block)
+
+
+def compression_of(compression: object, op: ReduceOp,
+                   dtype: np.dtype[Any]) -> tuple[str, int] | None:
+    """What an all_reduce's ``compression`` argument asks for, as (mode, block), checked
+    against its ``op`` and ``dtype``; None for none.
+
+    Raises:
+        ConfigurationError: an unknown mode, an op other than SUM and AVG, or a
+            dtype the mode cannot hold within its bound.
+    """
+    if compression is None:
+        return None
+    if not isinstance(compression, str):
+        raise ConfigurationError(f"compression={compression!r} is not a mode's name; pass "
+                                 f"one of {', '.join(MODES)}, or None.")
+    if op not in (ReduceOp.SUM, ReduceOp.AVG):
+        raise ConfigurationError(
+            f"compression {compression!r} holds its bound for SUM and AVG only, not "
+            f"{op.name}: run this all_reduce without compression.")
+    codec(compression, dtype)
+    return compression, DEFAULT_BLOCK
+
+
+def wire_code(mode: str, block: int) -> int:
+    """A small number for (mode, block), the same on every member: bf16 1, int8 with
+    blocks of 2**k values 2 + k."""
+    return 1 if mode == "bf16" else 2 + block.bit_length() - 1
 
 
 def relative_step(mode: str, dtype: np.dtype[Any]) -> float:

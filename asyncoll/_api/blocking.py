@@ -194,7 +194,7 @@ def new_group(ranks: Sequence[int] | None = None, timeout: float | timedelta | N
 
 
 def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Group = None,
-               async_op: bool = False) -> Work | None:
+               async_op: bool = False, compression: str | None = None) -> Work | None:
     """Reduce `tensor` in place across `group`; every member gets the result.
 
     Args:
@@ -202,6 +202,8 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Group = None,
         op: a ReduceOp (default SUM).
         group: the group (the world by default).
         async_op: return a Work handle instead of blocking.
+        compression: "bf16" or "int8": frames between hosts compressed, within a
+            stated bound (the Compression guide); exact on one host. None: exact.
 
     Returns:
         None, or a Work when `async_op` is True. A process outside `group`
@@ -212,9 +214,10 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Group = None,
         ConfigurationError: bad tensor or dtype/op pair, before anything is sent.
         CollectiveError: the operation failed (PeerLostError, CollectiveTimeoutError, ...).
     """
-    if not async_op and _ran_again(group, tensor, "all_reduce", op):
+    if not async_op and compression is None and _ran_again(group, tensor, "all_reduce", op):
         return None
-    return world.collective("all_reduce", group, async_op, lambda g: g.all_reduce(tensor, op))
+    return world.collective("all_reduce", group, async_op,
+                            lambda g: g.all_reduce(tensor, op, compression=compression))
 
 
 def _all_reduce_declined(tensor: Any, op: Any = ReduceOp.SUM) -> None:

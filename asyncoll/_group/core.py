@@ -62,6 +62,8 @@ class GroupCore:
         #: The number of ranks in the group.
         self.size = len(self.ranks)
         self._scratch = Scratch()
+        #: Whether the members are on more than one host (their hostnames differ).
+        self._spans_hosts = len({session.mesh.hostname(rank) for rank in self.ranks}) > 1
         #: The group's way of running operations in the calling thread.
         self._fast: FastPath = fast_path_of(session, group_id, self.ranks, self._scratch)
         self._runner = Runner(session, group_id, self.ranks, self._fast)
@@ -86,6 +88,9 @@ class GroupCore:
              repeat: tuple[Hashable, Form | None] | None = None) -> Plan:
         """The plan of a call of ``signature`` on ``arrays``, its algorithm chosen by size.
 
+        A compressed all_reduce runs the compressed ring on the loop where the
+        members span hosts; on one host it is exact.
+
         Args:
             what: the call's name in errors ("all_reduce", "reduce_scatter_tensor").
             nbytes: the size the algorithm is chosen by, the same on every member.
@@ -97,6 +102,13 @@ class GroupCore:
                 call is remembered when it takes the fast path with the group's
                 timeout and the algorithm chosen by size.
         """
+        if signature.compression is not None:
+            if not self._spans_hosts:  # shared memory: exact, as compressing gains nothing
+                signature = signature._replace(compression=None)
+            else:
+                return self.plan_on_transport(what, signature,
+                                              transport_of(signature, "ring", self._scratch),
+                                              arrays, seconds(timeout, self.timeout), finish)
         collective = signature.collective
         name = self._choose(collective, nbytes, algorithm)
         # A fast-path call keeps the transport's algorithm ready in case the path

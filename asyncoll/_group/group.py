@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 from asyncoll._algorithms import monitored
+from asyncoll._algorithms.compression import compression_of
 from asyncoll._algorithms.pairwise import direct_gather, direct_scatter
 from asyncoll._algorithms.ops import check_op, coerce_op
 from asyncoll._algorithms.team import Team
@@ -144,7 +145,7 @@ class AsyncProcessGroup:
     # -- reductions --------------------------------------------------------------------
 
     def all_reduce(self, tensor: Any, op: Any = ReduceOp.SUM, timeout: Timeout = None,
-                   algorithm: str | None = None) -> Plan:
+                   algorithm: str | None = None, compression: str | None = None) -> Plan:
         """Reduce `tensor` across the group, in place, on every member.
 
         Args:
@@ -152,13 +153,13 @@ class AsyncProcessGroup:
                 bitwise identical on every member.
             op: a ReduceOp (torch's ReduceOp is accepted too).
             timeout: seconds or a timedelta; the group's timeout by default.
-            algorithm: "ring", "recursive_doubling", "arena" (members on one host:
-                in the calling thread, through shared memory) or "links" (across
-                hosts, in the calling thread); chosen by size when None.
+            algorithm: "ring", "recursive_doubling", "arena" (one host: shared memory)
+                or "links" (across hosts; both in the calling thread); by size if None.
+            compression: "bf16" or "int8" between hosts (docs/guides/compression.md).
 
         Raises:
-            ConfigurationError: bad tensor, dtype/op pair, timeout or algorithm;
-                not a member.
+            ConfigurationError: bad tensor, dtype/op pair, timeout, algorithm or
+                compression; not a member.
             CollectiveError: the operation failed (see its subclasses).
         """
         what = "all_reduce"
@@ -166,8 +167,9 @@ class AsyncProcessGroup:
         buffer = as_buffer(tensor, what)
         flat = buffer.flat
         check_op(reduce_op, flat.dtype)
-        return self.plan(what, Signature(what, Kind.ALL_REDUCE, flat.dtype, flat.size,
-                                         reduce_op), flat, flat.nbytes, timeout, algorithm,
+        signature = Signature(what, Kind.ALL_REDUCE, flat.dtype, flat.size, reduce_op,
+                              compression=compression_of(compression, reduce_op, flat.dtype))
+        return self.plan(what, signature, flat, flat.nbytes, timeout, algorithm,
                          write_back([buffer]), (repeat_key(what, flat, reduce_op), None))
 
     def reduce(self, tensor: Any, dst: int, op: Any = ReduceOp.SUM, timeout: Timeout = None,

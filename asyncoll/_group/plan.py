@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from asyncoll._algorithms import selection
+from asyncoll._algorithms.compression import wire_code
 from asyncoll._algorithms.team import Team
 from asyncoll._group.recorder import Recorder
 from asyncoll._wire.dtypes import dtype_code
@@ -54,6 +55,9 @@ class Signature(NamedTuple):
     root: int = -1
     #: Per member, its block's element count (all_gather, reduce_scatter); else ().
     sizes: tuple[int, ...] = ()
+    #: The all_reduce's compression, as (mode, block) (asyncoll._algorithms.compression);
+    #: None: exact.
+    compression: tuple[str, int] | None = None
 
 
 class Repeat:
@@ -181,6 +185,8 @@ def fingerprint_of(signature: Signature, algorithm: str | None = None) -> Finger
     code = 0
     if algorithm is not None:
         code = selection.ALGORITHMS[signature.collective].index(algorithm) + 1
+    if signature.compression is not None:  # under 16 algorithms: both fit the byte
+        code += 16 * wire_code(*signature.compression)
     dtype, op = signature.dtype, signature.op
     return Fingerprint(signature.kind, 0 if dtype is None else dtype_code(dtype),
                        0 if op is None else op.value + 1, code, signature.root,

@@ -17,6 +17,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asyncoll._algorithms import selection
+from asyncoll._algorithms.compressed_ring import compressed_ring_all_reduce
+from asyncoll._algorithms.compression import codec
 from asyncoll._algorithms.doubling import recursive_doubling_all_reduce
 from asyncoll._algorithms.ops import finish
 from asyncoll._algorithms.ring import (
@@ -68,7 +70,11 @@ async def _all_reduce(signature: Signature, algorithm: str, scratch: Scratch, te
                       array: NDArray[Any]) -> None:
     op = signature.op
     assert op is not None
-    if algorithm == "ring":
+    if signature.compression is not None:
+        mode, block = signature.compression
+        await compressed_ring_all_reduce(team, array, op, codec(mode, array.dtype, block),
+                                         selection.SEGMENT_BYTES)
+    elif algorithm == "ring":
         room = scratch(array.dtype, all_reduce_scratch_elements(array.size, team.size))
         await ring_all_reduce(team, array, op, room, selection.SEGMENT_BYTES)
     else:
