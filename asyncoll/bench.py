@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from asyncoll._algorithms.compression import MODES, error_bound
 from asyncoll._bench_report import by_mean, format_row, plot
 from asyncoll._stdout import ends_quietly_on_a_closed_pipe
 from asyncoll._version import add_version_option
@@ -124,9 +125,11 @@ def open_descriptors() -> tuple[int, int] | None:
 class _Rank:
     """This process's side of a run: the system's API on float32 buffers."""
 
-    def __init__(self, system: str) -> None:
+    def __init__(self, system: str, compression: str | None = None) -> None:
         self.dist: Any
         self._torch: Any = None
+        #: asyncoll's all_reduce sends its frames between hosts compressed so.
+        self.compression = compression if system == "asyncoll" else None
         if system == "mpi":
             self.dist = _MpiDist()
         elif system == "gloo":
@@ -177,9 +180,14 @@ class _Rank:
         wide = count * n if collective in ("all_gather", "reduce_scatter", "all_to_all") else 0
         small, large, sent = self.buffer(count), self.buffer(wide), self.buffer(wide)
         view_small, view_large, view_sent = np.asarray(small), np.asarray(large), np.asarray(sent)
+        mode = self.compression
+        # Compressed, a sum is right within its bound (its magnitude: the sum itself).
+        bound = 0.0 if mode is None else float(error_bound(mode, np.dtype(np.float32), n,
+                                                           np.array([total]))[0])
         ops: dict[str, tuple[Callable[[], None], Callable[[], bool]]] = {
-            "all_reduce": (lambda: dist.all_reduce(small),
-                           lambda: bool((view_small == total).all())),
+            "all_reduce": ((lambda: dist.all_reduce(small)) if mode is None else
+                           (lambda: dist.all_reduce(small, compression=mode)),
+                           lambda: bool((np.abs(view_small - total) <= bound).all())),
             "broadcast": (lambda: dist.broadcast(small, src=0),
                           lambda: bool((view_small == 1).all())),
             "reduce": (lambda: dist.reduce(small, dst=0),
@@ -284,7 +292,7 @@ class _MpiDist:
 
 
 def _rank_main(args: argparse.Namespace) -> int:
-    me = _Rank(args.worker)
+    me = _Rank(args.worker, args.compression)
     n = me.size
     for collective in args.collectives.split(","):
         sizes = [0] if collective == "barrier" else [parse_size(s)
@@ -301,7 +309,8 @@ def _rank_main(args: argparse.Namespace) -> int:
                                   ("all_gather", "reduce_scatter", "all_to_all") else 1)
             if me.rank == 0:
                 algbw = nbytes / max(median_us * 1e-6, 1e-12) / 1e9
-                row = {"system": args.worker, "ranks": n, "collective": collective,
+                system = f"{args.worker}-{me.compression}" if me.compression else args.worker
+                row = {"system": system, "ranks": n, "collective": collective,
                        "size": nbytes, "count": count, "type": "float",
                        "redop": "sum" if collective in ("all_reduce", "reduce",
                                                         "reduce_scatter") else "none",
@@ -415,6 +424,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--busy", type=int, default=0, metavar="N",
                         help="run N busy-looping processes beside the ranks throughout "
                              "(default 0)")
+    parser.add_argument("--compression", choices=MODES,
+                        help="asyncoll's all_reduce compresses its frames between hosts "
+                             "(exact on one host: see cross_host.py)")
     parser.add_argument("--worker", choices=SYSTEMS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     bad = [c for c in args.collectives.split(",") if c not in BUS_FACTORS]

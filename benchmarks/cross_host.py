@@ -9,6 +9,8 @@ a namespace address from the root namespace.
 
     sudo python benchmarks/cross_host.py --sizes 4,1K,64K,1M --compare gloo
     sudo python benchmarks/cross_host.py --sizes 16M,64M --rate 1gbit --compare gloo
+    sudo python benchmarks/cross_host.py --sizes 64M --rate 1gbit --compression bf16 \\
+        --compression int8 --compare gloo
     sudo python benchmarks/cross_host.py --hosts 4 --ranks-per-host 4 \\
         --sizes 4,64K,1M,16M,64M --compare asyncoll-flat --compare gloo
 
@@ -58,6 +60,7 @@ import threading
 import time
 from pathlib import Path
 
+from asyncoll._algorithms.compression import MODES
 from asyncoll.bench import COLUMNS, parse_size
 
 HERE = Path(__file__).resolve().parent
@@ -72,6 +75,8 @@ SYSTEM_ENV = {
     # No per-host hierarchy: flat algorithms over direct links across hosts.
     "asyncoll-flat": {"ASYNCOLL_HIERARCHY": "0"},
 }
+#: The asyncoll systems whose all_reduce compresses its frames (--compression), by mode.
+COMPRESSED = {f"asyncoll-{mode}": mode for mode in MODES}
 
 
 def cluster(*args: str) -> str:
@@ -102,6 +107,8 @@ def run(system: str, hosts: int, forwarded: list[str], timeout: float,
             env = {**rank_env(host, local, per_host, hosts), **SYSTEM_ENV.get(system, {})}
             worker = "asyncoll" if system.startswith("asyncoll") else system
             command = [python, "-m", "asyncoll.bench", *forwarded, "--worker", worker]
+            if system in COMPRESSED:
+                command += ["--compression", COMPRESSED[system]]
             if system == "tcp":
                 command = [python, str(Path(__file__).resolve()), *forwarded, "--tcp-worker"]
             first = not procs
@@ -240,6 +247,8 @@ def main() -> int:
                         help="the name of the asyncoll rows (say, which version)")
     parser.add_argument("--compare", action="append", default=[],
                         choices=["asyncoll-loop", "asyncoll-flat", "gloo", "tcp"])
+    parser.add_argument("--compression", action="append", default=[], choices=MODES,
+                        help="also run asyncoll with its all_reduce compressed so")
     parser.add_argument("--tcp-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tcp_worker:
@@ -263,7 +272,8 @@ def main() -> int:
         print(f"# cross_host.py: {args.hosts} namespace hosts, {args.ranks_per_host} "
               f"rank(s) each" + (f", egress {args.rate} per host" if args.rate else ""))
         columns: tuple[str, ...] | None = None
-        for system in ("asyncoll", *args.compare):
+        compressed = [f"asyncoll-{mode}" for mode in args.compression]
+        for system in ("asyncoll", *compressed, *args.compare):
             rows = run(system, args.hosts, forwarded, 1800, args.python, args.ranks_per_host)
             if columns is None:
                 # The worker's columns beyond asyncoll-bench's (the descriptor

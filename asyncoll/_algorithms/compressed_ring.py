@@ -38,18 +38,17 @@ from asyncoll.types import ReduceOp
 
 
 def codec_segments(count: int, codec: Codec, segment_bytes: int) -> list[tuple[int, int]]:
-    """Cut ``count`` values into segments of about ``segment_bytes`` encoded bytes,
-    each a whole number of the codec's blocks but the last.
+    """Cut ``count`` values into segments of about ``segment_bytes`` (before encoding,
+    as the exact ring cuts them), each a whole number of the codec's blocks but the last.
 
     >>> from asyncoll._algorithms.compression import codec
-    >>> codec_segments(1000, codec("int8", np.dtype(np.float32), 256), 600)
+    >>> codec_segments(1000, codec("int8", np.dtype(np.float32), 256), 1600)
     [(0, 512), (512, 1000)]
     """
     if count <= 0:
         return []
     align = codec.block if isinstance(codec, Int8) else 1
-    per = max(segment_bytes * count // max(1, codec.encoded_bytes(count)), 1)
-    per = max(per, -(-count // MAX_SEGMENTS))
+    per = max(segment_bytes // codec.dtype.itemsize, 1, -(-count // MAX_SEGMENTS))
     per = -(-per // align) * align
     return [(lo, min(lo + per, count)) for lo in range(0, count, per)]
 

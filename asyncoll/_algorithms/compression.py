@@ -58,9 +58,9 @@ MAX_BLOCK = 4096
 #: The largest code int8 gives a finite value; the rest mean NaN and infinities.
 _LARGEST = 126
 _NAN, _MINUS_INF, _PLUS_INF = -128, -127, 127
-#: bfloat16's largest finite value, with its sign bit clear (0x7F7F), and its
-#: exponent bits (all ones: infinity or NaN).
-_BF16_MAX, _BF16_EXPONENT = np.uint16(0x7F7F), np.uint16(0x7F80)
+#: bfloat16's largest finite value, with its sign bit clear (0x7F7F), and the
+#: largest float32 magnitude (its bits) that rounds to at most that value.
+_BF16_MAX, _ROUNDS_PAST_MAX = np.uint16(0x7F7F), 0x7F7F7FFF
 
 
 class Codec:
@@ -98,17 +98,32 @@ class BFloat16(Codec):
 
     def encode(self, values: NDArray[Any], out: NDArray[np.uint8]) -> None:
         bits = values.view(np.uint32)
-        top = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+        rounded = np.right_shift(bits, 16)
+        rounded &= 1  # ties to even: add the kept part's lowest bit
+        rounded += 0x7FFF
+        rounded += bits
+        rounded >>= 16
+        top = out.view(np.uint16)
+        top[:] = rounded
+        # Past bfloat16's largest (rounding would carry into the exponent's top), or
+        # infinite, or NaN (whose rounding may carry anywhere): a few, fixed one by one.
+        np.bitwise_and(bits, 0x7FFFFFFF, out=rounded)
+        special = np.flatnonzero(rounded > _ROUNDS_PAST_MAX)
+        if special.size:
+            self._special(bits[special], top, special)
+
+    @staticmethod
+    def _special(bits: NDArray[np.uint32], top: NDArray[np.uint16],
+                 where: NDArray[np.intp]) -> None:
+        """Encode ``bits``, each past bfloat16's largest, infinite or NaN, at ``where``."""
+        magnitude = bits & np.uint32(0x7FFFFFFF)
         sign = (bits >> 16).astype(np.uint16) & np.uint16(0x8000)
-        finite = np.isfinite(values)
-        # Rounding carried a finite value into the exponent's top: the largest
-        # finite value instead. A NaN keeps its top bits, quieted (rounding could
-        # have carried it into infinity's bits).
-        overflowed = finite & ((top & _BF16_EXPONENT) == _BF16_EXPONENT)
-        top[overflowed] = sign[overflowed] | _BF16_MAX
-        nan = np.isnan(values)
-        top[nan] = (bits[nan] >> 16).astype(np.uint16) | np.uint16(0x0040)
-        out.view(np.uint16)[:] = top
+        # A finite value: the largest finite one; infinity as it is; a NaN keeps its
+        # top bits, quieted.
+        code = np.where(magnitude < 0x7F800000, sign | _BF16_MAX, (bits >> 16).astype(np.uint16))
+        nan = magnitude > 0x7F800000
+        code[nan] |= np.uint16(0x0040)
+        top[where] = code
 
     def decode(self, payload: NDArray[np.uint8], out: NDArray[Any]) -> None:
         wide = out.view(np.uint32)
@@ -127,47 +142,67 @@ class Int8(Codec):
         self._tiny = np.finfo(dtype).tiny
 
     def encoded_bytes(self, count: int) -> int:
-        return -(-count // self.block) * self.dtype.itemsize + count
+        return self._blocks(count) * self.dtype.itemsize + count
 
     def _blocks(self, count: int) -> int:
         return -(-count // self.block)
 
+    def _parts(self, buffer: NDArray[np.uint8],
+               count: int) -> tuple[NDArray[Any], NDArray[np.int8]]:
+        """The scales and the codes of ``count`` values' encoding in ``buffer``."""
+        head = self._blocks(count) * self.dtype.itemsize
+        return buffer[:head].view(self.dtype), buffer[head:].view(np.int8)
+
+    def _by_block(self, array: NDArray[Any]) -> tuple[NDArray[Any], NDArray[Any]]:
+        """``array``'s whole blocks, one a row, and the values after them."""
+        whole = array.size // self.block * self.block
+        return array[:whole].reshape(-1, self.block), array[whole:]
+
     def encode(self, values: NDArray[Any], out: NDArray[np.uint8]) -> None:
-        count, block = values.size, self.block
-        blocks = self._blocks(count)
-        scales = out[:blocks * self.dtype.itemsize].view(self.dtype)
-        codes = out[blocks * self.dtype.itemsize:].view(np.int8)
-        finite = np.isfinite(values)
-        magnitude = np.where(finite, np.abs(values), 0)
-        whole = (count // block) * block
-        if whole:
-            scales[:count // block] = magnitude[:whole].reshape(-1, block).max(axis=1)
-        if whole < count:
-            scales[-1] = magnitude[whole:].max()
+        scales, codes = self._parts(out, values.size)
+        magnitude = np.abs(values)
+        rows, tail = self._by_block(magnitude)
+        np.max(rows, axis=1, out=scales[:len(rows)])
+        if tail.size:
+            scales[-1] = tail.max()
+        # A block's largest is NaN or infinite where it holds one (max passes both on):
+        # its scale comes from its finite values, and its specials get their own codes.
+        special = np.flatnonzero(~np.isfinite(scales))
+        for index in special:
+            part = magnitude[index * self.block:(index + 1) * self.block]
+            scales[index] = part[np.isfinite(part)].max(initial=0)
         scales /= _LARGEST
         np.maximum(scales, self._tiny, out=scales)
-        scaled = np.where(finite, values, 0) / np.repeat(scales, block)[:count]
-        np.rint(scaled, out=scaled)
-        np.clip(scaled, -_LARGEST, _LARGEST, out=scaled)
-        codes[:] = scaled
-        if not finite.all():
-            codes[np.isnan(values)] = _NAN
-            codes[values == np.inf] = _PLUS_INF
-            codes[values == -np.inf] = _MINUS_INF
+        # Times the inverse: within half a step plus a rounding (|x| / s <= 126.0...).
+        inverse = 1 / scales
+        rows, tail = self._by_block(values)
+        scaled_rows, scaled_tail = self._by_block(magnitude)  # its room, reused
+        np.multiply(rows, inverse[:len(rows), None], out=scaled_rows)
+        if tail.size:
+            np.multiply(tail, inverse[-1], out=scaled_tail)
+        np.rint(magnitude, out=magnitude)
+        if not special.size:
+            codes[:] = magnitude
+            return
+        with np.errstate(invalid="ignore"):
+            codes[:] = np.nan_to_num(magnitude, nan=0, posinf=0, neginf=0)
+        codes[np.isnan(values)] = _NAN
+        codes[values == np.inf] = _PLUS_INF
+        codes[values == -np.inf] = _MINUS_INF
 
     def decode(self, payload: NDArray[np.uint8], out: NDArray[Any]) -> None:
-        count = out.size
-        blocks = self._blocks(count)
-        scales = payload[:blocks * self.dtype.itemsize].view(self.dtype)
-        codes = payload[blocks * self.dtype.itemsize:].view(np.int8)
-        np.multiply(codes, np.repeat(scales, self.block)[:count], out=out)
+        scales, codes = self._parts(payload, out.size)
+        code_rows, code_tail = self._by_block(codes)
+        rows, tail = self._by_block(out)
+        np.multiply(code_rows, scales[:len(rows), None], out=rows)
+        if tail.size:
+            np.multiply(code_tail, scales[-1], out=tail)
         special = codes < -_LARGEST
         special |= codes > _LARGEST
         if special.any():
             out[codes == _NAN] = np.nan
             out[codes == _PLUS_INF] = np.inf
             out[codes == _MINUS_INF] = -np.inf
-
 
 def codec(mode: str, dtype: np.dtype[Any], block: int = DEFAULT_BLOCK) -> Codec:
     """The codec of ``mode`` for arrays of ``dtype``.

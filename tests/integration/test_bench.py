@@ -115,3 +115,13 @@ def test_bench_refuses_an_unknown_collective():
     result = bench("--collectives", "all_reduce,allreduce")
 
     assert result.returncode != 0 and "unknown collective(s) allreduce" in result.stderr
+
+
+def test_bench_runs_asyncoll_compressed_and_checks_each_sum_within_its_bound():
+    result = bench("--collectives", "all_reduce", "--compression", "int8")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line.split() for line in result.stdout.splitlines()
+             if line.strip() and not line.startswith("#")]
+    assert [line[0] for line in lines] == ["asyncoll-int8"] * 2
+    assert all(line[-1] == "0" for line in lines), "a check failed"
