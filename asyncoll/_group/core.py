@@ -27,6 +27,7 @@ from asyncoll._algorithms import selection
 from asyncoll._group.context import Loop, Membership
 from asyncoll._group.express import express_for
 from asyncoll._group.fast_path import FastPath, fast_path_of
+from asyncoll._group.hierarchy import HostHierarchy
 from asyncoll._group.plan import Form, Plan, Signature, Transport, fingerprint_of, seconds
 from asyncoll._group.repeats import Repeats
 from asyncoll._group.runner import Runner
@@ -88,8 +89,9 @@ class GroupCore:
              repeat: tuple[Hashable, Form | None] | None = None) -> Plan:
         """The plan of a call of ``signature`` on ``arrays``, its algorithm chosen by size.
 
-        A compressed all_reduce runs the compressed ring on the loop where the
-        members span hosts; on one host it is exact.
+        A compressed all_reduce is exact on one host; across hosts, it runs the
+        compressed ring among the hosts' leaders where the group has a hierarchy,
+        else among all members, on the loop.
 
         Args:
             what: the call's name in errors ("all_reduce", "reduce_scatter_tensor").
@@ -105,10 +107,12 @@ class GroupCore:
         if signature.compression is not None:
             if not self._spans_hosts:  # shared memory: exact, as compressing gains nothing
                 signature = signature._replace(compression=None)
-            else:
+            elif not isinstance(self._fast, HostHierarchy):  # its leaders compress
                 return self.plan_on_transport(what, signature,
                                               transport_of(signature, "ring", self._scratch),
                                               arrays, seconds(timeout, self.timeout), finish)
+            else:
+                repeat = None  # an exact call of the same arrays must not run it again
         collective = signature.collective
         name = self._choose(collective, nbytes, algorithm)
         # A fast-path call keeps the transport's algorithm ready in case the path

@@ -46,6 +46,8 @@ from numpy.typing import NDArray
 
 from asyncoll._algorithms import arena as in_arena
 from asyncoll._algorithms import selection
+from asyncoll._algorithms.compressed_ring import compressed_ring_all_reduce
+from asyncoll._algorithms.compression import codec
 from asyncoll._algorithms.doubling import (
     DoublingOnLinks,
     check_on_links,
@@ -288,6 +290,11 @@ class HostHierarchy:
         assert signature.dtype is not None and signature.op is not None
         dtype, count, hosts = signature.dtype, signature.elements, len(self.hosts)
         op = _combining(signature.op)
+        if signature.compression is not None:  # between hosts only: their sums exact
+            coder = codec(signature.compression[0], dtype, signature.compression[1])
+            return lambda step, data: self.over_leaders(
+                step, leaders, lambda team: compressed_ring_all_reduce(
+                    team, data, op, coder, selection.SEGMENT_BYTES))
         if selection.socket_choice("all_reduce", count * dtype.itemsize, hosts) != "ring":
             return DoublingOnLinks(self.host, hosts, dtype, count, op, scratch, leaders).run
 

@@ -256,7 +256,8 @@ class GroupLinks:
             doubling = DoublingOnLinks(self._me, size, np.dtype(np.uint8), 1, ReduceOp.MAX,
                                        self._scratch)
             return functools.partial(_barrier, doubling, np.zeros(1, dtype=np.uint8))
-        if signature.collective == "all_reduce" and algorithm == "recursive_doubling":
+        if signature.collective == "all_reduce" and algorithm == "recursive_doubling" \
+                and signature.compression is None:
             dtype, op = signature.dtype, signature.op
             assert dtype is not None and op is not None
             return DoublingOnLinks(self._me, size, dtype, signature.elements, op,

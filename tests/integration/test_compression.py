@@ -24,10 +24,12 @@ def _inputs(rank: int, count: int, dtype: type = np.float32) -> np.ndarray:
     return (rng.standard_normal(count) * 10 ** rng.uniform(-2, 2, count)).astype(dtype)
 
 
-def _int8_magnitude(inputs: list[np.ndarray]) -> np.ndarray:
+def _int8_magnitude(inputs: list[np.ndarray], members: int = 0) -> np.ndarray:
+    """Per element, the sum over ranks of the largest |x| in its int8 block, the blocks
+    counted from the start of each of the ring's ``members`` parts (all ranks': 0)."""
     total = np.zeros(inputs[0].size)
     for x in inputs:
-        for lo, hi in chunk_bounds(x.size, len(inputs)):
+        for lo, hi in chunk_bounds(x.size, members or len(inputs)):
             for start in range(lo, hi, DEFAULT_BLOCK):
                 stop = min(start + DEFAULT_BLOCK, hi)
                 total[start:stop] += np.abs(x[start:stop].astype(np.float64)).max()
@@ -96,3 +98,36 @@ async def test_a_rank_that_compresses_beside_one_that_does_not_raises_mismatch()
             await world.all_reduce(x, compression="int8" if world.rank == 0 else None)
 
     await run_ranks(2, body, hosts=2, op_timeout=20)
+
+
+@pytest.mark.parametrize("mode", ["bf16", "int8"])
+async def test_several_ranks_a_host_sum_exactly_within_hosts_and_compress_between(
+        monkeypatch, mode):
+    monkeypatch.setenv("ASYNCOLL_SHM", "1")
+    monkeypatch.delenv("ASYNCOLL_HIERARCHY", raising=False)
+    count, world_size, hosts = 100_001, 4, 2
+
+    async def body(world):
+        x = _inputs(world.rank, count)
+        await world.all_reduce(x, compression=mode)
+        small = np.full(3, world.rank + 0.1, np.float32)
+        await world.all_reduce(small, op=ReduceOp.AVG, compression=mode)
+        return x, small, type(world._core._fast).__name__
+
+    results = await run_ranks(world_size, body, hosts=hosts)
+
+    assert {kind for _, _, kind in results} == {"HostHierarchy"}
+    for x, small, _ in results[1:]:
+        np.testing.assert_array_equal(x.view(np.uint8), results[0][0].view(np.uint8))
+        np.testing.assert_array_equal(small.view(np.uint8), results[0][1].view(np.uint8))
+    inputs = [_inputs(rank, count) for rank in range(world_size)]
+    exact = sum(x.astype(np.float64) for x in inputs)
+    # The ring runs among the 2 hosts' leaders, on each host's exact sum (whose own
+    # rounding, in float32, is the last term); both magnitudes bound the hosts' sums'.
+    magnitude = sum(np.abs(x.astype(np.float64)) for x in inputs) if mode == "bf16" \
+        else _int8_magnitude(inputs, hosts)
+    bound = error_bound(mode, np.dtype(np.float32), hosts, magnitude) + \
+        world_size * 2.0 ** -23 * sum(np.abs(x.astype(np.float64)) for x in inputs)
+    assert (np.abs(results[0][0] - exact) <= bound).all()
+    assert not np.array_equal(results[0][0], exact.astype(np.float32))
+    assert np.abs(results[0][1] - 1.6).max() < 0.02
