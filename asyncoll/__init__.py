@@ -95,6 +95,7 @@ __all__ = [
     "ClosedError",
     "CollectiveError",
     "CollectiveTimeoutError",
+    "Compression",
     "ConfigurationError",
     "ExcludedError",
     "GroupBrokenByPeerLossError",
@@ -157,6 +158,7 @@ __all__ = [
 # made them reachable as attributes.
 _ELSEWHERE: dict[str, tuple[str, str | None]] = {
     "AsyncProcessGroup": ("asyncoll.group", "AsyncProcessGroup"),
+    "Compression": ("asyncoll._algorithms.compression", "Compression"),
     "ProcessGroup": ("asyncoll.group", "AsyncProcessGroup"),
     "Work": ("asyncoll._api.work", "Work"),
     "aio": ("asyncoll.aio", None),

@@ -70,14 +70,22 @@ class _Encoded:
 
 
 async def compressed_ring_all_reduce(team: Team, data: NDArray[Any], op: ReduceOp,
-                                     codec: Codec, segment_bytes: int) -> None:
+                                     codec: Codec, segment_bytes: int,
+                                     residual: NDArray[Any] | None = None) -> None:
     """All-reduce the 1-D contiguous float array ``data`` in place, frames encoded by ``codec``.
 
     ``op`` is SUM or AVG (the caller refuses others). A group of one
-    member sends nothing and leaves its data exact.
+    member sends nothing and leaves its data exact. ``residual`` (as long as
+    ``data``), where given, gets what this member's encodings dropped, at the
+    sum's scale: each element is encoded once here, as a partial sum on its way
+    or as this member's finished result.
     """
     n, me = team.size, team.me
-    blocks = [data[lo:hi] for lo, hi in chunk_bounds(data.size, n)]
+    bounds = chunk_bounds(data.size, n)
+    blocks = [data[lo:hi] for lo, hi in bounds]
+    if residual is not None:
+        residual[:] = 0
+    dropped = [residual[lo:hi] for lo, hi in bounds] if residual is not None else None
     if n == 1:
         finish(op, blocks[me], n)
         return
@@ -98,14 +106,22 @@ async def compressed_ring_all_reduce(team: Team, data: NDArray[Any], op: ReduceO
         return [team.recv(left, step * width + j, cuts[block].frame(into, j))
                 for j in range(len(cuts[block].segments))], into
 
-    def send_encoded(to: Team, tag: int, values: NDArray[Any], frame: NDArray[np.uint8]) -> None:
+    def send_encoded(to: Team, tag: int, block: int, lo: int, hi: int,
+                     frame: NDArray[np.uint8], scale: int = 1) -> None:
+        values = blocks[block][lo:hi]
         codec.encode(values, frame)
         to.send(right, tag, frame)
+        if dropped is not None:  # what the frame says less than the values, times scale
+            kept = dropped[block][lo:hi]
+            codec.decode(frame, kept)
+            with np.errstate(over="ignore", invalid="ignore"):
+                np.subtract(values, kept, out=kept)
+                kept *= scale
 
     first = (me - 1) % n
     sent = cuts[first].buffer()
     for j, (lo, hi) in enumerate(cuts[first].segments):
-        send_encoded(team, j, blocks[first][lo:hi], cuts[first].frame(sent, j))
+        send_encoded(team, j, first, lo, hi, cuts[first].frame(sent, j))
     posted = [received((me - 2) % n, 0)]
     for step in range(n - 1):
         block = (me - step - 2) % n
@@ -120,11 +136,12 @@ async def compressed_ring_all_reduce(team: Team, data: NDArray[Any], op: ReduceO
             with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN as IEEE gives them
                 np.add(mine, part, out=mine)
             if step < n - 2:
-                send_encoded(team, (step + 1) * width + j, mine, cuts[block].frame(out, j))
+                send_encoded(team, (step + 1) * width + j, block, lo, hi,
+                             cuts[block].frame(out, j))
             else:  # this member's own block, finished: encoded once, for everyone
                 finish(op, mine, n)
                 frame = cuts[block].frame(gathered[block], j)
-                send_encoded(gather, j, mine, frame)
+                send_encoded(gather, j, block, lo, hi, frame, n if op is ReduceOp.AVG else 1)
                 codec.decode(frame, mine)
     for step in range(n - 1):
         block = (me - step - 1) % n

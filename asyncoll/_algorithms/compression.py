@@ -204,6 +204,42 @@ class Int8(Codec):
             out[codes == _PLUS_INF] = np.inf
             out[codes == _MINUS_INF] = -np.inf
 
+class Compression:
+    """An all_reduce's compression with a block size of its own, or error feedback.
+
+    Pass one as all_reduce's ``compression``. With ``error_feedback``, each rank
+    keeps what its encodings dropped (its residual) and adds it to its array at
+    the next call made with this object, as PowerSGD and 1-bit Adam do: errors
+    then do not build up over steps. Use one object per stream of arrays (one
+    per tensor or bucket reduced each step); its residual starts again at zero
+    when an array's size or dtype differs from the last one's.
+
+    Raises:
+        ConfigurationError: a mode that is not one of MODES, or an int8 block
+            that is no power of two from 1 to MAX_BLOCK.
+    """
+
+    def __init__(self, mode: str, *, block: int = DEFAULT_BLOCK,
+                 error_feedback: bool = False) -> None:
+        codec(mode, np.dtype(np.float32), block)  # checks mode and block
+        self.mode, self.block, self.error_feedback = mode, block, error_feedback
+        self._residual: NDArray[Any] | None = None
+
+    def residual(self, like: NDArray[Any]) -> NDArray[Any] | None:
+        """This rank's residual for ``like``: zeros at first, or after a change of size or
+        dtype; None without error feedback."""
+        if not self.error_feedback:
+            return None
+        kept = self._residual
+        if kept is None or kept.size != like.size or kept.dtype != like.dtype:
+            kept = self._residual = np.zeros(like.size, like.dtype)
+        return kept
+
+    def __repr__(self) -> str:
+        return (f"Compression({self.mode!r}, block={self.block}, "
+                f"error_feedback={self.error_feedback})")
+
+
 def codec(mode: str, dtype: np.dtype[Any], block: int = DEFAULT_BLOCK) -> Codec:
     """The codec of ``mode`` for arrays of ``dtype``.
 
@@ -243,15 +279,31 @@ def compression_of(compression: object, op: ReduceOp,
     """
     if compression is None:
         return None
-    if not isinstance(compression, str):
-        raise ConfigurationError(f"compression={compression!r} is not a mode's name; pass "
-                                 f"one of {', '.join(MODES)}, or None.")
+    if isinstance(compression, Compression):
+        mode, block = compression.mode, compression.block
+    elif isinstance(compression, str):
+        mode, block = compression, DEFAULT_BLOCK
+    else:
+        raise ConfigurationError(f"compression={compression!r} is neither a mode's name nor "
+                                 f"a Compression; pass one of {', '.join(MODES)}, or None.")
     if op not in (ReduceOp.SUM, ReduceOp.AVG):
         raise ConfigurationError(
-            f"compression {compression!r} holds its bound for SUM and AVG only, not "
+            f"compression {mode!r} holds its bound for SUM and AVG only, not "
             f"{op.name}: run this all_reduce without compression.")
-    codec(compression, dtype)
-    return compression, DEFAULT_BLOCK
+    codec(mode, dtype, block)
+    return mode, block
+
+
+def fed_back(compression: object,
+             flat: NDArray[Any]) -> tuple[NDArray[Any], NDArray[Any] | None]:
+    """A compressed all_reduce's arrays: ``flat``, with the residual of ``compression``
+    (a Compression with error feedback) added to it, and that residual, which the
+    call overwrites; (flat, None) without error feedback."""
+    residual = compression.residual(flat) if isinstance(compression, Compression) else None
+    if residual is not None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            flat += residual
+    return flat, residual
 
 
 def wire_code(mode: str, block: int) -> int:

@@ -104,9 +104,9 @@ class GroupCore:
                 call is remembered when it takes the fast path with the group's
                 timeout and the algorithm chosen by size.
         """
-        if signature.compression is not None:
+        if signature.compression is not None:  # arrays: (data, residual or None)
             if not self._spans_hosts:  # shared memory: exact, as compressing gains nothing
-                signature = signature._replace(compression=None)
+                signature, arrays = signature._replace(compression=None), arrays[0]
             elif not isinstance(self._fast, HostHierarchy):  # its leaders compress
                 return self.plan_on_transport(what, signature,
                                               transport_of(signature, "ring", self._scratch),

@@ -22,8 +22,10 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from numpy.typing import NDArray
+
 from asyncoll._algorithms import monitored
-from asyncoll._algorithms.compression import compression_of
+from asyncoll._algorithms.compression import compression_of, fed_back
 from asyncoll._algorithms.pairwise import direct_gather, direct_scatter
 from asyncoll._algorithms.ops import check_op, coerce_op
 from asyncoll._algorithms.team import Team
@@ -55,6 +57,15 @@ class WorldGroup:
 
 #: torch's `dist.group.WORLD`: as `group=`, the world of the blocking API.
 WORLD = WorldGroup()
+
+
+def _all_reduce_call(flat: NDArray[Any], op: ReduceOp,
+                     compression: object) -> tuple[Signature, Any]:
+    """all_reduce's signature and arrays: `flat`, or a compressed call's (data, residual
+    or None), its residual fed back (asyncoll._algorithms.compression.fed_back)."""
+    signature = Signature("all_reduce", Kind.ALL_REDUCE, flat.dtype, flat.size, op,
+                          compression=compression_of(compression, op, flat.dtype))
+    return signature, flat if signature.compression is None else fed_back(compression, flat)
 
 
 class AsyncProcessGroup:
@@ -167,9 +178,8 @@ class AsyncProcessGroup:
         buffer = as_buffer(tensor, what)
         flat = buffer.flat
         check_op(reduce_op, flat.dtype)
-        signature = Signature(what, Kind.ALL_REDUCE, flat.dtype, flat.size, reduce_op,
-                              compression=compression_of(compression, reduce_op, flat.dtype))
-        return self.plan(what, signature, flat, flat.nbytes, timeout, algorithm,
+        signature, arrays = _all_reduce_call(flat, reduce_op, compression)
+        return self.plan(what, signature, arrays, flat.nbytes, timeout, algorithm,
                          write_back([buffer]), (repeat_key(what, flat, reduce_op), None))
 
     def reduce(self, tensor: Any, dst: int, op: Any = ReduceOp.SUM, timeout: Timeout = None,

@@ -272,7 +272,8 @@ class HostHierarchy:
                 self.leaders()), np.zeros(1, dtype=np.uint8))
         if collective == "all_reduce":
             assert signature.dtype is not None and signature.op is not None
-            return functools.partial(_all_reduce, self, signature.op,
+            run = _compressed_all_reduce if signature.compression is not None else _all_reduce
+            return functools.partial(run, self, signature.op,
                                      self._between_leaders(signature, scratch))
         if collective == "broadcast":
             return functools.partial(_broadcast, self, signature.root)
@@ -292,9 +293,13 @@ class HostHierarchy:
         op = _combining(signature.op)
         if signature.compression is not None:  # between hosts only: their sums exact
             coder = codec(signature.compression[0], dtype, signature.compression[1])
-            return lambda step, data: self.over_leaders(
-                step, leaders, lambda team: compressed_ring_all_reduce(
-                    team, data, op, coder, selection.SEGMENT_BYTES))
+
+            def compressed(step: Any, data: NDArray[Any],
+                           residual: NDArray[Any] | None = None) -> None:
+                self.over_leaders(step, leaders, lambda team: compressed_ring_all_reduce(
+                    team, data, op, coder, selection.SEGMENT_BYTES, residual))
+
+            return compressed
         if selection.socket_choice("all_reduce", count * dtype.itemsize, hosts) != "ring":
             return DoublingOnLinks(self.host, hosts, dtype, count, op, scratch, leaders).run
 
@@ -343,6 +348,19 @@ def _all_reduce(h: HostHierarchy, op: ReduceOp,
         local = h.arena_step(step.fingerprint, deadline)
         local.operation = in_arena.broadcast(local.arena, local.operation, data, 0,
                                              local.fingerprint, local.waiter)
+
+
+def _compressed_all_reduce(h: HostHierarchy, op: ReduceOp, between: Callable[..., None] | None,
+                           step: Any, arrays: tuple[NDArray[Any], NDArray[Any] | None]) -> None:
+    """_all_reduce of a compressed call's (data, residual or None): the leaders' ring
+    feeds the residual back; a member that is no leader encodes nothing, drops nothing."""
+    data, residual = arrays
+    if between is None:
+        if residual is not None:
+            residual[:] = 0
+        _all_reduce(h, op, None, step, data)
+    else:
+        _all_reduce(h, op, lambda at, values: between(at, values, residual), step, data)
 
 
 def _broadcast(h: HostHierarchy, root: int, step: Any, data: NDArray[Any]) -> None:

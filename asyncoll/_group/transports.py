@@ -67,13 +67,14 @@ async def _spread(algorithm: Callable[..., Awaitable[None]], team: Team,
 
 
 async def _all_reduce(signature: Signature, algorithm: str, scratch: Scratch, team: Team,
-                      array: NDArray[Any]) -> None:
+                      array: Any) -> None:
+    """The all_reduce of ``array``; compressed, of ``array``'s (data, residual or None)."""
     op = signature.op
     assert op is not None
     if signature.compression is not None:
-        mode, block = signature.compression
-        await compressed_ring_all_reduce(team, array, op, codec(mode, array.dtype, block),
-                                         selection.SEGMENT_BYTES)
+        (mode, block), (data, residual) = signature.compression, array
+        await compressed_ring_all_reduce(team, data, op, codec(mode, data.dtype, block),
+                                         selection.SEGMENT_BYTES, residual)
     elif algorithm == "ring":
         room = scratch(array.dtype, all_reduce_scratch_elements(array.size, team.size))
         await ring_all_reduce(team, array, op, room, selection.SEGMENT_BYTES)

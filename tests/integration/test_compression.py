@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asyncoll import ReduceOp
+from asyncoll import Compression, ReduceOp
 from asyncoll._algorithms.chunking import chunk_bounds
 from asyncoll._algorithms.compression import DEFAULT_BLOCK, error_bound
 from asyncoll.errors import ConfigurationError, MismatchError
@@ -131,3 +131,30 @@ async def test_several_ranks_a_host_sum_exactly_within_hosts_and_compress_betwee
     assert (np.abs(results[0][0] - exact) <= bound).all()
     assert not np.array_equal(results[0][0], exact.astype(np.float32))
     assert np.abs(results[0][1] - 1.6).max() < 0.02
+
+
+@pytest.mark.parametrize("world_size, hosts", [(2, 2), (4, 2)], ids=["flat", "hierarchy"])
+async def test_error_feedback_through_the_api_keeps_the_steps_errors_from_adding_up(
+        monkeypatch, world_size, hosts):
+    monkeypatch.setenv("ASYNCOLL_SHM", "1")
+    count, steps = 20_000, 30
+
+    async def body(world):
+        drift = {}
+        for feedback in (False, True):
+            compression = Compression("int8", error_feedback=feedback)
+            total = np.zeros(count)
+            for _ in range(steps):
+                x = _inputs(world.rank, count)
+                await world.all_reduce(x, compression=compression)
+                total += x
+            drift[feedback] = total
+        return drift
+
+    results = await run_ranks(world_size, body, hosts=hosts)
+
+    exact = steps * sum(_inputs(rank, count).astype(np.float64) for rank in range(world_size))
+    without, with_feedback = (np.abs(results[0][f] - exact).max() for f in (False, True))
+    assert without > steps / 4 * with_feedback
+    for drift in results[1:]:
+        np.testing.assert_array_equal(drift[True], results[0][True])

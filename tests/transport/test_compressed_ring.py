@@ -117,3 +117,33 @@ def test_segments_hold_whole_int8_blocks_but_the_last():
     assert all(lo % 256 == 0 for lo, _ in cuts)
     assert all(hi == lo2 for (_, hi), (lo2, _) in zip(cuts, cuts[1:]))
     assert codec_segments(0, coder, 4096) == []
+
+
+@pytest.mark.parametrize("mode, op", [("int8", ReduceOp.SUM), ("bf16", ReduceOp.SUM),
+                                      ("int8", ReduceOp.AVG)])
+async def test_error_feedback_keeps_the_errors_of_many_steps_from_adding_up(mode, op):
+    # The same inputs every step: without feedback each step drops the same, and the
+    # steps' sum drifts by steps x that; with it, the drift stays one step's error.
+    size, count, steps = 3, 3000, 40
+    inputs = [(_RNG.standard_normal(count) * 10 ** _RNG.uniform(-2, 2, count)).astype(
+        np.float32) for _ in range(size)]
+    exact = sum(x.astype(np.float64) for x in inputs) / (size if op is ReduceOp.AVG else 1)
+    drift = {}
+    for feedback in (False, True):
+        residuals = [np.zeros(count, np.float32) for _ in range(size)]
+        total = np.zeros(count)
+        for _ in range(steps):
+            arrays = [x + r if feedback else x.copy() for x, r in zip(inputs, residuals)]
+            teams = [Team(mesh, range(size), 0, 1,
+                          fingerprint=Fingerprint(Operation.ALL_REDUCE, 1))
+                     for mesh in memory_meshes(size)]
+            coder = codec(mode, np.dtype(np.float32))
+            await asyncio.gather(*(compressed_ring_all_reduce(
+                team, data, op, coder, 1000, r if feedback else None)
+                for team, data, r in zip(teams, arrays, residuals)))
+            total += arrays[0]
+        drift[feedback] = np.abs(total - steps * exact).max()
+    one_step = error_bound(mode, np.dtype(np.float32), size,
+                           _magnitude(mode, inputs, size)).max()
+    assert drift[False] > steps / 4 * drift[True]
+    assert drift[True] <= 2 * one_step

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asyncoll._algorithms.compression import (DEFAULT_BLOCK, codec, error_bound,
+from asyncoll._algorithms.compression import (DEFAULT_BLOCK, Compression, codec, error_bound,
                                               relative_step)
 from asyncoll.errors import ConfigurationError
 
@@ -139,3 +139,23 @@ def test_an_int8_block_that_is_no_power_of_two_up_to_4096_is_refused(block):
 def test_the_codecs_send_a_half_and_about_a_quarter_of_float32_s_bytes():
     assert codec("bf16", np.dtype(np.float32)).ratio() == 0.5
     assert codec("int8", np.dtype(np.float32)).ratio() == pytest.approx(0.254, abs=0.001)
+
+
+def test_a_compression_keeps_a_residual_only_with_error_feedback_and_per_shape():
+    plain, fed = Compression("int8"), Compression("bf16", error_feedback=True)
+    x = np.ones(10, np.float32)
+
+    assert plain.residual(x) is None
+    first = fed.residual(x)
+    assert first is not None and first.tolist() == [0.0] * 10
+    first += 1
+    assert fed.residual(x) is first  # kept for the next call like it
+    assert fed.residual(np.ones(11, np.float32)).tolist() == [0.0] * 11  # another size
+    assert repr(fed) == "Compression('bf16', block=256, error_feedback=True)"
+
+
+def test_a_compression_with_a_bad_mode_or_block_is_refused_when_made():
+    with pytest.raises(ConfigurationError, match="not one of"):
+        Compression("fp8")
+    with pytest.raises(ConfigurationError, match="power of two"):
+        Compression("int8", block=100)

@@ -49,6 +49,7 @@ PUBLIC_FACES = [
     ("aio", "asyncoll.aio", None),
     ("coordinator", "asyncoll.coordinator", None),
     ("ReduceOp", "asyncoll.types", "ReduceOp"),
+    ("Compression", "asyncoll._algorithms.compression", "Compression"),
 ]
 
 
