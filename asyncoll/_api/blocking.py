@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asyncoll import aio
+from asyncoll._algorithms.compression import Compression
 from asyncoll._runtime.runtime import runtime
 from asyncoll._api import world
 from asyncoll._api.work import Work
@@ -194,7 +195,8 @@ def new_group(ranks: Sequence[int] | None = None, timeout: float | timedelta | N
 
 
 def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Group = None,
-               async_op: bool = False, compression: str | None = None) -> Work | None:
+               async_op: bool = False,
+               compression: str | Compression | None = None) -> Work | None:
     """Reduce `tensor` in place across `group`; every member gets the result.
 
     Args:

@@ -25,7 +25,7 @@ from typing import Any
 from numpy.typing import NDArray
 
 from asyncoll._algorithms import monitored
-from asyncoll._algorithms.compression import compression_of, fed_back
+from asyncoll._algorithms.compression import Compression, compression_of, fed_back
 from asyncoll._algorithms.pairwise import direct_gather, direct_scatter
 from asyncoll._algorithms.ops import check_op, coerce_op
 from asyncoll._algorithms.team import Team
@@ -156,7 +156,8 @@ class AsyncProcessGroup:
     # -- reductions --------------------------------------------------------------------
 
     def all_reduce(self, tensor: Any, op: Any = ReduceOp.SUM, timeout: Timeout = None,
-                   algorithm: str | None = None, compression: str | None = None) -> Plan:
+                   algorithm: str | None = None,
+                   compression: str | Compression | None = None) -> Plan:
         """Reduce `tensor` across the group, in place, on every member.
 
         Args:

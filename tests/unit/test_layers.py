@@ -39,7 +39,7 @@ LAYERS: dict[str, int] = {
     "asyncoll._group": 3, "asyncoll.group": 3,
     "asyncoll._runtime": 4, "asyncoll._rendezvous": 4, "asyncoll.coordinator": 4,
     "asyncoll._api": 5, "asyncoll.aio": 5, "asyncoll._torch_backend": 5,
-    "asyncoll.testing": 5, "asyncoll.torchft": 5,
+    "asyncoll.testing": 5, "asyncoll.torchft": 5, "asyncoll.torch": 5,
     "asyncoll.run": 6, "asyncoll._relay": 6, "asyncoll.bench": 6, "asyncoll._bench_report": 6,
     "asyncoll.cli": 6,
     "asyncoll.__main__": 6,
