@@ -106,7 +106,9 @@ class GroupCore:
         """
         if signature.compression is not None:  # arrays: (data, residual or None)
             if not self._spans_hosts:  # shared memory: exact, as compressing gains nothing
-                signature, arrays = signature._replace(compression=None), arrays[0]
+                signature, (arrays, residual) = signature._replace(compression=None), arrays
+                if residual is not None:
+                    residual[:] = 0  # added to the data already, and nothing is dropped
             elif not isinstance(self._fast, HostHierarchy):  # its leaders compress
                 return self.plan_on_transport(what, signature,
                                               transport_of(signature, "ring", self._scratch),

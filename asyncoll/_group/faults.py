@@ -296,7 +296,10 @@ class GroupFaults:
                 f": {said}" if said else "")
         error = error_from_code(code, text)
         if isinstance(error, CollectiveTimeoutError) and lost >= 0:
-            error.waiting_for, error.seconds = (lost,), waited
+            # Waited for by the peer, this rank was itself waiting (on a third, its
+            # deadline not yet out): what it waits for now is the peer that gave up.
+            waiting = peer if lost == self._mesh.rank else lost
+            error.waiting_for, error.seconds = (waiting,), waited
             if not said and waited:
                 # Only numbers came (an arena's control line): say what torch's callers match.
                 error.args = (f"{text}: it waited {waited:g} s for data from rank {lost}. "

@@ -61,15 +61,18 @@ async def test_ranks_on_different_hosts_get_the_same_bits_within_the_bound(mode,
     assert not np.array_equal(results[0], exact.astype(dtype))  # it did compress
 
 
-async def test_ranks_on_one_host_get_the_exact_sum():
+async def test_ranks_on_one_host_get_the_exact_sum_and_keep_no_residual():
     async def body(world):
         x, y = _inputs(world.rank, 5000), _inputs(world.rank, 5000)
-        await world.all_reduce(x, compression="int8")
+        compression = Compression("int8", error_feedback=True)
+        compression.residual(x)[:] = 1.0  # as a residual from calls between hosts
+        await world.all_reduce(x, compression=compression)
         await world.all_reduce(y)
-        return x, y
+        return x - 2, y, compression.residual(x)
 
-    for x, y in await run_ranks(2, body, hosts=1):
-        np.testing.assert_array_equal(x, y)
+    for x, y, residual in await run_ranks(2, body, hosts=1):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-4)  # the residual added once
+        assert not residual.any()
 
 
 @pytest.mark.parametrize("op, dtype, words", [

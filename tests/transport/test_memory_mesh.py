@@ -180,3 +180,14 @@ async def test_a_timeout_names_the_peer_its_sends_wait_for_where_no_receive_wait
     assert team.waiting_for() == [1]
     blocked.set_result(None)
     assert team.waiting_for() == []
+
+
+async def test_a_timeout_relayed_by_a_peer_that_waited_for_this_rank_names_that_peer():
+    # Rank 2 timed out waiting for rank 0 (this rank), which still waited for rank 1:
+    # rank 0 does not wait for itself; it waits, now in vain, for rank 2.
+    faults = GroupFaults(memory_meshes(3)[0])
+    said = ("all_reduce #3 on group 0 (ranks [0, 1, 2]) did not complete within 3 s; still "
+            "waiting for data from rank 0. Timed out waiting 3000ms")
+    error = faults.gave_up(0, 3, 2, "timeout", 0, said)
+    assert isinstance(error, CollectiveTimeoutError) and error.waiting_for == (2,)
+    assert "rank 2" in str(error)
